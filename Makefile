@@ -1,0 +1,65 @@
+# counter_ext: PGXS build of a C++17 PostgreSQL 15 extension.
+#
+#   make                 build counter_ext.so and the extension script
+#   make install         install into the PostgreSQL that pg_config names
+#   make test            everything: set-up, build, a throwaway cluster, all tests
+#   make demo            a throwaway cluster showing the extension on a click stream
+#   make format-check    clang-format, as CI checks it
+#   make format          rewrite the sources in the house style
+
+PG_CONFIG ?= pg_config
+
+EXTENSION = counter_ext
+EXTVERSION := $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" counter_ext.control)
+MODULE_big = counter_ext
+
+SRCS := $(sort $(wildcard src/*.cpp))
+OBJS = $(SRCS:.cpp=.o)
+
+# The install script of the current version is assembled from the pieces in
+# src/sql/ (one per feature, applied in name order). Upgrade scripts from
+# released versions live in src/sql/upgrade/ and are installed as they are.
+SQL_PIECES := $(sort $(wildcard src/sql/*.sql))
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+DATA = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
+
+# pg_regress files: sql/NAME.sql with expected/NAME.out
+REGRESS := $(basename $(notdir $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=pgtap
+
+PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -Isrc/include \
+	-DCOUNTER_EXT_VERSION='"$(EXTVERSION)"'
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-missing-field-initializers
+SHLIB_LINK = -lstdc++
+
+# The server was built with LLVM JIT support; bitcode for C++ sources would
+# need clang++ to see our flags, and JIT inlining of our code buys nothing.
+override with_llvm = no
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+
+$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PIECES) Makefile counter_ext.control
+	@{ printf '%s\n' "-- counter_ext $(EXTVERSION): generated from src/sql/*.sql by make; edit those."; \
+	   printf '%s\n' '\echo Use "CREATE EXTENSION counter_ext" to load this file. \quit'; \
+	   for f in $(SQL_PIECES); do printf '\n-- ---- %s\n' "$$f"; cat "$$f"; done; } > $@
+
+
+CLANG_FORMAT ?= clang-format
+FORMAT_FILES = $(wildcard src/*.cpp src/include/counter_ext/*.hpp test/unit/*.cpp)
+
+.PHONY: test demo format format-check
+test:
+	bash test/run.sh
+
+demo:
+	bash test/demo/run.sh
+
+format-check:
+	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
+
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
+
+EXTRA_CLEAN = .deps

@@ -1,0 +1,180 @@
+# Shared shell functions for the test suite, the demo and the benchmarks:
+# set-up on a fresh Debian 12 machine, a staged install of this tree, and
+# throwaway PostgreSQL clusters on free local ports. Source it; do not run it.
+#
+# Clusters: ce_cluster_start NAME [postgresql.conf lines...] starts one and
+# sets CE_<NAME>_PORT, CE_<NAME>_DIR and CE_<NAME>_LOG; ce_cluster_use NAME
+# points PGHOST/PGPORT/PGUSER/PGDATABASE at it; ce_cluster_stop NAME stops it
+# and removes its directory; ce_cluster_stop_all stops every one this shell
+# started (call it from a trap).
+
+CE_TOP=${CE_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+CE_PG_MAJOR=15
+CE_SYSTEM_BIN=/usr/lib/postgresql/$CE_PG_MAJOR/bin
+CE_STAGE=${CE_STAGE:-$CE_TOP/build/stage}
+CE_PGBIN=$CE_STAGE/usr/lib/postgresql/$CE_PG_MAJOR/bin
+CE_PGXS_DIR=/usr/lib/postgresql/$CE_PG_MAJOR/lib/pgxs
+CE_CLUSTERS=()
+
+# What the tests need; benchmarks pass their anchors to ce_require_packages.
+CE_TEST_PACKAGES=(make g++ clang-format postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_MAJOR
+    postgresql-$CE_PG_MAJOR-pgtap postgresql-$CE_PG_MAJOR-cron libboost-dev python3 procps iproute2)
+
+ce_log() { printf '%s\n' "$*" >&2; }
+ce_die() { ce_log "error: $*"; exit 1; }
+
+ce_is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# Runs a server-side command as the cluster's owner: postgres when we are
+# root (initdb refuses root), ourselves otherwise.
+ce_as_owner() {
+    if ce_is_root; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ce_owner_name() {
+    if ce_is_root; then echo postgres; else id -un; fi
+}
+
+# Installs missing Debian packages when root; otherwise prints the exact
+# apt-get line and fails, installing nothing.
+ce_require_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if ! ce_is_root; then
+        ce_log "missing packages: ${missing[*]}"
+        ce_log "run as root:  apt-get update && apt-get install -y ${missing[*]}"
+        return 1
+    fi
+    ce_log "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; then
+        apt-get update -q >/dev/null 2>&1 || true
+        apt-get install -y -q "${missing[@]}" >&2 || return 1
+    fi
+    # Debian's postgresql-common starts a system cluster we do not use.
+    if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql/$CE_PG_MAJOR/main ]; then
+        pg_ctlcluster $CE_PG_MAJOR main stop >/dev/null 2>&1 || true
+    fi
+}
+
+# Builds this tree, installs it into the system PostgreSQL (when we may), and
+# into a staged copy of PostgreSQL under build/stage that the tests run: the
+# server there finds its share and lib directories relative to its binary, so
+# each checkout tests exactly its own build, whatever else is installed.
+ce_build_and_stage() {
+    (cd "$CE_TOP" && make -s -j2 >&2) || return 1
+    if ce_is_root; then
+        (cd "$CE_TOP" && make -s install >/dev/null) || return 1
+    fi
+    local libdir=/usr/lib/postgresql/$CE_PG_MAJOR share=/usr/share/postgresql/$CE_PG_MAJOR
+    local stamp
+    stamp=$(stat -c %Y "$libdir/bin/postgres")
+    if [ ! -f "$CE_STAGE/.stamp" ] || [ "$(cat "$CE_STAGE/.stamp")" != "$stamp" ]; then
+        rm -rf "$CE_STAGE"
+        mkdir -p "$CE_STAGE/usr/lib/postgresql" "$CE_STAGE/usr/share/postgresql"
+        cp -al "$libdir" "$CE_STAGE/usr/lib/postgresql/" 2>/dev/null || cp -a "$libdir" "$CE_STAGE/usr/lib/postgresql/"
+        cp -al "$share" "$CE_STAGE/usr/share/postgresql/" 2>/dev/null || cp -a "$share" "$CE_STAGE/usr/share/postgresql/"
+        echo "$stamp" > "$CE_STAGE/.stamp"
+    fi
+    # Extensions installed after the stage was made (pgtap, pg_cron, hll...).
+    cp -alf "$share/extension/." "$CE_STAGE$share/extension/" 2>/dev/null ||
+        cp -af "$share/extension/." "$CE_STAGE$share/extension/"
+    cp -alf "$libdir/lib/." "$CE_STAGE$libdir/lib/" 2>/dev/null || cp -af "$libdir/lib/." "$CE_STAGE$libdir/lib/"
+    (cd "$CE_TOP" && make -s install DESTDIR="$CE_STAGE" >/dev/null) || return 1
+    chmod -R a+rX "$CE_STAGE" 2>/dev/null || true
+}
+
+ce_port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# ce_cluster_start NAME [conf line ...]
+ce_cluster_start() {
+    local name=$1; shift
+    local dir port try
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/counter_ext.$name.XXXXXX") || return 1
+    chmod 755 "$dir"
+    mkdir "$dir/data"
+    ce_is_root && chown -R postgres: "$dir"
+    ce_as_owner "$CE_PGBIN/initdb" -D "$dir/data" -A trust -U "$(ce_owner_name)" -E UTF8 --locale=C.UTF-8 \
+        --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
+    {
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$dir'"
+        echo "shared_preload_libraries = 'counter_ext'"
+        echo "fsync = off"
+        echo "synchronous_commit = off"
+        echo "full_page_writes = off"
+        echo "max_connections = 120"
+        echo "max_worker_processes = 24"
+        echo "max_prepared_transactions = 10"
+        echo "log_line_prefix = '%m [%p] %q%u@%d '"
+        echo "lc_messages = 'C'"
+        echo "timezone = 'UTC'"
+        local line
+        for line in "$@"; do echo "$line"; done
+    } >>"$dir/data/postgresql.conf"
+    for try in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 30000))
+        ce_port_free "$port" || continue
+        sed -i '/^port = /d' "$dir/data/postgresql.conf"
+        echo "port = $port" >>"$dir/data/postgresql.conf"
+        if ce_as_owner "$CE_PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null 2>&1; then
+            declare -g "CE_${name}_DIR=$dir" "CE_${name}_PORT=$port" "CE_${name}_LOG=$dir/server.log"
+            CE_CLUSTERS+=("$name")
+            return 0
+        fi
+    done
+    cat "$dir/server.log" >&2
+    rm -rf "$dir"
+    return 1
+}
+
+ce_cluster_use() {
+    local p="CE_$1_PORT"
+    export PGHOST=127.0.0.1 PGPORT=${!p} PGUSER=$(ce_owner_name) PGDATABASE=${2:-postgres}
+}
+
+# Restarts a cluster after a crash test (kill -9 of the postmaster).
+ce_cluster_restart() {
+    local d="CE_$1_DIR"
+    ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -l "${!d}/server.log" -w -t 60 restart -m immediate >/dev/null 2>&1 ||
+        ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -l "${!d}/server.log" -w -t 60 start >/dev/null
+}
+
+ce_cluster_stop() {
+    local d="CE_$1_DIR"
+    local dir=${!d:-}
+    [ -n "$dir" ] && [ -d "$dir" ] || return 0
+    ce_as_owner "$CE_PGBIN/pg_ctl" -D "$dir/data" -w -t 20 stop -m fast >/dev/null 2>&1 ||
+        ce_as_owner "$CE_PGBIN/pg_ctl" -D "$dir/data" stop -m immediate >/dev/null 2>&1 || true
+    if [ -n "${CE_KEEP_LOGS:-}" ]; then
+        mkdir -p "$CE_KEEP_LOGS" && cp "$dir/server.log" "$CE_KEEP_LOGS/$1.server.log" 2>/dev/null
+    fi
+    rm -rf "$dir"
+    declare -g "CE_$1_DIR="
+}
+
+ce_cluster_stop_all() {
+    local name
+    for name in "${CE_CLUSTERS[@]}"; do ce_cluster_stop "$name"; done
+    CE_CLUSTERS=()
+}
+
+# Fails (and prints the lines) when a server log shows a backend crash.
+ce_scan_log() {
+    local hits
+    hits=$(grep -E "terminated by signal|server process .* was terminated|was terminated by exception" "$1" 2>/dev/null || true)
+    [ -z "$hits" ] && return 0
+    ce_log "crash lines in $1:"
+    ce_log "$hits"
+    return 1
+}
+
+# psql with the settings every script wants: stop on error, no psqlrc.
+ce_psql() {
+    "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q "$@"
+}

@@ -1,0 +1,33 @@
+-- The extension's own objects: schema, functions, their volatility and
+-- parallel safety, and that every object it creates lives in schema counter.
+BEGIN;
+SELECT plan(7);
+
+SELECT has_schema('counter');
+SELECT has_function('counter', 'version', ARRAY[]::text[]);
+SELECT has_function('counter', 'preloaded', ARRAY[]::text[]);
+SELECT is(counter.version(), (SELECT extversion FROM pg_extension WHERE extname = 'counter_ext'),
+          'library version equals the installed script version');
+SELECT ok(counter.preloaded(), 'the suite runs with shared_preload_libraries = counter_ext');
+
+-- Every function of the extension lives in schema counter.
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text
+    FROM pg_proc p
+    JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'counter_ext'
+    WHERE p.pronamespace <> 'counter'::regnamespace
+$$, 'every function of the extension is in schema counter');
+
+-- Functions written in SQL or PL/pgSQL that run dynamic SQL pin search_path.
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text
+    FROM pg_proc p
+    JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'counter_ext'
+    JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql'
+    WHERE p.prosrc ~* 'execute' AND NOT coalesce(p.proconfig::text ~ 'search_path', false)
+$$, 'plpgsql functions that EXECUTE dynamic SQL set search_path');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: installs what is
+# missing, builds, installs, starts a throwaway preloaded cluster and runs
+#   format check, pg_regress (sql/ + expected/), isolation specs
+#   (test/isolation/specs/), pgTAP files (test/pgtap/) with pg_prove and
+#   script tests (test/scripts/*.sh: concurrency, crashes, several clusters),
+# then scans the server logs for crashes. Last line: "N passed, N failed".
+#
+# Environment: CE_ONLY=regex runs only the test files whose name matches;
+# CE_KEEP_LOGS=dir keeps the server logs there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source test/lib.sh
+
+passed=0
+failed=0
+failures=()
+out=$CE_TOP/build/test-output
+only=${CE_ONLY:-.}
+
+finish() {
+    local rc=$?
+    trap - EXIT INT TERM
+    ce_cluster_stop_all
+    if [ ${#failures[@]} -gt 0 ]; then
+        echo "failed: ${failures[*]}"
+    fi
+    echo "$passed passed, $failed failed"
+    if [ "$failed" -gt 0 ] || [ "$rc" -ne 0 ]; then exit 1; fi
+    exit 0
+}
+trap finish EXIT
+trap 'echo "interrupted"; failed=$((failed + 1)); exit 130' INT TERM
+
+record() { # record NAME STATUS
+    if [ "$2" -eq 0 ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failures+=("$1")
+    fi
+}
+
+wanted() { [[ $1 =~ $only ]]; }
+
+echo "== set-up"
+if ! ce_require_packages "${CE_TEST_PACKAGES[@]}"; then
+    record setup 1
+    exit 1
+fi
+if ! ce_build_and_stage; then
+    record build 1
+    exit 1
+fi
+rm -rf "$out" && mkdir -p "$out"
+[ -w "$out" ] && ce_is_root && chmod 777 "$out"
+
+if wanted format-check; then
+    echo "== format check"
+    make -s format-check >"$out/format.txt" 2>&1
+    st=$?
+    [ $st -ne 0 ] && head -40 "$out/format.txt"
+    echo "format-check ... $([ $st -eq 0 ] && echo ok || echo FAILED)"
+    record format-check $st
+fi
+
+if ! ce_cluster_start main; then
+    record cluster-start 1
+    exit 1
+fi
+ce_cluster_use main
+export CE_main_PORT CE_main_DIR CE_main_LOG
+
+regress_tests=()
+for f in sql/*.sql; do
+    [ -e "$f" ] || continue
+    t=$(basename "$f" .sql)
+    wanted "$t" && regress_tests+=("$t")
+done
+if [ ${#regress_tests[@]} -gt 0 ]; then
+    echo "== pg_regress"
+    "$CE_PGBIN/dropdb" --if-exists counter_regress >/dev/null 2>&1
+    "$CE_PGBIN/createdb" counter_regress
+    "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
+        --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress" --dbname=counter_regress \
+        "${regress_tests[@]}" >"$out/regress.txt" 2>&1
+    cat "$out/regress.txt" | grep -E '\.\.\. ' || cat "$out/regress.txt"
+    for t in "${regress_tests[@]}"; do
+        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress.txt"; then
+            record "regress/$t" 0
+        else
+            record "regress/$t" 1
+        fi
+    done
+    [ -f "$out/regress/regression.diffs" ] && head -200 "$out/regress/regression.diffs"
+fi
+
+iso_tests=()
+for f in test/isolation/specs/*.spec; do
+    [ -e "$f" ] || continue
+    t=$(basename "$f" .spec)
+    wanted "$t" && iso_tests+=("$t")
+done
+if [ ${#iso_tests[@]} -gt 0 ]; then
+    echo "== isolation"
+    "$CE_PGBIN/dropdb" --if-exists counter_isolation >/dev/null 2>&1
+    "$CE_PGBIN/createdb" counter_isolation
+    "$CE_PGXS_DIR/src/test/isolation/pg_isolation_regress" --use-existing --host=$PGHOST --port=$PGPORT \
+        --user=$PGUSER --bindir="$CE_PGBIN" --inputdir=test/isolation --outputdir="$out/isolation" \
+        --dbname=counter_isolation "${iso_tests[@]}" >"$out/isolation.txt" 2>&1
+    grep -E '\.\.\. ' "$out/isolation.txt" || cat "$out/isolation.txt"
+    for t in "${iso_tests[@]}"; do
+        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/isolation.txt"; then
+            record "isolation/$t" 0
+        else
+            record "isolation/$t" 1
+        fi
+    done
+    [ -f "$out/isolation/regression.diffs" ] && head -200 "$out/isolation/regression.diffs"
+fi
+
+tap_files=()
+for f in test/pgtap/*.sql; do
+    [ -e "$f" ] || continue
+    wanted "$(basename "$f" .sql)" && tap_files+=("$f")
+done
+if [ ${#tap_files[@]} -gt 0 ]; then
+    echo "== pgTAP"
+    for f in "${tap_files[@]}"; do
+        t=$(basename "$f" .sql)
+        db="tap_$t"
+        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
+        "$CE_PGBIN/createdb" "$db" &&
+            ce_psql -d "$db" -c "CREATE EXTENSION pgtap; CREATE EXTENSION counter_ext;" >/dev/null &&
+            timeout 900 pg_prove -h "$PGHOST" -p "$PGPORT" -U "$PGUSER" -d "$db" "$f" >"$out/pgtap-$t.txt" 2>&1
+        st=$?
+        if [ $st -eq 0 ]; then
+            echo "$f ... ok"
+        else
+            echo "$f ... FAILED"
+            tail -40 "$out/pgtap-$t.txt"
+        fi
+        record "pgtap/$t" $st
+    done
+fi
+
+script_files=()
+for f in test/scripts/*.sh; do
+    [ -e "$f" ] || continue
+    wanted "$(basename "$f" .sh)" && script_files+=("$f")
+done
+if [ ${#script_files[@]} -gt 0 ]; then
+    echo "== scripts"
+    for f in "${script_files[@]}"; do
+        t=$(basename "$f" .sh)
+        start=$SECONDS
+        timeout --signal=TERM --kill-after=30 1200 bash ${CE_TRACE:+-x} "$f" >"$out/script-$t.txt" 2>&1
+        st=$?
+        if [ $st -eq 0 ]; then
+            echo "$f ... ok ($((SECONDS - start)) s)"
+        else
+            echo "$f ... FAILED (exit $st, $((SECONDS - start)) s)"
+            tail -40 "$out/script-$t.txt"
+        fi
+        record "script/$t" $st
+    done
+fi
+
+echo "== server log"
+if ce_scan_log "$CE_main_LOG"; then
+    echo "no crash in the server log ... ok"
+    record crash-scan 0
+else
+    record crash-scan 1
+fi
