@@ -1,0 +1,68 @@
+-- Running jobs: counter.run_jobs() runs every due job once, the same code the
+-- background worker runs, so pg_cron can schedule it instead; run_job runs
+-- one job now; job_alter changes a job. See doc/reference/worker.md.
+--
+-- run_jobs and run_job are procedures without SET clauses because a job may
+-- COMMIT between its steps; their C code schema-qualifies everything it runs.
+
+CREATE PROCEDURE counter.run_jobs(INOUT jobs_run integer DEFAULT NULL)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_run_jobs';
+COMMENT ON PROCEDURE counter.run_jobs(integer) IS 'runs every due counter_ext job once (CALL it outside a transaction block)';
+
+CREATE PROCEDURE counter.run_job(job_id bigint, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_run_job';
+COMMENT ON PROCEDURE counter.run_job(bigint, bigint) IS 'runs one counter_ext job now, due or not; raises its error if it fails';
+
+-- Changes a job; a NULL argument leaves that setting as it is. A shorter
+-- run_every brings next_run forward to at most now() + run_every.
+CREATE FUNCTION counter.job_alter(job_id bigint, run_every interval DEFAULT NULL, enabled boolean DEFAULT NULL,
+                                  timeout interval DEFAULT NULL, lock_timeout interval DEFAULT NULL,
+                                  next_run timestamptz DEFAULT NULL)
+RETURNS counter.jobs
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    j counter.jobs;
+BEGIN
+    IF job_alter.job_id IS NULL THEN
+        RAISE EXCEPTION 'job_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF job_alter.run_every IS NOT NULL AND job_alter.run_every <= interval '0' THEN
+        RAISE EXCEPTION 'run_every must be a positive interval, not %', job_alter.run_every
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF job_alter.timeout IS NOT NULL
+       AND (job_alter.timeout <= interval '0' OR job_alter.timeout > interval '24 days') THEN
+        RAISE EXCEPTION 'timeout must be more than 0 and at most 24 days, not %', job_alter.timeout
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF job_alter.lock_timeout IS NOT NULL
+       AND (job_alter.lock_timeout <= interval '0' OR job_alter.lock_timeout > interval '24 days') THEN
+        RAISE EXCEPTION 'lock_timeout must be more than 0 and at most 24 days, not %', job_alter.lock_timeout
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE counter.jobs AS x
+    SET run_every = coalesce(job_alter.run_every, x.run_every),
+        enabled = coalesce(job_alter.enabled, x.enabled),
+        timeout = coalesce(job_alter.timeout, x.timeout),
+        lock_timeout = coalesce(job_alter.lock_timeout, x.lock_timeout),
+        next_run = CASE
+            WHEN job_alter.next_run IS NOT NULL THEN job_alter.next_run
+            WHEN job_alter.run_every IS NOT NULL
+                THEN least(x.next_run, pg_catalog.now() OPERATOR(pg_catalog.+) job_alter.run_every)
+            ELSE x.next_run END
+    WHERE x.job_id OPERATOR(pg_catalog.=) job_alter.job_id
+    RETURNING x.* INTO j;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % does not exist', job_alter.job_id USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN j;
+END
+$$;
+
+REVOKE ALL ON PROCEDURE counter.run_jobs(integer) FROM PUBLIC;
+REVOKE ALL ON PROCEDURE counter.run_job(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.job_alter(bigint, interval, boolean, interval, interval, timestamptz) FROM PUBLIC;
