@@ -78,21 +78,25 @@ for f in sql/*.sql; do
     wanted "$t" && regress_tests+=("$t")
 done
 if [ ${#regress_tests[@]} -gt 0 ]; then
+    # Each file runs in a fresh database of its own and creates what it needs.
     echo "== pg_regress"
-    "$CE_PGBIN/dropdb" --if-exists counter_regress >/dev/null 2>&1
-    "$CE_PGBIN/createdb" counter_regress
-    "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
-        --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress" --dbname=counter_regress \
-        "${regress_tests[@]}" >"$out/regress.txt" 2>&1
-    cat "$out/regress.txt" | grep -E '\.\.\. ' || cat "$out/regress.txt"
     for t in "${regress_tests[@]}"; do
-        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress.txt"; then
+        db="regress_$t"
+        mkdir -p "$out/regress"
+        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
+        "$CE_PGBIN/createdb" "$db"
+        "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
+            --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress/$t" --dbname="$db" "$t" \
+            >"$out/regress-$t.txt" 2>&1
+        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress-$t.txt"; then
+            grep -E '\.\.\. ' "$out/regress-$t.txt"
             record "regress/$t" 0
         else
+            grep -E '\.\.\. ' "$out/regress-$t.txt" || cat "$out/regress-$t.txt"
+            [ -f "$out/regress/$t/regression.diffs" ] && head -150 "$out/regress/$t/regression.diffs"
             record "regress/$t" 1
         fi
     done
-    [ -f "$out/regress/regression.diffs" ] && head -200 "$out/regress/regression.diffs"
 fi
 
 iso_tests=()

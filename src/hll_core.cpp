@@ -1,0 +1,749 @@
+// counter.hll core: hash, representations, serialization, estimator.
+// Pure C++; the storage format is specified in doc/hll-storage.md.
+#include "counter_ext/cpp_only.hpp"
+#include "counter_ext/hll_core.hpp"
+#include "counter_ext/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the hash and the bit streams read little-endian words");
+
+namespace ce::hll {
+
+namespace {
+
+uint64_t read64(const uint8_t *p) noexcept {
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+uint32_t read32(const uint8_t *p) noexcept {
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+uint64_t xxh_round(uint64_t acc, uint64_t input) noexcept {
+	acc += input * xxh_p2;
+	acc = rotl64(acc, 31);
+	acc *= xxh_p1;
+	return acc;
+}
+
+uint64_t xxh_merge(uint64_t acc, uint64_t val) noexcept {
+	val = xxh_round(0, val);
+	acc ^= val;
+	acc = acc * xxh_p1 + xxh_p4;
+	return acc;
+}
+
+[[noreturn]] void bad(const std::string &detail) {
+	throw Error(sqlstate::invalid_binary_representation, "invalid counter.hll value", detail);
+}
+
+} // namespace
+
+uint64_t xxh64(const void *data, size_t len, uint64_t seed) noexcept {
+	const uint8_t *p = static_cast<const uint8_t *>(data);
+	const uint8_t *end = p + len;
+	uint64_t h;
+	if (len >= 32) {
+		const uint8_t *limit = end - 32;
+		uint64_t v1 = seed + xxh_p1 + xxh_p2;
+		uint64_t v2 = seed + xxh_p2;
+		uint64_t v3 = seed;
+		uint64_t v4 = seed - xxh_p1;
+		do {
+			v1 = xxh_round(v1, read64(p));
+			v2 = xxh_round(v2, read64(p + 8));
+			v3 = xxh_round(v3, read64(p + 16));
+			v4 = xxh_round(v4, read64(p + 24));
+			p += 32;
+		} while (p <= limit);
+		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+		h = xxh_merge(h, v1);
+		h = xxh_merge(h, v2);
+		h = xxh_merge(h, v3);
+		h = xxh_merge(h, v4);
+	} else {
+		h = seed + xxh_p5;
+	}
+	h += static_cast<uint64_t>(len);
+	while (p + 8 <= end) {
+		h ^= xxh_round(0, read64(p));
+		h = rotl64(h, 27) * xxh_p1 + xxh_p4;
+		p += 8;
+	}
+	if (p + 4 <= end) {
+		h ^= static_cast<uint64_t>(read32(p)) * xxh_p1;
+		h = rotl64(h, 23) * xxh_p2 + xxh_p3;
+		p += 4;
+	}
+	while (p < end) {
+		h ^= static_cast<uint64_t>(*p) * xxh_p5;
+		h = rotl64(h, 11) * xxh_p1;
+		p++;
+	}
+	h ^= h >> 33;
+	h *= xxh_p2;
+	h ^= h >> 29;
+	h *= xxh_p3;
+	h ^= h >> 32;
+	return h;
+}
+
+const char *repr_name(Repr r) noexcept {
+	switch (r) {
+		case Repr::empty:
+			return "empty";
+		case Repr::sparse:
+			return "sparse";
+		case Repr::dense:
+			return "dense";
+	}
+	return "unknown";
+}
+
+// ---- the sparse limit ------------------------------------------------------------
+
+namespace {
+
+constexpr size_t varint_len(size_t v) noexcept {
+	size_t n = 1;
+	while (v >= 128) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+// An upper bound of a sparse sketch's size with d entries: the Rice code of
+// d gaps summing to less than 2^23 costs at most d * (b + 1) + (2^23 >> b)
+// bits; rho fields are expected on d / 2^(23 - p) entries.
+constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
+	size_t best = std::numeric_limits<size_t>::max();
+	for (int b = 0; b < sparse_bits; b++) {
+		size_t bits = d * static_cast<size_t>(b + 1) + ((size_t{1} << sparse_bits) >> b);
+		if (bits < best)
+			best = bits;
+	}
+	best += (d * 5) >> (sparse_bits - p);
+	return header_bytes + 1 + varint_len(d) + (best + 7) / 8;
+}
+
+constexpr size_t compute_sparse_limit(int p) noexcept {
+	size_t dense = header_bytes + dense_payload_bytes(p);
+	size_t lo = 0, hi = size_t{1} << (p + 2);
+	while (lo < hi) { // largest d with bound(d) <= dense
+		size_t mid = (lo + hi + 1) / 2;
+		if (sparse_bound_bytes(mid, p) <= dense)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+struct LimitTable {
+	size_t v[max_precision + 1];
+};
+
+constexpr LimitTable make_limits() noexcept {
+	LimitTable t{};
+	for (int p = 0; p <= max_precision; p++)
+		t.v[p] = p >= min_precision ? compute_sparse_limit(p) : 0;
+	return t;
+}
+
+constexpr LimitTable limits = make_limits();
+
+} // namespace
+
+size_t sparse_limit(int p) noexcept {
+	return limits.v[p];
+}
+
+// ---- entries and registers ------------------------------------------------------
+
+size_t compact_entries(uint32_t *entries, size_t n) noexcept {
+	if (n == 0)
+		return 0;
+	std::sort(entries, entries + n);
+	size_t out = 0;
+	for (size_t i = 0; i < n; i++) {
+		// equal values are adjacent, the largest rho field last
+		if (i + 1 < n && entry_value(entries[i + 1]) == entry_value(entries[i]))
+			continue;
+		entries[out++] = entries[i];
+	}
+	return out;
+}
+
+size_t merge_entries(const uint32_t *a, size_t na, const uint32_t *b, size_t nb, uint32_t *out) noexcept {
+	size_t i = 0, j = 0, k = 0;
+	while (i < na && j < nb) {
+		uint32_t va = entry_value(a[i]), vb = entry_value(b[j]);
+		if (va < vb) {
+			out[k++] = a[i++];
+		} else if (vb < va) {
+			out[k++] = b[j++];
+		} else {
+			out[k++] = std::max(a[i], b[j]);
+			i++;
+			j++;
+		}
+	}
+	while (i < na)
+		out[k++] = a[i++];
+	while (j < nb)
+		out[k++] = b[j++];
+	return k;
+}
+
+void fold_entries(uint32_t *entries, size_t n, int from, int to) noexcept {
+	(void)from;
+	uint32_t low_mask = (1U << (sparse_bits - to)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) != 0)
+			entries[i] &= ~31U;
+}
+
+void dense_add_entries(uint8_t *registers, int p, const uint32_t *entries, size_t n) noexcept {
+	for (size_t i = 0; i < n; i++) {
+		uint32_t index;
+		uint8_t value;
+		entry_register(entries[i], p, index, value);
+		if (registers[index] < value)
+			registers[index] = value;
+	}
+}
+
+void fold_registers(const uint8_t *in, int from, uint8_t *out, int to) noexcept {
+	int shift = from - to;
+	uint32_t low_mask = (1U << shift) - 1;
+	memset(out, 0, size_t{1} << to);
+	for (uint32_t i = 0; i < (1U << from); i++) {
+		uint8_t r = in[i];
+		if (r == 0)
+			continue;
+		uint32_t j = i >> shift;
+		uint32_t low = i & low_mask;
+		int v;
+		if (low != 0)
+			v = __builtin_clz(low) - (32 - shift) + 1;
+		else
+			v = std::min(register_max, static_cast<int>(r) + shift);
+		if (out[j] < v)
+			out[j] = static_cast<uint8_t>(v);
+	}
+}
+
+// ---- estimation -------------------------------------------------------------------
+
+double estimate_sparse(size_t distinct_values) noexcept {
+	if (distinct_values == 0)
+		return 0.0;
+	double m = static_cast<double>(size_t{1} << sparse_bits);
+	double d = static_cast<double>(distinct_values);
+	return std::round(-m * std::log1p(-d / m));
+}
+
+namespace {
+
+double ertl_sigma(double x) noexcept {
+	if (x == 1.0)
+		return std::numeric_limits<double>::infinity();
+	double y = 1.0, z = x, previous;
+	do {
+		x *= x;
+		previous = z;
+		z += x * y;
+		y += y;
+	} while (z != previous);
+	return z;
+}
+
+double ertl_tau(double x) noexcept {
+	if (x == 0.0 || x == 1.0)
+		return 0.0;
+	double y = 1.0, z = 1.0 - x, previous;
+	do {
+		x = std::sqrt(x);
+		previous = z;
+		y *= 0.5;
+		z -= (1.0 - x) * (1.0 - x) * y;
+	} while (z != previous);
+	return z / 3.0;
+}
+
+} // namespace
+
+double estimate_dense(const uint8_t *registers, int p) noexcept {
+	size_t m = size_t{1} << p;
+	uint32_t counts[register_max + 1] = {};
+	for (size_t i = 0; i < m; i++)
+		counts[registers[i]]++;
+	double md = static_cast<double>(m);
+	if (counts[0] == m)
+		return 0.0;
+	double z = md * ertl_tau(1.0 - counts[q_bits + 1] / md);
+	for (int k = q_bits; k >= 1; k--)
+		z = 0.5 * (z + counts[k]);
+	z += md * ertl_sigma(counts[0] / md);
+	const double alpha_inf = 0.5 / std::log(2.0);
+	return alpha_inf * md * md / z;
+}
+
+// ---- bit streams ------------------------------------------------------------------
+
+namespace {
+
+class BitWriter {
+public:
+	explicit BitWriter(uint8_t *out) noexcept : out_(out) {}
+	void put(uint64_t bits, int n) noexcept { // n <= 32
+		acc_ |= (bits & ((uint64_t{1} << n) - 1)) << used_;
+		used_ += n;
+		while (used_ >= 8) {
+			*out_++ = static_cast<uint8_t>(acc_);
+			acc_ >>= 8;
+			used_ -= 8;
+		}
+	}
+	void unary(uint64_t q) noexcept { // q ones, then a zero
+		while (q >= 32) {
+			put(0xFFFFFFFFu, 32);
+			q -= 32;
+		}
+		put((uint64_t{1} << q) - 1, static_cast<int>(q) + 1);
+	}
+	void flush() noexcept {
+		if (used_ > 0)
+			*out_++ = static_cast<uint8_t>(acc_);
+		acc_ = 0;
+		used_ = 0;
+	}
+
+private:
+	uint8_t *out_;
+	uint64_t acc_ = 0;
+	int used_ = 0;
+};
+
+class BitReader {
+public:
+	BitReader(const uint8_t *data, size_t bytes) noexcept : data_(data), bytes_(bytes), bits_(bytes * 8) {}
+
+	size_t remaining() const noexcept { return bits_ - pos_; }
+	size_t position() const noexcept { return pos_; }
+
+	// Reads n <= 32 bits; false when fewer remain.
+	bool get(int n, uint32_t &out) noexcept {
+		if (static_cast<size_t>(n) > remaining())
+			return false;
+		out = static_cast<uint32_t>(peek() & ((uint64_t{1} << n) - 1));
+		pos_ += static_cast<size_t>(n);
+		return true;
+	}
+
+	// Reads a unary number (ones ended by a zero); false when the stream ends
+	// first or the number exceeds 'max'.
+	bool unary(uint64_t max, uint64_t &out) noexcept {
+		uint64_t q = 0;
+		for (;;) {
+			size_t avail = std::min<size_t>(56, remaining());
+			if (avail == 0)
+				return false;
+			uint64_t zeros = ~peek() & ((uint64_t{1} << avail) - 1);
+			if (zeros == 0) {
+				q += avail;
+				pos_ += avail;
+			} else {
+				int t = __builtin_ctzll(zeros);
+				q += static_cast<uint64_t>(t);
+				pos_ += static_cast<size_t>(t) + 1;
+				out = q;
+				return q <= max;
+			}
+			if (q > max)
+				return false;
+		}
+	}
+
+private:
+	// At least 57 bits from pos_ (zeros past the end).
+	uint64_t peek() const noexcept {
+		size_t byte = pos_ >> 3;
+		uint64_t w = 0;
+		size_t take = std::min<size_t>(8, bytes_ - byte);
+		memcpy(&w, data_ + byte, take);
+		return w >> (pos_ & 7);
+	}
+
+	const uint8_t *data_;
+	size_t bytes_;
+	size_t bits_;
+	size_t pos_ = 0;
+};
+
+// The Rice cost (bits, rho fields excluded) of the entries' gaps with
+// parameter b.
+uint64_t rice_cost(const uint32_t *entries, size_t n, int b) noexcept {
+	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(b + 1);
+	int64_t prev = -1;
+	for (size_t i = 0; i < n; i++) {
+		int64_t v = entry_value(entries[i]);
+		bits += static_cast<uint64_t>(v - prev - 1) >> b;
+		prev = v;
+	}
+	return bits;
+}
+
+size_t write_varint(uint8_t *out, size_t v) noexcept {
+	size_t n = 0;
+	while (v >= 128) {
+		out[n++] = static_cast<uint8_t>(v | 128);
+		v >>= 7;
+	}
+	out[n++] = static_cast<uint8_t>(v);
+	return n;
+}
+
+} // namespace
+
+// ---- serialization -------------------------------------------------------------------
+
+size_t encoded_size_empty() noexcept {
+	return header_bytes;
+}
+
+void encode_empty(int p, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::empty) << 5) | p);
+}
+
+SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept {
+	// The cost is convex in b, so walking downhill from a guess finds the
+	// smallest b of least cost: the canonical choice.
+	uint64_t span = n > 0 ? entry_value(entries[n - 1]) + 1 : 1;
+	uint64_t mean_gap = span / (n + 1);
+	int b = 0;
+	while (b + 1 < sparse_bits && (uint64_t{1} << (b + 1)) <= mean_gap)
+		b++;
+	uint64_t cost = rice_cost(entries, n, b);
+	while (b > 0) {
+		uint64_t c = rice_cost(entries, n, b - 1);
+		if (c > cost)
+			break;
+		cost = c;
+		b--;
+	}
+	while (b + 1 < sparse_bits) {
+		uint64_t c = rice_cost(entries, n, b + 1);
+		if (c >= cost)
+			break;
+		cost = c;
+		b++;
+	}
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) == 0)
+			cost += 5;
+	return SparsePlan{b, header_bytes + 1 + varint_len(n) + static_cast<size_t>((cost + 7) / 8)};
+}
+
+void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::sparse) << 5) | p);
+	out[2] = static_cast<uint8_t>(plan.rice);
+	size_t off = 3 + write_varint(out + 3, n);
+	BitWriter w(out + off);
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	int b = plan.rice;
+	int64_t prev = -1;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = entry_value(entries[i]);
+		uint64_t gap = static_cast<uint64_t>(static_cast<int64_t>(v) - prev - 1);
+		w.unary(gap >> b);
+		if (b > 0)
+			w.put(gap, b);
+		if ((v & low_mask) == 0)
+			w.put(entry_rho(entries[i]), 5);
+		prev = v;
+	}
+	w.flush();
+}
+
+size_t encoded_size_dense(int p) noexcept {
+	return header_bytes + dense_payload_bytes(p);
+}
+
+void encode_dense(const uint8_t *registers, int p, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::dense) << 5) | p);
+	BitWriter w(out + header_bytes);
+	size_t m = size_t{1} << p;
+	for (size_t i = 0; i < m; i++)
+		w.put(registers[i], 5);
+	w.flush();
+}
+
+Header parse_header(const uint8_t *data, size_t len) {
+	if (len < header_bytes)
+		bad(format("%zu bytes is shorter than the %zu-byte header", len, header_bytes));
+	if (data[0] != format_version)
+		bad(format("unknown format version %u (this library reads version %u)", data[0], format_version));
+	Header h;
+	h.precision = data[1] & 31;
+	int repr = data[1] >> 5;
+	if (h.precision < min_precision || h.precision > max_precision)
+		bad(format("precision %d is outside %d..%d", h.precision, min_precision, max_precision));
+	if (repr > static_cast<int>(Repr::dense))
+		bad(format("unknown representation %d", repr));
+	h.repr = static_cast<Repr>(repr);
+	switch (h.repr) {
+		case Repr::empty:
+			if (len != header_bytes)
+				bad(format("an empty sketch is %zu bytes, not %zu", header_bytes, len));
+			h.payload = header_bytes;
+			break;
+		case Repr::dense:
+			if (len != encoded_size_dense(h.precision))
+				bad(format("a dense sketch of precision %d is %zu bytes, not %zu", h.precision,
+				           encoded_size_dense(h.precision), len));
+			h.payload = header_bytes;
+			break;
+		case Repr::sparse: {
+			if (len < header_bytes + 2)
+				bad("a sparse sketch is truncated before its entry count");
+			h.rice = data[2];
+			if (h.rice >= sparse_bits)
+				bad(format("Rice parameter %d is outside 0..%d", h.rice, sparse_bits - 1));
+			size_t off = 3, count = 0;
+			int shift = 0;
+			for (;;) {
+				if (off >= len)
+					bad("a sparse sketch is truncated inside its entry count");
+				uint8_t byte = data[off++];
+				if (shift > 21)
+					bad("the entry count is too long");
+				count |= static_cast<size_t>(byte & 127) << shift;
+				shift += 7;
+				if ((byte & 128) == 0) {
+					if (byte == 0 && shift > 7)
+						bad("the entry count is not minimally encoded");
+					break;
+				}
+			}
+			if (count == 0)
+				bad("a sparse sketch has no entries (an empty sketch has its own form)");
+			if (count > sparse_limit(h.precision))
+				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d holds", count,
+				           sparse_limit(h.precision), h.precision));
+			h.count = count;
+			h.payload = off;
+			break;
+		}
+	}
+	return h;
+}
+
+void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
+	BitReader r(data + h.payload, len - h.payload);
+	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
+	const int64_t universe = int64_t{1} << sparse_bits;
+	int b = h.rice;
+	int64_t prev = -1;
+	for (size_t i = 0; i < h.count; i++) {
+		uint64_t q;
+		uint64_t max_q = static_cast<uint64_t>(universe - prev - 1) >> b;
+		if (!r.unary(max_q, q))
+			bad(format("entry %zu: truncated or out of range", i));
+		uint32_t low = 0;
+		if (b > 0 && !r.get(b, low))
+			bad(format("entry %zu: truncated", i));
+		int64_t v = prev + 1 + static_cast<int64_t>((q << b) | low);
+		if (v >= universe)
+			bad(format("entry %zu: value out of range", i));
+		uint32_t rho = 0;
+		if ((static_cast<uint32_t>(v) & low_mask) == 0) {
+			if (!r.get(5, rho))
+				bad(format("entry %zu: truncated rho field", i));
+			if (rho == 0)
+				bad(format("entry %zu: rho field 0", i));
+		}
+		out[i] = (static_cast<uint32_t>(v) << 5) | rho;
+		prev = v;
+	}
+	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
+	size_t rest = r.remaining();
+	if (rest >= 8)
+		bad(format("%zu trailing bytes after the last entry", rest / 8));
+	uint32_t pad = 0;
+	if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+		bad("nonzero padding bits");
+	if (canonical) {
+		SparsePlan plan = plan_sparse(out, h.count, h.precision);
+		if (plan.rice != h.rice || plan.bytes != len)
+			bad(format("not the canonical encoding (Rice parameter %d, canonical %d)", h.rice, plan.rice));
+	}
+}
+
+void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers) {
+	(void)len; // parse_header checked the exact length
+	const uint8_t *p = data + h.payload;
+	size_t m = size_t{1} << h.precision;
+	// 8 registers in every 5 bytes
+	bool any = false;
+	for (size_t i = 0; i < m; i += 8, p += 5) {
+		uint64_t w = 0;
+		memcpy(&w, p, 5);
+		for (size_t k = 0; k < 8; k++) {
+			registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
+			any = any || registers[i + k] != 0;
+		}
+	}
+	if (!any)
+		bad("a dense sketch has no register set (an empty sketch has its own form)");
+}
+
+void validate(const uint8_t *data, size_t len) {
+	Sketch::decode(data, len, true);
+}
+
+// ---- Sketch -----------------------------------------------------------------------
+
+Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
+	Header h = parse_header(data, len);
+	Sketch s(h.precision);
+	if (h.repr == Repr::sparse) {
+		s.entries_.resize(h.count);
+		decode_sparse(data, len, h, s.entries_.data(), canonical);
+	} else if (h.repr == Repr::dense) {
+		s.dense_ = true;
+		s.registers_.resize(size_t{1} << h.precision);
+		decode_dense(data, len, h, s.registers_.data());
+	}
+	return s;
+}
+
+Repr Sketch::repr() const noexcept {
+	if (dense_)
+		return Repr::dense;
+	return entries_.empty() ? Repr::empty : Repr::sparse;
+}
+
+void Sketch::add_hash(uint64_t hash) {
+	if (dense_) {
+		dense_add_hash(registers_.data(), precision_, hash);
+		return;
+	}
+	entries_.push_back(sparse_entry(hash, precision_));
+	dirty_ = true;
+	if (entries_.size() > 2 * sparse_limit(precision_) + 16)
+		normalize();
+}
+
+void Sketch::normalize() {
+	if (dense_ || !dirty_)
+		return;
+	entries_.resize(compact_entries(entries_.data(), entries_.size()));
+	dirty_ = false;
+	if (entries_.size() > sparse_limit(precision_))
+		to_dense();
+}
+
+void Sketch::to_dense() {
+	registers_.assign(size_t{1} << precision_, 0);
+	dense_add_entries(registers_.data(), precision_, entries_.data(), entries_.size());
+	entries_.clear();
+	entries_.shrink_to_fit();
+	dense_ = true;
+	dirty_ = false;
+}
+
+void Sketch::fold(int to) {
+	if (to >= precision_)
+		return;
+	normalize();
+	if (dense_) {
+		std::vector<uint8_t> folded(size_t{1} << to);
+		fold_registers(registers_.data(), precision_, folded.data(), to);
+		registers_.swap(folded);
+		precision_ = to;
+		return;
+	}
+	fold_entries(entries_.data(), entries_.size(), precision_, to);
+	precision_ = to;
+	dirty_ = true;
+	normalize();
+}
+
+int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept {
+	if (a_empty && !b_empty)
+		return pb;
+	if (b_empty && !a_empty)
+		return pa;
+	return std::min(pa, pb);
+}
+
+void Sketch::merge(const Sketch &other_in) {
+	normalize();
+	int p = union_precision(precision_, empty(), other_in.precision_, other_in.empty());
+	const Sketch *other = &other_in;
+	Sketch folded(0);
+	if (other_in.precision_ != p) {
+		folded = other_in;
+		folded.fold(p);
+		other = &folded;
+	}
+	if (precision_ != p) {
+		if (empty())
+			precision_ = p;
+		else
+			fold(p);
+	}
+	if (other->dense_) {
+		if (!dense_)
+			to_dense();
+		for (size_t i = 0; i < registers_.size(); i++)
+			registers_[i] = std::max(registers_[i], other->registers_[i]);
+		return;
+	}
+	if (dense_) {
+		dense_add_entries(registers_.data(), precision_, other->entries_.data(), other->entries_.size());
+		return;
+	}
+	entries_.insert(entries_.end(), other->entries_.begin(), other->entries_.end());
+	dirty_ = true;
+	normalize();
+}
+
+double Sketch::estimate() {
+	normalize();
+	if (dense_)
+		return estimate_dense(registers_.data(), precision_);
+	return estimate_sparse(entries_.size());
+}
+
+std::vector<uint8_t> Sketch::encode() {
+	normalize();
+	std::vector<uint8_t> out;
+	if (dense_) {
+		out.resize(encoded_size_dense(precision_));
+		encode_dense(registers_.data(), precision_, out.data());
+	} else if (entries_.empty()) {
+		out.resize(encoded_size_empty());
+		encode_empty(precision_, out.data());
+	} else {
+		SparsePlan plan = plan_sparse(entries_.data(), entries_.size(), precision_);
+		out.resize(plan.bytes);
+		encode_sparse(entries_.data(), entries_.size(), precision_, plan, out.data());
+	}
+	return out;
+}
+
+} // namespace ce::hll
