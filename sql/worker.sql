@@ -1,0 +1,139 @@
+-- Jobs: registering, changing and running them by hand, their run history,
+-- and clear errors on bad input. Jobs here are disabled as soon as they are
+-- registered (in the same transaction), so a background worker never runs
+-- them: CALL counter.run_job runs a job whether it is enabled or not.
+CREATE EXTENSION counter_ext;
+\set VERBOSITY terse
+\set ON_ERROR_STOP 0
+
+-- Test-only job kinds: counter.job_<kind>(target text, INOUT rows_affected bigint).
+CREATE TABLE public.steps (target text, step int);
+CREATE PROCEDURE counter.job_test_ok(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.steps VALUES (target, 1);
+    COMMIT;  -- a job may commit between steps
+    INSERT INTO public.steps VALUES (target, 2);
+    rows_affected := 2;
+END $$;
+CREATE PROCEDURE counter.job_test_fail(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.steps VALUES (target, 1);
+    COMMIT;
+    RAISE EXCEPTION 'target % is broken', target USING ERRCODE = 'data_exception';
+END $$;
+CREATE PROCEDURE counter.job_test_slow(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_catalog.pg_sleep(30);
+END $$;
+
+BEGIN;
+SELECT counter.job_register('test_ok', 'a', '1 hour') AS ok_job \gset
+SELECT counter.job_register('test_fail', 'b', '10 minutes') AS fail_job \gset
+SELECT counter.job_register('test_slow', 'c', '1 hour') AS slow_job \gset
+UPDATE counter.jobs SET enabled = false;
+COMMIT;
+SELECT kind, target, run_every, enabled, timeout, lock_timeout, failures, running_run FROM counter.jobs ORDER BY job_id;
+
+-- Registering again keeps the job and its id.
+BEGIN;
+SELECT counter.job_register('test_ok', 'a', '2 hours') = :ok_job AS same_id;
+UPDATE counter.jobs SET enabled = false WHERE job_id = :ok_job;
+COMMIT;
+
+-- Nothing is enabled, so nothing is due.
+CALL counter.run_jobs();
+
+-- A job that succeeds: its rows, its history, its next run.
+CALL counter.run_job(:ok_job);
+SELECT step, count(*) FROM public.steps WHERE target = 'a' GROUP BY step ORDER BY step;
+SELECT kind, target, runner, outcome, rows_affected, sqlstate, message, finished_at >= started_at AS ordered
+FROM counter.job_runs ORDER BY run_id;
+SELECT failures, running_run, next_run > now() + interval '1 hour 59 minutes' AS next_in_run_every
+FROM counter.jobs WHERE job_id = :ok_job;
+
+-- A job that fails: its error reaches the caller, and is recorded; what it
+-- committed before failing stays; the job backs off.
+CALL counter.run_job(:fail_job);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS committed_before_failing FROM public.steps WHERE target = 'b';
+SELECT outcome, rows_affected, sqlstate, message FROM counter.job_runs WHERE job_id = :fail_job ORDER BY run_id;
+SELECT failures, running_run,
+       next_run BETWEEN now() + interval '7 minutes 59 seconds' AND now() + interval '10 minutes 1 second' AS backed_off
+FROM counter.jobs WHERE job_id = :fail_job;
+CALL counter.run_job(:fail_job);
+SELECT failures,
+       next_run BETWEEN now() + interval '15 minutes 59 seconds' AND now() + interval '20 minutes 1 second' AS doubled
+FROM counter.jobs WHERE job_id = :fail_job;
+
+-- The job's own timeout stops it; the session goes on.
+SELECT timeout FROM counter.job_alter(:slow_job, timeout => '200 milliseconds');
+CALL counter.run_job(:slow_job);
+\echo :LAST_ERROR_SQLSTATE
+SELECT outcome, sqlstate, message FROM counter.job_runs WHERE job_id = :slow_job;
+SELECT 1 AS still_working;
+
+-- The status view: one line per job with its last run.
+SELECT kind, target, enabled, failures, running, last_outcome, last_rows, last_sqlstate
+FROM counter.job_status ORDER BY job_id;
+
+-- Changing a job.
+SELECT run_every, enabled, timeout, lock_timeout
+FROM counter.job_alter(:ok_job, run_every => '5 minutes', lock_timeout => '1 second');
+SELECT next_run <= now() + interval '5 minutes' AS brought_forward FROM counter.jobs WHERE job_id = :ok_job;
+SELECT enabled FROM counter.job_alter(:ok_job, enabled => false);
+SELECT next_run = '2030-01-01 00:00+00' AS set FROM counter.job_alter(:ok_job, next_run => '2030-01-01 00:00+00');
+
+-- Unregistering removes the job and keeps its history.
+SELECT counter.job_unregister('test_fail', 'b');
+SELECT counter.job_unregister('test_fail', 'b');
+SELECT count(*) AS history_kept FROM counter.job_runs WHERE job_id = :fail_job;
+
+-- Bad input.
+SELECT counter.job_alter(999999, run_every => '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(:ok_job, run_every => '-5 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(:ok_job, run_every => '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(:ok_job, timeout => '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(:ok_job, lock_timeout => '25 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(NULL, enabled => true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_register('test_ok', 'x', '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_register('Bad Kind', 'x', '1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_register('no_such_kind', 'x', '1 second');
+\echo :LAST_ERROR_SQLSTATE
+CALL counter.run_job(999999);
+\echo :LAST_ERROR_SQLSTATE
+CALL counter.run_job(NULL);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+CALL counter.run_jobs();
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+DO $$ DECLARE n int; BEGIN CALL counter.run_jobs(n); END $$;
+\echo :LAST_ERROR_SQLSTATE
+-- The table refuses what the functions refuse.
+UPDATE counter.jobs SET timeout = '0' WHERE job_id = :ok_job;
+\echo :LAST_ERROR_SQLSTATE
+
+-- Only the extension owner (and whom it grants) runs and changes jobs.
+CREATE ROLE worker_regress_user;
+SET ROLE worker_regress_user;
+CALL counter.run_jobs();
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_alter(:ok_job, enabled => true);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE worker_regress_user;
+
+-- The runner leaves no job marked running.
+SELECT count(*) AS left_running FROM counter.job_runs WHERE outcome = 'running';
+SELECT count(*) AS jobs_running FROM counter.jobs WHERE running_run IS NOT NULL;
