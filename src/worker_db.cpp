@@ -69,6 +69,9 @@ void worker_detach(int, Datum) {
 void run_top_level(const char *sql) {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	// The plan must outlive the transactions the procedure commits (a client's
+	// simple query keeps it in MessageContext for the same reason).
+	MemoryContextSwitchTo(pass_context);
 	debug_query_string = sql;
 	List *parsed = pg_parse_query(sql);
 	RawStmt *raw = linitial_node(RawStmt, parsed);

@@ -168,4 +168,6 @@ q postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'coun
 # The crash test killed a worker on purpose; nothing else may have crashed.
 grep -v "(PID $pid) was terminated by signal 9" "$CE_life_LOG" >"$CE_life_LOG.rest" || true
 ce_scan_log "$CE_life_LOG.rest"
+# Job failures are the jobs' own; the worker's passes never failed.
+if grep "counter_ext worker: a pass over database" "$CE_life_LOG"; then fail "a worker pass failed"; fi
 echo ok
