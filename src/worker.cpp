@@ -300,16 +300,21 @@ void define_worker_gucs() {
 	DefineCustomIntVariable("counter_ext.naptime", "Longest sleep of the launcher and of each worker between looks.",
 	                        "A worker wakes earlier when a job falls due.", &ce::worker_naptime_s, 10, 1, 3600,
 	                        PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
-	DefineCustomIntVariable("counter_ext.max_workers", "Most per-database workers running at once.",
-	                        "Each database with counter_ext needs one; the launcher needs one more "
-	                        "max_worker_processes slot.",
-	                        &ce::worker_max_workers, 8, 1, 128, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
 	DefineCustomStringVariable("counter_ext.role", "Role the workers connect as and run jobs as.",
 	                           "Empty means the bootstrap superuser. The role needs LOGIN and the rights the jobs use.",
 	                           &ce::worker_role, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 	DefineCustomIntVariable("counter_ext.history_retention", "How long finished job runs stay in counter.job_runs.",
 	                        nullptr, &ce::history_retention_s, 7 * 24 * 3600, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
 	                        nullptr, nullptr, nullptr);
+}
+
+// Sizes shared memory, so it exists only when the library is preloaded
+// (PostgreSQL refuses postmaster-context settings from a later LOAD).
+void define_postmaster_gucs() {
+	DefineCustomIntVariable("counter_ext.max_workers", "Most per-database workers running at once.",
+	                        "Each database with counter_ext needs one; the launcher needs one more "
+	                        "max_worker_processes slot.",
+	                        &ce::worker_max_workers, 8, 1, 128, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
 }
 
 void register_launcher() {
@@ -331,7 +336,10 @@ namespace ce {
 
 void init_worker() {
 	define_worker_gucs();
-	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	define_postmaster_gucs();
+	if (IsBinaryUpgrade)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request_entry;

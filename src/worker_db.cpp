@@ -182,6 +182,7 @@ void worker_main(Datum arg) {
 		s.state = slot_running;
 	} else {
 		s.reason = exit_blocked;
+		s.state = slot_exited;
 	}
 	LWLockRelease(shared->lock);
 	if (!go)

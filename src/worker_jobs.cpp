@@ -405,6 +405,7 @@ Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value,
 
 // CALL counter.run_jobs(): every due job once; returns how many ran.
 CE_FUNCTION(counter_run_jobs) {
+	session_run = 0; // a new top-level call runs nothing yet, whatever an ERROR left behind
 	require_top_level(fcinfo, "counter.run_jobs()");
 	MemoryContext entry = CurrentMemoryContext;
 	Runner r = start_runner();
@@ -443,6 +444,7 @@ CE_FUNCTION(counter_run_jobs) {
 
 // CALL counter.run_job(job_id): that job now, due or not (even disabled).
 CE_FUNCTION(counter_run_job) {
+	session_run = 0; // a new top-level call runs nothing yet, whatever an ERROR left behind
 	require_top_level(fcinfo, "counter.run_job()");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("job_id must not be NULL")));

@@ -84,7 +84,7 @@ before=$(q app "SELECT count(*) FROM counter.job_runs WHERE target = 'public.tic
 wait_for app "SELECT count(*) >= $before + 3 FROM counter.job_runs WHERE target = 'public.ticks' AND outcome = 'succeeded'" 30 ||
     fail "the healthy job stopped while the other one failed"
 
-echo "== SIGTERM stops the worker within a second (and the launcher starts it again)"
+echo "== SIGTERM stops the worker promptly, in the middle of a job (and the launcher starts it again)"
 # (run_every 1 hour: after its run is marked failed it backs off, and the
 # worker, which runs one job at a time, goes on with the others.)
 sleep_job=$(q app "SELECT counter.job_register('test_sleep', '60', '1 hour')")
@@ -93,11 +93,12 @@ wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_s
 pid=$(worker_pid app)
 q postgres "SELECT pg_terminate_backend($pid)" >/dev/null
 gone=no
-for i in $(seq 1 10); do
+# Typically within milliseconds; the bound is 3 s for a loaded machine.
+for i in $(seq 1 30); do
     if ! kill -0 "$pid" 2>/dev/null; then gone=yes; break; fi
     sleep 0.1
 done
-[ $gone = yes ] || fail "worker $pid still alive a second after SIGTERM"
+[ $gone = yes ] || fail "worker $pid still alive 3 s after SIGTERM"
 wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'counter_ext worker' AND datname = 'app'
                    AND pid <> $pid" 30 || fail "the launcher did not start the worker again"
 # The run SIGTERM interrupted is marked failed by the new worker.
@@ -110,6 +111,9 @@ wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_s
     fail "the long job did not start again"
 pid=$(worker_pid app)
 crashed_run=$(q app "SELECT run_id FROM counter.job_runs WHERE kind = 'test_sleep' AND outcome = 'running'")
+# The suite runs with synchronous_commit = off: flush the WAL so the claim
+# survives the crash restart.
+q app "CHECKPOINT"
 kill -9 "$pid"
 sleep 1
 wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'counter_ext worker' AND datname = 'app'" 60 ||
