@@ -25,7 +25,7 @@ wait_for() {
 q() { ce_psql -d "$1" -At -c "$2"; }
 worker_pid() { q postgres "SELECT pid FROM pg_stat_activity WHERE backend_type = 'counter_ext worker' AND datname = '$1'"; }
 
-ce_cluster_start life "counter_ext.naptime = 1" "restart_after_crash = on"
+ce_cluster_start life "counter_ext.enabled = on" "counter_ext.naptime = 1" "restart_after_crash = on"
 ce_cluster_use life
 
 q postgres "CREATE DATABASE app"
@@ -134,6 +134,18 @@ q postgres "ALTER SYSTEM RESET counter_ext.enabled"
 q postgres "SELECT pg_reload_conf()" >/dev/null
 wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'counter_ext worker'" 20 ||
     fail "the worker did not come back with counter_ext.enabled = on"
+
+echo "== SIGHUP: a new counter_ext.role makes the workers reconnect as that role"
+q postgres "CREATE ROLE jobboss LOGIN SUPERUSER"
+q postgres "ALTER SYSTEM SET counter_ext.role = 'jobboss'"
+q postgres "SELECT pg_reload_conf()" >/dev/null
+wait_for postgres "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'counter_ext worker' AND usename = 'jobboss'" 20 ||
+    fail "the worker did not reconnect as counter_ext.role"
+before=$(q app "SELECT count(*) FROM counter.job_runs WHERE target = 'public.ticks' AND outcome = 'succeeded'")
+wait_for app "SELECT count(*) >= $before + 2 FROM counter.job_runs WHERE target = 'public.ticks' AND outcome = 'succeeded'" 30 ||
+    fail "jobs did not run under counter_ext.role"
+q postgres "ALTER SYSTEM RESET counter_ext.role"
+q postgres "SELECT pg_reload_conf()" >/dev/null
 
 echo "== CREATE EXTENSION in another database starts its worker; DROP EXTENSION stops it"
 q postgres "CREATE DATABASE other"
