@@ -11,7 +11,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; ce_cluster_stop_all' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 q() { ce_psql -d conc -At -c "$1"; }
 
-ce_cluster_start conc "counter_ext.naptime = 1"
+ce_cluster_start conc "counter_ext.enabled = on" "counter_ext.naptime = 1"
 ce_cluster_use conc
 ce_psql -d postgres -c "CREATE DATABASE conc" >/dev/null
 ce_psql -d conc >/dev/null <<'SQL'
