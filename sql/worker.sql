@@ -68,6 +68,44 @@ SELECT failures,
        next_run BETWEEN now() + interval '15 minutes 59 seconds' AND now() + interval '20 minutes 1 second' AS doubled
 FROM counter.jobs WHERE job_id = :fail_job;
 
+-- Failures in awkward places: inside a loop over a query that commits each
+-- turn (its cursor is held across commits), and at COMMIT (a deferred
+-- constraint). Each is recorded, and the session goes on.
+CREATE TABLE public.deferred_parent (x int PRIMARY KEY);
+CREATE TABLE public.deferred (x int);
+ALTER TABLE public.deferred ADD CONSTRAINT deferred_fk FOREIGN KEY (x) REFERENCES public.deferred_parent
+    DEFERRABLE INITIALLY DEFERRED;
+CREATE PROCEDURE counter.job_test_awkward(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE
+    i int;
+BEGIN
+    IF target = 'loop' THEN
+        FOR i IN SELECT g FROM generate_series(1, 3) g LOOP
+            INSERT INTO public.steps VALUES (target, i);
+            COMMIT;
+            IF i = 2 THEN
+                RAISE EXCEPTION 'failed in turn %', i USING ERRCODE = 'data_exception';
+            END IF;
+        END LOOP;
+    ELSE
+        INSERT INTO public.deferred VALUES (42);
+        COMMIT;
+    END IF;
+END $$;
+BEGIN;
+SELECT counter.job_register('test_awkward', 'loop', '1 hour') AS loop_job \gset
+SELECT counter.job_register('test_awkward', 'commit', '1 hour') AS commit_job \gset
+UPDATE counter.jobs SET enabled = false WHERE kind = 'test_awkward';
+COMMIT;
+CALL counter.run_job(:loop_job);
+\echo :LAST_ERROR_SQLSTATE
+SELECT step FROM public.steps WHERE target = 'loop' ORDER BY step;
+CALL counter.run_job(:commit_job);
+\echo :LAST_ERROR_SQLSTATE
+SELECT target, outcome, sqlstate FROM counter.job_runs WHERE kind = 'test_awkward' ORDER BY run_id;
+SELECT count(*) AS no_orphan_row FROM public.deferred;
+
 -- The job's own timeout stops it; the session goes on.
 SELECT timeout FROM counter.job_alter(:slow_job, timeout => '200 milliseconds');
 CALL counter.run_job(:slow_job);
