@@ -247,6 +247,13 @@ void start_workers() {
 		if (!out_of_slots && !start_worker(db))
 			out_of_slots = true;
 	}
+	// Said once until there is room again, not every naptime.
+	static bool said = false;
+	if (out_of_slots && !said)
+		ereport(LOG,
+		        (errmsg("counter_ext launcher: more databases need a worker than there are free slots"),
+		         errhint("Raise counter_ext.max_workers (now %d) or max_worker_processes.", ce::worker_max_workers)));
+	said = out_of_slots;
 }
 
 void launcher_main() {
