@@ -185,10 +185,13 @@ void stop_all_workers() {
 			TerminateBackgroundWorker(db->handle);
 }
 
-bool start_worker(Database *db) {
+enum Started { started, blocked, no_room };
+
+Started start_worker(Database *db) {
 	int slot = -1;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (!is_blocked(db->dboid)) {
+	bool is_blocked_now = is_blocked(db->dboid);
+	if (!is_blocked_now) {
 		for (int i = 0; i < shared->nslots; i++) {
 			if (shared->slots[i].state == slot_free) {
 				slot = i;
@@ -201,8 +204,10 @@ bool start_worker(Database *db) {
 		}
 	}
 	LWLockRelease(shared->lock);
+	if (is_blocked_now)
+		return blocked;
 	if (slot < 0)
-		return false;
+		return no_room;
 
 	BackgroundWorker worker;
 	memset(&worker, 0, sizeof worker);
@@ -228,11 +233,11 @@ bool start_worker(Database *db) {
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		memset(&shared->slots[slot], 0, sizeof(Slot));
 		LWLockRelease(shared->lock);
-		return false;
+		return no_room;
 	}
 	db->handle = handle;
 	db->slot = slot;
-	return true;
+	return started;
 }
 
 void start_workers() {
@@ -244,7 +249,7 @@ void start_workers() {
 	while ((db = static_cast<Database *>(hash_seq_search(&seq))) != nullptr) {
 		if (db->handle != nullptr || db->extension == ext_absent || !db->seen || now < db->not_before)
 			continue;
-		if (!out_of_slots && !start_worker(db))
+		if (!out_of_slots && start_worker(db) == no_room)
 			out_of_slots = true;
 	}
 	// Said once until there is room again, not every naptime.
