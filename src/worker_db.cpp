@@ -206,16 +206,21 @@ void worker_main(Datum arg) {
 			exit_quietly(exit_disabled);
 
 		long sleep_ms = 0;
+		ErrorData *failed = nullptr;
 		MemoryContextSwitchTo(pass_context);
 		try {
 			sleep_ms = ce::pg_guard([] { return pass(); });
-			failures = 0;
 		} catch (const ce::PgError &e) {
+			failed = e.data();
+		}
+		if (failed == nullptr) {
+			failures = 0;
+		} else {
 			failures++;
 			int backoff_s = ce::worker_naptime_s << (failures < 6 ? failures : 6);
 			if (backoff_s > 300)
 				backoff_s = 300;
-			ce::pg_guard([&e, backoff_s] { recover(e.data(), backoff_s); });
+			recover(failed, backoff_s);
 			sleep_ms = backoff_s * 1000L;
 		}
 		MemoryContextSwitchTo(TopMemoryContext);
