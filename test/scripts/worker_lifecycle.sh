@@ -166,6 +166,21 @@ wait_for app "SELECT count(*) >= $before + 1 FROM counter.job_runs WHERE target 
     fail "the worker did not recover from the failed pass"
 [ "$(worker_pid app)" = "$pid" ] || fail "the worker was replaced instead of recovering in its loop"
 
+echo "== the history is trimmed after counter_ext.history_retention"
+q postgres "ALTER SYSTEM SET counter_ext.history_retention = '1h'"
+q postgres "SELECT pg_reload_conf()" >/dev/null
+old_runs=$(q app "WITH o AS (SELECT run_id FROM counter.job_runs WHERE outcome <> 'running' ORDER BY run_id LIMIT 5)
+                  UPDATE counter.job_runs r SET started_at = started_at - interval '2 hours', finished_at = finished_at - interval '2 hours'
+                  FROM o WHERE r.run_id = o.run_id RETURNING r.run_id" | paste -sd,)
+young_runs=$(q app "WITH o AS (SELECT run_id FROM counter.job_runs WHERE outcome <> 'running' AND run_id NOT IN ($old_runs)
+                    ORDER BY run_id LIMIT 5)
+                    UPDATE counter.job_runs r SET started_at = started_at - interval '30 minutes', finished_at = finished_at - interval '30 minutes'
+                    FROM o WHERE r.run_id = o.run_id RETURNING r.run_id" | paste -sd,)
+wait_for app "SELECT count(*) = 0 FROM counter.job_runs WHERE run_id IN ($old_runs)" 30 || fail "old runs were not trimmed"
+[ "$(q app "SELECT count(*) FROM counter.job_runs WHERE run_id IN ($young_runs)")" = 5 ] || fail "runs within the retention were trimmed"
+q postgres "ALTER SYSTEM RESET counter_ext.history_retention"
+q postgres "SELECT pg_reload_conf()" >/dev/null
+
 echo "== CREATE EXTENSION in another database starts its worker; DROP EXTENSION stops it"
 q postgres "CREATE DATABASE other"
 sleep 2
