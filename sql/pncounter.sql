@@ -138,6 +138,14 @@ FROM (VALUES ('{"a":[5,1]}'::counter.pncounter)) v(c) WHERE false;
 SELECT g, counter.pncounter_merge_agg(c) AS merged
 FROM (VALUES (1, '{"a":[5,1]}'::counter.pncounter), (2, '{"b":[2,0]}'), (1, '{"a":[3,4]}'), (2, NULL), (3, NULL)) v(g, c)
 GROUP BY g ORDER BY g;
+-- With schema counter on the search path, || between a state and a literal
+-- is the merge; without it, || is text concatenation and the result is no
+-- state (an error, never a wrong number).
+SET search_path = counter, public;
+SELECT '{"a":[5,1]}'::pncounter || '{"a":[3,4]}' AS merged_with_search_path;
+RESET search_path;
+SELECT ('{"a":[5,1]}'::counter.pncounter || '{"a":[3,4]}')::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
 -- Merging beyond 1024 nodes: 54000.
 SELECT ('{' || string_agg(format('"n%s":[1,0]', i), ',') || '}')::counter.pncounter
        OPERATOR(counter.||) '{"zz":[1,0]}'
