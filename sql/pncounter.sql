@@ -241,6 +241,7 @@ SELECT p.proname, p.provolatile, p.proparallel, p.proisstrict
 FROM pg_proc p WHERE p.pronamespace = 'counter'::regnamespace AND p.proname LIKE 'pncounter%'
 ORDER BY p.proname;
 
-DROP FUNCTION counter_test.pncounter_recv(bytea), counter_test.pncounter_deserialize(bytea);
 -- Leave the database as we found it for the next test file.
+DROP FUNCTION counter_test.pncounter_recv(bytea), counter_test.pncounter_deserialize(bytea);
+DROP SCHEMA counter_test;
 DROP EXTENSION counter_ext;
