@@ -598,7 +598,7 @@ BEGIN
     FROM counter.partitioned_tables t
     WHERE run_maintenance.parent IS NULL OR t.parent OPERATOR(pg_catalog.=) run_maintenance.parent;
     COMMIT;
-    FOREACH p IN ARRAY pg_catalog.coalesce(tables, '{}') LOOP
+    FOREACH p IN ARRAY COALESCE(tables, '{}') LOOP
         CALL counter.partition_maintain_steps(p, c, d, m, o, e);
     END LOOP;
 END
