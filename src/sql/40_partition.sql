@@ -330,6 +330,7 @@ DECLARE
     action text;
     attempt int := 0;
     near boolean;
+    i int;
 BEGIN
     created := 0; dropped := 0; moved := 0; status := 'done';
     as_of := coalesce(as_of, now());
@@ -436,33 +437,43 @@ BEGIN
                 EXIT;
             END IF;
 
-            -- Drain: the oldest slot with rows in the default partition.
+            -- Drain, oldest slot first: up to step_partitions slots of at most
+            -- batch_rows rows each, each moved and attached under a lock that
+            -- holds writers for that moment; a larger slot starts a staged
+            -- drain (one batch per step, the last under lock).
             action := 'drain';
             IF d IS NOT NULL THEN
-                EXECUTE format('SELECT %1$I FROM ONLY %2$s WHERE %1$I > %3$L AND %1$I < %4$L ORDER BY %1$I LIMIT 1',
-                               cfg.control, d, '-infinity'::timestamptz, 'infinity'::timestamptz) INTO lo;
-                IF lo IS NOT NULL THEN
+                FOR i IN 1..cfg.step_partitions LOOP
+                    EXECUTE format('SELECT %1$I FROM ONLY %2$s WHERE %1$I > %3$L AND %1$I < %4$L ORDER BY %1$I LIMIT 1',
+                                   cfg.control, d, '-infinity'::timestamptz, 'infinity'::timestamptz) INTO lo;
+                    EXIT WHEN lo IS NULL;
                     lo := counter.partition_slot(lo, step);
-                    hi := lo OPERATOR(pg_catalog.+) make_interval(secs => step);
+                    hi := lo + make_interval(secs => step);
                     IF covered && tstzrange(lo, hi) THEN
                         RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
                             lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
                     END IF;
                     EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x',
-                                   d, cfg.control, lo, cfg.control, hi, cfg.batch_rows OPERATOR(pg_catalog.+) 1) INTO n;
-                    t := counter.partition_make_table(parent, lo, hi, 'bounded');
-                    IF n OPERATOR(pg_catalog.>) cfg.batch_rows THEN
+                                   d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1) INTO n;
+                    IF n > cfg.batch_rows THEN
+                        EXIT WHEN i > 1; -- the next step stages it
+                        t := counter.partition_make_table(parent, lo, hi, 'bounded');
                         INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
                         moved := counter.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
-                    ELSE
+                        status := 'more';
+                        EXIT;
+                    END IF;
+                    t := counter.partition_make_table(parent, lo, hi, 'bounded');
+                    IF i = 1 THEN
                         EXECUTE format('LOCK TABLE %s IN SHARE MODE', parent);
                         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d);
-                        moved := counter.partition_move_rows(parent, t, lo, hi, NULL);
-                        PERFORM counter.partition_attach(parent, t, lo, hi, true);
-                        created := 1;
                     END IF;
+                    moved := moved + counter.partition_move_rows(parent, t, lo, hi, NULL);
+                    PERFORM counter.partition_attach(parent, t, lo, hi, true);
+                    covered := covered + tstzmultirange(tstzrange(lo, hi));
+                    created := created + 1;
                     status := 'more';
-                END IF;
+                END LOOP;
             END IF;
             EXIT;
         EXCEPTION
