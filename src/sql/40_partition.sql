@@ -486,6 +486,15 @@ BEGIN
                     RETURN;
                 END IF;
                 PERFORM pg_sleep(least(extract(epoch FROM cfg.lock_timeout), 1));
+            WHEN check_violation THEN
+                -- a row arrived in the default partition for a slot being
+                -- created: the next attempt sees it and drains that slot.
+                IF action <> 'create' OR attempt > cfg.lock_retries THEN
+                    created := 0; dropped := 0; moved := 0;
+                    status := 'error';
+                    error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
+                    RETURN;
+                END IF;
             WHEN OTHERS THEN
                 created := 0; dropped := 0; moved := 0;
                 status := 'error';
