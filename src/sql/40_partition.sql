@@ -806,6 +806,28 @@ BEGIN
 END
 $$;
 
+-- A managed table that is dropped is forgotten, with its job.
+CREATE FUNCTION counter.partition_forget_dropped()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN SELECT d.objid, d.object_identity FROM pg_event_trigger_dropped_objects() d
+             WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table' LOOP
+        IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid) THEN
+            DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
+            PERFORM counter.job_unregister('partition_maintenance', o.object_identity);
+        END IF;
+    END LOOP;
+END
+$$;
+CREATE EVENT TRIGGER counter_partition_forget_dropped ON sql_drop
+    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION counter.partition_forget_dropped();
+
 -- The state of every managed table.
 CREATE FUNCTION counter.partition_state()
 RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
