@@ -132,28 +132,13 @@ BEGIN
 END
 $$;
 
--- Every partition of a parent with its bounds (NULL bounds for the default
--- partition; MINVALUE/MAXVALUE become -infinity/infinity).
+-- Every partition of a parent with its bounds, ordered by lower bound, then
+-- the default partition (NULL bounds); MINVALUE/MAXVALUE are -infinity and
+-- infinity. Read from the relcache's partition descriptor (src/partition.cpp).
 CREATE FUNCTION counter.partition_bounds(parent regclass)
 RETURNS TABLE (partition regclass, lo timestamptz, hi timestamptz, is_default boolean)
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET DateStyle = 'ISO, YMD'
-AS $$
-    SELECT b.oid::regclass,
-           CASE b.m[1] WHEN 'MINVALUE' THEN '-infinity'::timestamptz WHEN 'MAXVALUE' THEN 'infinity'::timestamptz
-                ELSE btrim(b.m[1], '''')::timestamptz END,
-           CASE b.m[2] WHEN 'MINVALUE' THEN '-infinity'::timestamptz WHEN 'MAXVALUE' THEN 'infinity'::timestamptz
-                ELSE btrim(b.m[2], '''')::timestamptz END,
-           b.m IS NULL
-    FROM (SELECT c.oid,
-                 regexp_match(pg_get_expr(c.relpartbound, 0), '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m
-          FROM pg_inherits i
-          JOIN pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
-          WHERE i.inhparent OPERATOR(pg_catalog.=) partition_bounds.parent
-          OFFSET 0) b -- not pulled up: the deparse and the match run once per partition
-$$;
+LANGUAGE c STABLE STRICT ROWS 1000
+AS 'MODULE_PATHNAME', 'counter_partition_bounds';
 COMMENT ON FUNCTION counter.partition_bounds(regclass) IS
     'partitions of a range-partitioned table with their bounds as timestamptz';
 
@@ -386,21 +371,6 @@ BEGIN
             INTO covered, win_lo, expired
             FROM counter.partition_bounds(parent) b WHERE NOT b.is_default;
 
-            -- Retention: drop (or detach) a bounded number of expired partitions.
-            IF expired IS NOT NULL THEN
-                action := 'retention';
-                FOREACH t IN ARRAY expired LOOP
-                    IF cfg.retention_keep_table THEN
-                        EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, t);
-                    ELSE
-                        EXECUTE format('DROP TABLE %s', t);
-                    END IF;
-                    dropped := dropped + 1;
-                END LOOP;
-                status := 'more';
-                EXIT;
-            END IF;
-
             -- Missing slots from the oldest partition (or the current slot) up to
             -- as_of + premake, not overlapping any partition, without rows in default.
             action := 'create';
@@ -431,10 +401,13 @@ BEGIN
                     END IF;
                     t := counter.partition_make_table(parent, lo, hi, 'standalone');
                     PERFORM counter.partition_attach(parent, t, lo, hi, false);
+                    covered := covered + tstzmultirange(tstzrange(lo, hi));
                     created := created + 1;
                 END LOOP;
-                status := 'more';
-                EXIT;
+                IF created >= cfg.step_partitions THEN
+                    status := 'more';
+                    EXIT; -- bounded: the rest in the next step
+                END IF;
             END IF;
 
             -- Drain, oldest slot first: up to step_partitions slots of at most
@@ -475,6 +448,24 @@ BEGIN
                     status := 'more';
                 END LOOP;
             END IF;
+
+            -- Retention, last (its ACCESS EXCLUSIVE lock on the parent is held only
+            -- until the commit): drop (or detach) up to step_partitions expired partitions.
+            IF expired IS NOT NULL THEN
+                action := 'retention';
+                FOREACH t IN ARRAY expired LOOP
+                    IF cfg.retention_keep_table THEN
+                        EXECUTE format('ALTER TABLE %s DETACH PARTITION %s', parent, t);
+                    ELSE
+                        EXECUTE format('DROP TABLE %s', t);
+                    END IF;
+                    dropped := dropped + 1;
+                END LOOP;
+                IF dropped >= cfg.step_partitions THEN
+                    status := 'more';
+                END IF;
+            END IF;
+
             EXIT;
         EXCEPTION
             WHEN lock_not_available THEN
