@@ -93,6 +93,9 @@ SELECT counter.partition_manage('public.not_partitioned', 't');
 CREATE TABLE public.by_list (t timestamptz, k int) PARTITION BY LIST (k);
 SELECT counter.partition_manage('public.by_list', 't');
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM counter.partition_bounds('public.by_list');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS no_rows FROM counter.partition_bounds('public.not_partitioned');
 CREATE TABLE public.by_date (d date, t timestamptz) PARTITION BY RANGE (d);
 SELECT counter.partition_manage('public.by_date', 'd');
 \echo :LAST_ERROR_SQLSTATE
