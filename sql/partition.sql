@@ -1,7 +1,7 @@
 -- Partition maintenance: the SQL surface, errors included. Every call acts
 -- as of a fixed time (as_of) so the output never depends on the clock; the
 -- session runs in a zone with daylight saving time to show it changes nothing.
-CREATE EXTENSION IF NOT EXISTS counter_ext;
+CREATE EXTENSION counter_ext;
 SET client_min_messages = warning;
 SET TimeZone = 'America/New_York';
 
@@ -148,3 +148,4 @@ DROP TABLE public.events, public.calls, public.not_partitioned, public.by_list, 
     public.events_p2026070123;
 DROP OWNED BY partition_reader;
 DROP ROLE partition_reader;
+DROP EXTENSION counter_ext;
