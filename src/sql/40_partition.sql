@@ -723,23 +723,7 @@ BEGIN
     VALUES (parent, control, part_interval, premake, retention, retention_keep_table, batch_rows, lock_timeout);
 
     d := counter.partition_default(parent);
-    IF d IS NULL THEN
-        EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
-                       counter.partition_name_for(rel.relname, '_default'), parent);
-        d := counter.partition_default(parent);
-        t := d;
-        -- privileges as for every partition
-        IF rel.relacl IS NOT NULL THEN
-            FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a LOOP
-                EXECUTE format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
-                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(s.grantee::regrole::text) END,
-                               CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-            END LOOP;
-        END IF;
-        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = t) <> rel.relowner THEN
-            EXECUTE format('ALTER TABLE %s OWNER TO %I', t, rel.relowner::regrole);
-        END IF;
-    ELSE
+    IF d IS NOT NULL THEN
         EXECUTE format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %3$s)) FROM ONLY %2$s',
                        control, d, step) INTO busy_slots;
     END IF;
@@ -758,6 +742,26 @@ BEGIN
         PERFORM counter.partition_make_table(parent, lo, lo + make_interval(secs => step), 'direct');
         made := made + 1;
     END LOOP;
+
+    -- The default partition last: each partition made before it skipped the
+    -- check of the default partition's rows.
+    IF d IS NULL THEN
+        EXECUTE format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
+                       counter.partition_name_for(rel.relname, '_default'), parent);
+        d := counter.partition_default(parent);
+        t := d;
+        -- privileges as for every partition
+        IF rel.relacl IS NOT NULL THEN
+            FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a LOOP
+                EXECUTE format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
+                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(s.grantee::regrole::text) END,
+                               CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+        IF (SELECT c.relowner FROM pg_class c WHERE c.oid = t) <> rel.relowner THEN
+            EXECUTE format('ALTER TABLE %s OWNER TO %I', t, rel.relowner::regrole);
+        END IF;
+    END IF;
 
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));

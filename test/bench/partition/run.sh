@@ -6,7 +6,8 @@
 #             partman.create_parent vs counter.partition_manage;
 #   noop    - one maintenance call on a table with 2,000 hourly partitions and
 #             nothing to do: partman.run_maintenance(table) vs
-#             CALL counter.run_maintenance(table);
+#             CALL counter.run_maintenance(table), in a new session (cold
+#             caches) and as the second call of one session (warm);
 #   churn   - one maintenance call that must create 24 partitions (the newest
 #             day was dropped) and drop 24 (720 hours back, retention 696 hours).
 # pg_partman's tables get infinite_time_partitions = true: by default 4.x makes
@@ -86,8 +87,11 @@ psql_ -c "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)" -c
 for i in $(seq 1 $runs); do
     p=$(timed "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)") || exit 1
     c=$(timed "CALL counter.run_maintenance('public.ce_big')") || exit 1
-    echo "  run $i: pg_partman $p ms, counter_ext $c ms"
-    res[noop_pm]+=" $p"; res[noop_ce]+=" $c"
+    pw=$(timed "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)" \
+        "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)") || exit 1
+    cw=$(timed "CALL counter.run_maintenance('public.ce_big')" "CALL counter.run_maintenance('public.ce_big')") || exit 1
+    echo "  run $i: new session: pg_partman $p ms, counter_ext $c ms; warm session: pg_partman $pw ms, counter_ext $cw ms"
+    res[noop_pm]+=" $p"; res[noop_ce]+=" $c"; res[warm_pm]+=" $pw"; res[warm_ce]+=" $cw"
 done
 echo "  partitions after: pg_partman $(nparts pm_big), counter_ext $(nparts ce_big)"
 psql_ -c "$(forget pm_big)" >/dev/null
@@ -141,12 +145,14 @@ row() { # name label: best run (least disturbed by other load) and median
     echo
     echo "| figure | pg_partman ms (best / median) | counter_ext ms (best / median) | plain DDL ms (best / median) | pg_partman / counter_ext (best / median) |"
     echo "| --- | ---: | ---: | ---: | ---: |"
-    row setup "set-up: 720 hourly partitions from scratch (create_parent vs partition_manage)"
-    row noop "one maintenance call, 2,000 partitions, nothing to do"
+    row setup "set-up: 720 hourly partitions from scratch (721 + default; create_parent vs partition_manage)"
+    row noop "one maintenance call, 2,000 partitions, nothing to do (new session)"
+    row warm "the same, second call in one session (as a long-lived worker)"
     row churn "one maintenance call creating 24 and dropping 24 partitions"
     echo
     echo "Raw runs (ms): set-up pg_partman${res[setup_pm]}, counter_ext${res[setup_ce]}, plain DDL${res[setup_ddl]};"
     echo "no-op pg_partman${res[noop_pm]}, counter_ext${res[noop_ce]};"
+    echo "no-op warm pg_partman${res[warm_pm]}, counter_ext${res[warm_ce]};"
     echo "churn pg_partman${res[churn_pm]}, counter_ext${res[churn_ce]}."
 } >"$out.tmp"
 cat "$out.tmp"
