@@ -166,7 +166,7 @@ Notes:
   descriptor (C++, no deparsing) and finishes in about 2 ms.
 - The churn call: counter_ext creates with CREATE TABLE (LIKE ... INCLUDING ALL) + ATTACH PARTITION
   (SHARE UPDATE EXCLUSIVE on the parent: writers and readers of other partitions go on) and drops
-  last, in one bounded step; pg_partman 4.7.2 also analyzes the parent after creating partitions.
+  last, in one bounded step (pg_partman on PostgreSQL 11+ does not analyze the parent by default).
 - pg_partman tables have infinite_time_partitions = true: otherwise 4.7.2 makes no new
   partition for a table that received no rows, and these benchmark tables are empty.
 NOTES
