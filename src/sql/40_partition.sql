@@ -801,10 +801,13 @@ BEGIN
 END
 $$;
 
--- A managed table that is dropped is forgotten, with its job.
+-- A managed table that is dropped is forgotten, with its job. SECURITY
+-- DEFINER: it runs for every DROP TABLE in the database, by any role, and
+-- must not need privileges on schema counter; it touches only rows of the
+-- tables that very command dropped.
 CREATE FUNCTION counter.partition_forget_dropped()
 RETURNS event_trigger
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -822,6 +825,7 @@ $$;
 CREATE EVENT TRIGGER counter_partition_forget_dropped ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
     EXECUTE FUNCTION counter.partition_forget_dropped();
+REVOKE ALL ON FUNCTION counter.partition_forget_dropped() FROM PUBLIC;
 
 -- The state of every managed table.
 CREATE FUNCTION counter.partition_state()
