@@ -64,7 +64,7 @@ if wanted format-check; then
     record format-check $st
 fi
 
-if ! ce_cluster_start main; then
+if ! ce_cluster_start main "counter_ext.enabled = off"; then  # tests that want the worker start their own cluster
     record cluster-start 1
     exit 1
 fi
