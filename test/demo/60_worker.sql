@@ -13,15 +13,15 @@ BEGIN
     GET DIAGNOSTICS rows_affected = ROW_COUNT;
 END $$;
 
-SELECT counter.job_register('demo_link_totals', 'demo.job_clicks', '2 seconds') AS job_id;
-SELECT counter.job_register('demo_link_totals', 'demo.gone', '1 second') AS failing_job_id;
+SELECT counter.job_register('demo_link_totals', 'demo.job_clicks', '2 seconds') AS job_id \gset
+SELECT counter.job_register('demo_link_totals', 'demo.gone', '1 second') AS failing_job_id \gset
 
 -- Call nothing: wait until the worker has run the job (at most ~15 s).
 DO $$
 BEGIN
     FOR i IN 1..150 LOOP
-        EXIT WHEN (SELECT count(*) FROM counter.job_runs WHERE outcome = 'succeeded') >= 2
-              AND (SELECT count(*) FROM counter.job_runs WHERE outcome = 'failed') >= 2;
+        EXIT WHEN (SELECT count(*) FROM counter.job_runs WHERE kind = 'demo_link_totals' AND outcome = 'succeeded') >= 2
+              AND (SELECT count(*) FROM counter.job_runs WHERE kind = 'demo_link_totals' AND outcome = 'failed') >= 2;
         PERFORM pg_sleep(0.1);
     END LOOP;
 END $$;
@@ -30,8 +30,9 @@ SELECT link_id, clicks FROM demo.link_totals ORDER BY clicks DESC LIMIT 3;
 
 -- The history: who ran what, how it ended; the failing job backs off.
 SELECT run_id, target, runner, outcome, rows_affected, sqlstate, message
-FROM counter.job_runs ORDER BY run_id LIMIT 6;
-SELECT job_id, target, run_every, failures, last_outcome, next_run > now() AS waiting
+FROM counter.job_runs WHERE kind = 'demo_link_totals' ORDER BY run_id LIMIT 6;
+-- Every job of the database (the other sections registered theirs), with its last run.
+SELECT job_id, kind, target, run_every, failures, last_outcome, next_run > now() AS waiting
 FROM counter.job_status ORDER BY job_id;
 
 -- What the worker is doing right now.
@@ -39,6 +40,6 @@ SELECT backend_type, query FROM pg_stat_activity WHERE backend_type LIKE 'counte
 
 -- Run one job now, change it, remove the broken one. pg_cron can run them all:
 -- SELECT cron.schedule('counter_ext jobs', '* * * * *', 'CALL counter.run_jobs()');
-CALL counter.run_job(1);
-SELECT job_id, run_every, timeout FROM counter.job_alter(1, run_every => '1 hour', timeout => '30 seconds');
+CALL counter.run_job(:job_id);
+SELECT job_id, run_every, timeout FROM counter.job_alter(:job_id, run_every => '1 hour', timeout => '30 seconds');
 SELECT counter.job_unregister('demo_link_totals', 'demo.gone');
