@@ -44,7 +44,14 @@ bool is_plain_where(const SelectStmt *s) {
 CE_FUNCTION(counter_tracked_check_filter) {
 	const char *filter = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	std::string query = std::string("SELECT 1 WHERE (") + filter + "\n)";
-	List *parsed = ce::pg_guard([&query] { return raw_parser(query.c_str(), RAW_PARSE_DEFAULT); });
+	List *parsed = nullptr;
+	try {
+		parsed = ce::pg_guard([&query] { return raw_parser(query.c_str(), RAW_PARSE_DEFAULT); });
+	} catch (const ce::PgError &e) {
+		// The parser's cursor points into our wrapper query, not the caller's.
+		throw ce::Error("42601", ce::format("filter does not parse: %s", e.what()),
+		                ce::format("The filter was: %s", filter));
+	}
 	bool ok = list_length(parsed) == 1;
 	if (ok) {
 		Node *stmt = linitial_node(RawStmt, parsed)->stmt;

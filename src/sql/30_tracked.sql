@@ -19,6 +19,10 @@
 -- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
 -- class.
 
+-- Tracked counters are for every role that owns a table, so roles need to
+-- reach schema counter; what they may do there is checked per function.
+GRANT USAGE ON SCHEMA counter TO PUBLIC;
+
 CREATE TABLE counter.tracked (
     counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name                text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
@@ -835,7 +839,8 @@ CREATE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
        r.outcome
-FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id);
+FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
 
 CREATE VIEW counter.tracked_drift AS
@@ -845,14 +850,19 @@ SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run
        (SELECT x.drift_positive - x.drift_negative FROM counter.tracked_runs x
         WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift
 FROM counter.tracked c LEFT JOIN counter.tracked_runs r ON r.counter_id = c.counter_id AND r.outcome <> 'running'
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
 GROUP BY c.counter_id, c.name;
 COMMENT ON VIEW counter.tracked_drift IS 'per tracked counter: runs and total drift found';
 
 CREATE VIEW counter.tracked_key_drift_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, k.key, k.cached, k.truth, k.drift
-FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id);
+FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past their counter''s drift_log_threshold';
 
+-- The views show the counters of the roles the reader belongs to.
+GRANT SELECT ON counter.tracked_values, counter.tracked_history, counter.tracked_drift,
+    counter.tracked_key_drift_history TO PUBLIC;
 REVOKE ALL ON FUNCTION counter.tracked_run_batch(counter.tracked, bigint, timestamptz, boolean, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.tracked_finish_run(counter.tracked, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.tracked_start_run(counter.tracked, timestamptz, boolean) FROM PUBLIC;
