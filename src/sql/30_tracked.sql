@@ -338,6 +338,10 @@ BEGIN
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
+    -- Lock the delta rows to fold in (key, bucket, shard) order, the order
+    -- writers lock them in, so a reconciler and a writer never deadlock.
+    PERFORM 1 FROM %7$s d WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w
+    ORDER BY d.key, d.bucket, d.shard FOR UPDATE;
 
     RETURN QUERY
     WITH seen AS MATERIALIZED (
@@ -621,6 +625,9 @@ BEGIN
     IF NOT locked THEN
         RETURN;
     END IF;
+    <<retry>>
+    FOR attempt IN 1..3 LOOP
+    BEGIN
     EXECUTE format(
         'WITH r AS MATERIALIZED (SELECT * FROM counter.%I($1, $2, $3, $4)),'
         ' logged AS (INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)'
@@ -634,6 +641,14 @@ BEGIN
         ' FROM r', format('tracked_%s_batch', t.counter_id))
     INTO checked, corrected, pos, neg, max_abs, after
     USING w, after, all_keys, t.batch_size, run, t.drift_log_threshold;
+    EXIT retry;
+    EXCEPTION WHEN deadlock_detected THEN
+        -- a writer's transaction locked delta rows out of order; try again
+        IF attempt = 3 THEN
+            RAISE;
+        END IF;
+    END;
+    END LOOP;
 END
 $fn$;
 
