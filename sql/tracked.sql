@@ -285,6 +285,10 @@ SELECT counter.reconcile('comments');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.add('likes', 'x'::text);
 \echo :LAST_ERROR_SQLSTATE
+SELECT counter.value('comments', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS visible_values FROM counter.tracked_values;
+SELECT count(*) AS visible_runs FROM counter.tracked_history;
 RESET ROLE;
 -- nothing half-created
 SELECT count(*) AS counters FROM counter.tracked WHERE name = 'bad1';

@@ -145,6 +145,20 @@ BEGIN
 END
 $$;
 
+-- Raises unless the calling role may read the source table of counter t.
+CREATE FUNCTION counter.tracked_require_select(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_catalog.has_table_privilege(counter.tracked_caller(), t.source, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied to read tracked counter "%"', t.name
+            USING ERRCODE = '42501', DETAIL = format('Reading needs SELECT on %s.', t.source);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION counter.tracked_table(t counter.tracked, part text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -536,6 +550,7 @@ DECLARE
     v bigint;
 BEGIN
     PERFORM counter.tracked_key_check(t, pg_catalog.pg_typeof(key), key IS NULL);
+    PERFORM counter.tracked_require_select(t);
     EXECUTE format('SELECT coalesce((SELECT b.base FROM %s b WHERE b.key = $1::%s), 0)'
                    ' + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key = $1::%s), 0)',
                    counter.tracked_table(t, 'base'), t.key_type, counter.tracked_table(t, 'delta'), t.key_type)
@@ -562,6 +577,7 @@ BEGIN
     elem := (SELECT ty.typelem::regtype FROM pg_catalog.pg_type ty
              WHERE ty.oid OPERATOR(pg_catalog.=) pg_catalog.pg_typeof(keys));
     PERFORM counter.tracked_key_check(t, elem, pg_catalog.array_position(keys, NULL) IS NOT NULL);
+    PERFORM counter.tracked_require_select(t);
     RETURN QUERY EXECUTE format(
         'SELECT k.k, coalesce(b.base, 0) + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d'
         '  WHERE d.key = k.k::%s), 0)::bigint'
