@@ -142,6 +142,28 @@ SELECT counter.value('views', '00000000-0000-0000-0000-000000000001'::uuid) AS u
 SELECT keys_checked, keys_corrected FROM counter.reconcile('views', '2024-02-01 00:10+00');
 SELECT * FROM tt.mismatches('views', :'truth_views');
 
+-- ---------------------------------------------------------------- trigger mode, text keys
+CREATE TABLE tt.tags (id serial PRIMARY KEY, tag text COLLATE "C", at timestamptz NOT NULL DEFAULT '2024-04-01');
+SELECT counter.track('tags', 'tt.tags', 'tag', 'at', 'length(tag) > 1') > 0 AS ok;
+-- long keys are stored compressed: the fold compares them by their bytes
+INSERT INTO tt.tags (tag) SELECT t FROM unnest(ARRAY['b', 'ab', 'Ab', 'ab', repeat('x', 5000), repeat('x', 5000),
+    'é', 'éé', 'zz']) t;
+SELECT left(key, 10) AS key, length(key), value FROM counter.tracked_values WHERE counter = 'tags' ORDER BY key;
+\set truth_tags 'SELECT tag, count(*) FROM tt.tags WHERE length(tag) > 1 GROUP BY 1'
+-- the trigger recompiles the filter after the source table changes
+ALTER TABLE tt.tags ADD COLUMN extra int;
+UPDATE tt.tags SET tag = 'ab' WHERE tag IN ('zz', 'b');
+DELETE FROM tt.tags WHERE tag = 'Ab';
+SELECT * FROM tt.mismatches('tags', :'truth_tags');
+-- renaming a tracked column breaks the counter loudly, not silently
+ALTER TABLE tt.tags RENAME COLUMN tag TO label;
+INSERT INTO tt.tags (label) VALUES ('nope');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE tt.tags RENAME COLUMN label TO tag;
+INSERT INTO tt.tags (tag) VALUES ('ab');
+SELECT counter.value('tags', 'ab'::text) AS ab;
+SELECT counter.untrack('tags');
+
 -- ---------------------------------------------------------------- application mode, text keys: drift repair
 CREATE TABLE tt.likes (id serial PRIMARY KEY, item text NOT NULL, at timestamptz NOT NULL);
 CREATE INDEX ON tt.likes (item, at);
@@ -247,6 +269,10 @@ SELECT counter.track('bad1', 'tt.bad', 'k', 't', 'true; DROP TABLE tt.bad');
 SELECT counter.track('bad1', 'tt.bad', 'k', 't', 'missing_column > 0');  -- missing column
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.track('bad1', 'tt.bad', 'k', 't', 'n + 1');               -- not boolean
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.track('bad1', 'tt.bad', 'k', 't', 'n IN (SELECT 1)');     -- a subquery
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.track('bad1', 'tt.bad', 'k', 't', 'count(*) > 0');        -- an aggregate
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.track('bad1', 'tt.bad', 'k', 'ts');                       -- time column not timestamptz
 \echo :LAST_ERROR_SQLSTATE

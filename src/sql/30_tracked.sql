@@ -12,7 +12,7 @@
 -- delta row with bucket < W exactly the amount its snapshot saw, in the same
 -- statement (one snapshot), so a concurrent write is never overwritten.
 -- Functions generated per counter (same owner, SECURITY DEFINER, no PUBLIC
--- execute): tracked_N_trigger (trigger mode), tracked_N_batch (one
+-- execute): tracked_N_trigger (TRUNCATE in trigger mode), tracked_N_batch (one
 -- reconciliation batch), tracked_N_check (validates the filter).
 --
 -- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
@@ -84,6 +84,21 @@ CREATE FUNCTION counter.tracked_check_filter(filter text)
 RETURNS void
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_tracked_check_filter';
+
+CREATE FUNCTION counter.tracked_compile_filter(source regclass, filter text, as_role regrole)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'counter_tracked_compile_filter';
+REVOKE ALL ON FUNCTION counter.tracked_compile_filter(regclass, text, regrole) FROM PUBLIC;
+
+-- The hot path of trigger mode (src/tracked.cpp): folds a statement's
+-- transition tables into one delta per (key, bucket) and writes them in
+-- order. Only counter.track attaches it.
+CREATE FUNCTION counter.tracked_fold()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_fold';
+REVOKE ALL ON FUNCTION counter.tracked_fold() FROM PUBLIC;
 
 -- The counter row, or an errcode'd error.
 CREATE FUNCTION counter.tracked_get(counter_name text)
@@ -203,7 +218,7 @@ DECLARE
     tc text;
     kt text;
     body text;
-    bucket_expr text;
+    fold_args text;
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
@@ -290,8 +305,6 @@ BEGIN
     tc := format('%I', time_column);
     kt := kcol.typ::text;                      -- regtype output is quoted as needed
     f := coalesce('(' || filter || E'\n)', 'true');
-    bucket_expr := format('pg_catalog.date_bin(%L::interval, %%s, %L::timestamptz)', bucket_width,
-                          '2000-01-01 00:00:00+00');
 
     EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kt);
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
@@ -396,46 +409,15 @@ $b$, src, kc, tc, f, kt, base_t, delta_t);
                    fn_batch, body);
 
     IF mode = 'trigger' THEN
-        -- One delta per (key, bucket) of the statement, on this backend's
-        -- shard, written in (key, bucket) order so that concurrent statements
-        -- lock delta rows in the same order and never deadlock.
+        -- TRUNCATE: every row is gone, so is every count. The source table's
+        -- lock keeps reconciliation of this counter out until we commit.
         body := format($b$
-#variable_conflict use_column
-DECLARE
-    ce_shard smallint := (pg_catalog.pg_backend_pid() %% %8$s)::smallint;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO %7$s AS d (key, bucket, shard, delta)
-        SELECT ce_new.%2$s, %9$s, ce_shard, pg_catalog.count(*)
-        FROM ce_new WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s
-        GROUP BY 1, 2 ORDER BY 1, 2
-        ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO %7$s AS d (key, bucket, shard, delta)
-        SELECT ce_new.%2$s, %9$s, ce_shard, -pg_catalog.count(*)
-        FROM ce_old AS ce_new WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s
-        GROUP BY 1, 2 ORDER BY 1, 2
-        ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
-    ELSIF TG_OP = 'UPDATE' THEN
-        INSERT INTO %7$s AS d (key, bucket, shard, delta)
-        SELECT u.key, u.bucket, ce_shard, pg_catalog.sum(u.n)::bigint FROM (
-            SELECT ce_new.%2$s AS key, %9$s AS bucket, 1 AS n
-            FROM ce_new WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s
-            UNION ALL
-            SELECT ce_new.%2$s, %9$s, -1
-            FROM ce_old AS ce_new WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s
-        ) u
-        GROUP BY 1, 2 HAVING pg_catalog.sum(u.n) <> 0 ORDER BY 1, 2
-        ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
-    ELSIF TG_OP = 'TRUNCATE' THEN
-        -- Every row is gone: so is every count. The source table's lock
-        -- keeps reconciliation of this counter out until we commit.
-        DELETE FROM %7$s;
-        DELETE FROM %6$s;
-    END IF;
+    DELETE FROM %1$s;
+    DELETE FROM %2$s;
     RETURN NULL;
 END
-$b$, src, kc, tc, f, kt, base_t, delta_t, shards, format(bucket_expr, 'ce_new.' || tc));
+$b$, delta_t, base_t);
         EXECUTE format('CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
                        ' SET search_path = pg_catalog, pg_temp AS %L', fn_trigger, body);
     END IF;
@@ -449,17 +431,27 @@ $b$, src, kc, tc, f, kt, base_t, delta_t, shards, format(bucket_expr, 'ce_new.' 
         EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn_trigger);
     END IF;
 
-    -- Errors in the filter (missing column, not boolean...) surface here,
-    -- with their own SQLSTATE, and roll back everything above.
+    -- Errors in the filter (missing column, not boolean, a subquery...)
+    -- surface here, with their own SQLSTATE, and roll back everything above.
     EXECUTE format('SELECT %s()', fn_check);
+    IF filter IS NOT NULL THEN
+        PERFORM counter.tracked_compile_filter(source, filter, rel.owner);
+    END IF;
 
     IF mode = 'trigger' THEN
+        -- counter.tracked_fold's arguments: see src/tracked.cpp.
+        fold_args := format('%L, %L, %L, %L, %L, %L, %L', id, delta_t, rel.owner::oid, key_column, time_column,
+                            (pg_catalog.date_part('epoch', bucket_width) * 1000000)::bigint, shards)
+                     || coalesce(', ' || pg_catalog.quote_literal(filter), '');
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_ins', id), src, fn_trigger);
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_ins', id), src, fold_args);
         EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_del', id), src, fn_trigger);
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_del', id), src, fold_args);
         EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_upd', id), src, fn_trigger);
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_upd', id), src, fold_args);
         EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
                        ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_trunc', id), src, fn_trigger);
     END IF;
