@@ -30,7 +30,9 @@ extern "C" {
 #include "rewrite/rewriteManip.h"
 #include "utils/datum.h"
 #include "utils/fmgrprotos.h"
+#include "utils/array.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
@@ -121,8 +123,11 @@ struct FoldCache {
 	TypeCacheEntry *key_type;
 	Interval *width;
 	int shards;
-	ExprState *filter; // nullptr: every row counts
-	SPIPlanPtr upsert;
+	ExprState *filter;      // nullptr: every row counts
+	SPIPlanPtr upsert;      // one delta
+	SPIPlanPtr upsert_many; // many, as arrays
+	Oid key_array_type;
+	char key_align;
 };
 
 std::unordered_map<Oid, FoldCache> *fold_caches = nullptr;
@@ -193,6 +198,8 @@ FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
 	if (c->context != nullptr) {
 		if (c->upsert != nullptr)
 			SPI_freeplan(c->upsert);
+		if (c->upsert_many != nullptr)
+			SPI_freeplan(c->upsert_many);
 		MemoryContextDelete(c->context);
 	}
 	memset(c, 0, sizeof(*c));
@@ -215,6 +222,8 @@ FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
 	c->key_len = key->attlen;
 	c->key_byval = key->attbyval;
 	c->key_type = lookup_type_cache(key->atttypid, TYPECACHE_CMP_PROC_FINFO);
+	c->key_align = key->attalign;
+	c->key_array_type = get_array_type(key->atttypid);
 	if (!OidIsValid(c->key_type->cmp_proc_finfo.fn_oid))
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("tracked key type has no btree comparison")));
 	c->width = static_cast<Interval *>(palloc0(sizeof(Interval)));
@@ -313,39 +322,96 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 	});
 }
 
-// Owns nothing C++: inside pg_guard. The delta rows are written in (key,
-// bucket) order, all on this backend's shard.
+SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
+	char *sql;
+	Oid types[4];
+	if (!many) {
+		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
+		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
+		               c->args[1]);
+		types[0] = c->key_type->type_id;
+		types[1] = TIMESTAMPTZOID;
+		types[3] = INT8OID;
+	} else {
+		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) SELECT u.k, u.b, $3, u.v"
+		               " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4))"
+		               " WITH ORDINALITY AS u(k, b, v, o) ORDER BY u.o"
+		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
+		               c->args[1]);
+		types[0] = c->key_array_type;
+		types[1] = TIMESTAMPTZARRAYOID;
+		types[3] = INT8ARRAYOID;
+	}
+	types[2] = INT2OID;
+	SPIPlanPtr plan = SPI_prepare(sql, 4, types);
+	if (plan == nullptr)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+// Owns nothing C++: inside pg_guard. Sorts the deltas in (key, bucket) order
+// (the key type's btree order), merges equal keys with different images, and
+// writes them on this backend's shard in that order, in one statement.
 void write_deltas(FoldCache *c, ce::tracked::FoldEntry *entries, size_t n) {
 	FmgrInfo *cmp = &c->key_type->cmp_proc_finfo;
 	Oid collation = c->key_collation;
-	std::sort(entries, entries + n, [cmp, collation](const ce::tracked::FoldEntry &a, const ce::tracked::FoldEntry &b) {
-		int32 order = DatumGetInt32(
+	auto order = [cmp, collation](const ce::tracked::FoldEntry &a, const ce::tracked::FoldEntry &b) {
+		int32 o = DatumGetInt32(
 		    FunctionCall2Coll(cmp, collation, static_cast<Datum>(a.key.datum), static_cast<Datum>(b.key.datum)));
-		return order != 0 ? order < 0 : a.bucket < b.bucket;
-	});
+		return o != 0 ? o : (a.bucket < b.bucket ? -1 : a.bucket > b.bucket ? 1 : 0);
+	};
+	std::sort(entries, entries + n,
+	          [&order](const ce::tracked::FoldEntry &a, const ce::tracked::FoldEntry &b) { return order(a, b) < 0; });
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (kept > 0 && order(entries[kept - 1], entries[i]) == 0)
+			entries[kept - 1].delta += entries[i].delta;
+		else
+			entries[kept++] = entries[i];
+	}
+	n = 0;
+	for (size_t i = 0; i < kept; i++)
+		if (entries[i].delta != 0)
+			entries[n++] = entries[i];
+	if (n == 0)
+		return;
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	if (c->upsert == nullptr) {
-		char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
-		                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
-		                     c->args[1]);
-		Oid types[4] = {c->key_type->type_id, TIMESTAMPTZOID, INT2OID, INT8OID};
-		SPIPlanPtr plan = SPI_prepare(sql, 4, types);
-		if (plan == nullptr)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-			                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
-		SPI_keepplan(plan);
-		c->upsert = plan;
-	}
 	int16 shard = static_cast<int16>(MyProcPid % c->shards);
-	for (size_t i = 0; i < n; i++) {
-		Datum values[4] = {static_cast<Datum>(entries[i].key.datum), TimestampTzGetDatum(entries[i].bucket),
-		                   Int16GetDatum(shard), Int64GetDatum(entries[i].delta)};
-		int rc = SPI_execute_plan(c->upsert, values, nullptr, false, 0);
-		if (rc != SPI_OK_INSERT)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-			                errmsg("writing a tracked delta failed: %s", SPI_result_code_string(rc))));
+	int rc;
+	if (n == 1) {
+		if (c->upsert == nullptr)
+			c->upsert = prepare_upsert(c, false);
+		Datum values[4] = {static_cast<Datum>(entries[0].key.datum), TimestampTzGetDatum(entries[0].bucket),
+		                   Int16GetDatum(shard), Int64GetDatum(entries[0].delta)};
+		rc = SPI_execute_plan(c->upsert, values, nullptr, false, 0);
+	} else {
+		if (!OidIsValid(c->key_array_type))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+		if (c->upsert_many == nullptr)
+			c->upsert_many = prepare_upsert(c, true);
+		Datum *keys = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		Datum *buckets = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		Datum *deltas = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		for (size_t i = 0; i < n; i++) {
+			keys[i] = static_cast<Datum>(entries[i].key.datum);
+			buckets[i] = TimestampTzGetDatum(entries[i].bucket);
+			deltas[i] = Int64GetDatum(entries[i].delta);
+		}
+		int count = static_cast<int>(n);
+		Datum values[4] = {
+		    PointerGetDatum(construct_array(keys, count, c->key_type->type_id, c->key_len, c->key_byval, c->key_align)),
+		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+		    Int16GetDatum(shard),
+		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+		rc = SPI_execute_plan(c->upsert_many, values, nullptr, false, 0);
 	}
+	if (rc != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("writing tracked deltas failed: %s", SPI_result_code_string(rc))));
 	SPI_finish();
 }
 

@@ -5,8 +5,11 @@
 #      hot_row       UPDATE t SET n = n + 1 WHERE id = 1            (the anchor)
 #      hand_shards   UPDATE of one of 10 hand-made shard rows, picked at random
 #      plain_insert  INSERT into an insert-only event table, no counter (for scale)
-#      trigger_mode  the same INSERT with a trigger-mode tracked counter
+#      trigger_mode  the same INSERT with a trigger-mode tracked counter (C++ fold)
+#      trigger_plpgsql  the same, folded by a PL/pgSQL statement trigger doing
+#                    INSERT ... SELECT ... GROUP BY ... ON CONFLICT (the alternative)
 #      add_app       SELECT counter.add(...) in application mode
+#    and statements of 1,000 rows over 100 keys (2 clients): C++ vs PL/pgSQL fold.
 # 2. Reconciliation of 1,000,000 keys of which 1% changed: dirty keys only
 #    vs all keys, from the same state (each run inside a rolled-back
 #    transaction), batch size 1000.
@@ -18,6 +21,7 @@ trap ce_cluster_stop_all EXIT INT TERM
 seconds=${CE_BENCH_SECONDS:-20}
 clients=${CE_BENCH_CLIENTS:-32}
 keys=${CE_BENCH_KEYS:-1000000}
+part=${CE_BENCH_PART:-all}   # all, ingest or reconcile
 
 ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
 ce_build_and_stage || exit 1
@@ -40,21 +44,42 @@ CREATE INDEX ON clicks (link, at);
 SELECT counter.track('clicks', 'clicks', 'link', 'at');
 CREATE TABLE app_clicks (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 SELECT counter.track('app_clicks', 'app_clicks', 'link', 'at', mode => 'application');
+-- The PL/pgSQL alternative to the C++ fold: same delta table layout, same
+-- sorted upsert, the fold done by GROUP BY over the transition table.
+CREATE TABLE pl_clicks (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+SELECT counter.track('pl_clicks', 'pl_clicks', 'link', 'at', mode => 'application');
+SELECT format($f$
+CREATE FUNCTION pl_fold() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $b$
+DECLARE ce_shard smallint := (pg_catalog.pg_backend_pid() %% 16)::smallint;
+BEGIN
+    INSERT INTO counter.%I AS d (key, bucket, shard, delta)
+    SELECT ce_new.link, pg_catalog.date_bin('1 minute', ce_new.at, '2000-01-01 00:00:00+00'), ce_shard, count(*)
+    FROM ce_new WHERE ce_new.link IS NOT NULL AND ce_new.at IS NOT NULL AND true
+    GROUP BY 1, 2 ORDER BY 1, 2
+    ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
+    RETURN NULL;
+END $b$$f$, format('tracked_%s_delta', counter_id)) FROM counter.tracked WHERE name = 'pl_clicks' \gexec
+CREATE TRIGGER pl_fold AFTER INSERT ON pl_clicks REFERENCING NEW TABLE AS ce_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pl_fold();
 SQL
 
 echo 'UPDATE hot_row SET n = n + 1 WHERE id = 1;' >"$work/hot_row.sql"
 printf '%s\n' '\set s random(0, 9)' 'UPDATE hand_shards SET n = n + 1 WHERE id = 1 AND shard = :s;' >"$work/hand_shards.sql"
 echo 'INSERT INTO plain_clicks (link) VALUES (1);' >"$work/plain_insert.sql"
 echo 'INSERT INTO clicks (link) VALUES (1);' >"$work/trigger_mode.sql"
+echo 'INSERT INTO pl_clicks (link) VALUES (1);' >"$work/trigger_plpgsql.sql"
 echo "SELECT counter.add('app_clicks', 1::bigint);" >"$work/add_app.sql"
+echo 'INSERT INTO clicks (link) SELECT 1 + g % 100 FROM generate_series(1, 1000) g;' >"$work/bulk_cpp.sql"
+echo 'INSERT INTO pl_clicks (link) SELECT 1 + g % 100 FROM generate_series(1, 1000) g;' >"$work/bulk_plpgsql.sql"
 
 declare -A tps
-for t in hot_row hand_shards plain_insert trigger_mode add_app; do
+if [ "$part" != reconcile ]; then
+for t in hot_row hand_shards plain_insert trigger_mode trigger_plpgsql add_app; do
     ce_psql -c "CHECKPOINT" >/dev/null
     "$CE_PGBIN/pgbench" -n -c "$clients" -j 2 -T "$seconds" -f "$work/$t.sql" >"$work/$t.txt" 2>&1
     tps[$t]=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$work/$t.txt")
     failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$work/$t.txt")
-    printf '%-13s %10s tps  (failed: %s)\n' "$t" "${tps[$t]}" "${failed:-?}"
+    printf '%-15s %10s tps  (failed: %s)\n' "$t" "${tps[$t]}" "${failed:-?}"
 done
 # The counters agree with what they count.
 ce_psql -At <<'SQL'
@@ -62,11 +87,20 @@ SELECT 'hot_row n = ' || n FROM hot_row;
 SELECT 'trigger-mode value = ' || counter.value('clicks', 1::bigint) || ', rows = ' || (SELECT count(*) FROM clicks);
 SQL
 
+for t in bulk_cpp bulk_plpgsql; do
+    "$CE_PGBIN/pgbench" -n -c 2 -j 2 -T "$((seconds / 2))" -f "$work/$t.sql" >"$work/$t.txt" 2>&1
+    tps[$t]=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$work/$t.txt")
+    printf '%-13s %10s statements/s of 1,000 rows over 100 keys (2 clients)\n' "$t" "${tps[$t]}"
+done
+
 echo
 echo "increments/s on one key, as a ratio to the hot-row UPDATE:"
-for t in hand_shards plain_insert trigger_mode add_app; do
-    python3 -c "print('  %-13s %.2fx' % ('$t', ${tps[$t]} / ${tps[hot_row]}))"
+for t in hand_shards plain_insert trigger_mode trigger_plpgsql add_app; do
+    python3 -c "print('  %-15s %.2fx' % ('$t', ${tps[$t]} / ${tps[hot_row]}))"
 done
+python3 -c "print('C++ fold / PL/pgSQL fold: one row %.2fx, 1,000 rows %.2fx' % (${tps[trigger_mode]} / ${tps[trigger_plpgsql]}, ${tps[bulk_cpp]} / ${tps[bulk_plpgsql]}))"
+fi
+[ "$part" = ingest ] && exit 0
 
 echo
 echo "reconciliation: $keys keys, 1% changed"
