@@ -262,6 +262,24 @@ SELECT * FROM counter.values_of('comments', ARRAY[1, NULL]::bigint[]);
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.value(NULL, 1);
 \echo :LAST_ERROR_SQLSTATE
+-- a failed add inside a savepoint leaves the session working
+BEGIN;
+SAVEPOINT s;
+SELECT counter.add('likes', 5);
+ROLLBACK TO SAVEPOINT s;
+SELECT counter.add('likes', 'after-savepoint'::text, 2);
+COMMIT;
+SELECT counter.value('likes', 'after-savepoint'::text) AS after_savepoint;
+-- an integer key is cast to a bigint key type
+CREATE TABLE tt.ints (k bigint, at timestamptz);
+SELECT counter.track('ints', 'tt.ints', 'k', 'at', mode => 'application') > 0 AS ok;
+SELECT counter.add('ints', 5), counter.add('ints', 5::smallint, 2), counter.add('ints', 5::bigint, -1);
+SELECT counter.value('ints', 5) AS ints_5;
+SELECT counter.add('ints', 5.0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.add('ints', 5, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.untrack('ints');
 -- counter.add on a trigger-mode counter
 SELECT counter.add('comments', 1::bigint);
 \echo :LAST_ERROR_SQLSTATE

@@ -15,6 +15,9 @@
 
 extern "C" {
 #include "access/table.h"
+#include "catalog/namespace.h"
+#include "parser/parse_coerce.h"
+#include "utils/acl.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -467,4 +470,157 @@ CE_FUNCTION(counter_tracked_compile_filter) {
 	table_close(rel, AccessShareLock);
 	SetUserIdAndSecContext(saved_user, saved_context);
 	return (Datum)0;
+}
+
+// ---------------------------------------------------------------------------
+// counter.add(name text, key anyelement, delta bigint, at timestamptz):
+// application mode's hot path. SECURITY DEFINER (it reads counter.tracked
+// and writes the state tables); privileges are checked for the calling role.
+// The counter's row is read and its delta written with plans kept per backend.
+
+namespace {
+
+SPIPlanPtr add_lookup_plan = nullptr;
+
+struct AddPlan {
+	Oid key_type;
+	SPIPlanPtr plan;
+};
+std::unordered_map<int32, AddPlan> *add_plans = nullptr;
+
+struct Counter {
+	int32 id;
+	Oid key_type;
+	bool application;
+	int32 shards;
+	Interval width;
+	Oid source;
+};
+
+char *qualified_name(Oid relid) {
+	char *nsp = get_namespace_name(get_rel_namespace(relid));
+	char *rel = get_rel_name(relid);
+	if (nsp == nullptr || rel == nullptr)
+		return psprintf("%u", relid);
+	return quote_qualified_identifier(nsp, rel);
+}
+
+// Owns nothing C++: inside pg_guard, between SPI_connect and SPI_finish.
+Counter add_find_counter(text *name) {
+	if (add_lookup_plan == nullptr) {
+		Oid types[1] = {TEXTOID};
+		SPIPlanPtr plan =
+		    SPI_prepare("SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application',"
+		                " t.shards, t.bucket_width, t.source::oid FROM counter.tracked t"
+		                " WHERE t.name OPERATOR(pg_catalog.=) $1",
+		                1, types);
+		if (plan == nullptr)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_prepare failed")));
+		SPI_keepplan(plan);
+		add_lookup_plan = plan;
+	}
+	Datum args[1] = {PointerGetDatum(name)};
+	int rc = SPI_execute_plan(add_lookup_plan, args, nullptr, true, 1);
+	if (rc != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.tracked failed")));
+	if (SPI_processed == 0)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+		                errmsg("tracked counter \"%s\" does not exist", text_to_cstring(name)),
+		                errhint("See counter.tracked for the registered counters.")));
+	HeapTuple tuple = SPI_tuptable->vals[0];
+	TupleDesc desc = SPI_tuptable->tupdesc;
+	bool isnull;
+	Counter c;
+	c.id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
+	c.key_type = DatumGetObjectId(SPI_getbinval(tuple, desc, 2, &isnull));
+	c.application = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+	c.shards = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+	c.width = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 5, &isnull));
+	c.source = DatumGetObjectId(SPI_getbinval(tuple, desc, 6, &isnull));
+	return c;
+}
+
+SPIPlanPtr add_prepare(const Counter &c) {
+	char *sql = psprintf("INSERT INTO counter.%s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
+	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
+	                     quote_identifier(psprintf("tracked_%d_delta", c.id)));
+	Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
+	SPIPlanPtr plan = SPI_prepare(sql, 4, types);
+	if (plan == nullptr)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+} // namespace
+
+CE_FUNCTION(counter_tracked_add) {
+	if (PG_ARGISNULL(0))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
+	if (add_plans == nullptr)
+		add_plans = new std::unordered_map<int32, AddPlan>();
+	text *name = PG_GETARG_TEXT_PP(0);
+	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	if (ce::pg_guard([] { return SPI_connect(); }) != SPI_OK_CONNECT)
+		throw ce::Error(ce::sqlstate::internal_error, "SPI_connect failed");
+	Counter c = ce::pg_guard([name] { return add_find_counter(name); });
+	if (PG_ARGISNULL(1))
+		ce::pg_guard([name] {
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			                errmsg("key of tracked counter \"%s\" must not be NULL", text_to_cstring(name))));
+		});
+	Datum key = PG_GETARG_DATUM(1);
+	if (given != c.key_type) {
+		Oid cast = InvalidOid;
+		CoercionPathType path = ce::pg_guard(
+		    [given, &c, &cast] { return find_coercion_pathway(c.key_type, given, COERCION_IMPLICIT, &cast); });
+		if (path == COERCION_PATH_FUNC && OidIsValid(cast))
+			key = ce::pg_guard([cast, key] { return OidFunctionCall1(cast, key); });
+		else if (path != COERCION_PATH_RELABELTYPE)
+			ce::pg_guard([name, &c, given] {
+				ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+				                errmsg("tracked counter \"%s\" has keys of type %s, not %s", text_to_cstring(name),
+				                       format_type_be(c.key_type), format_type_be(given)),
+				                errhint("Cast the key: ...::%s", format_type_be(c.key_type))));
+			});
+	}
+	if (PG_ARGISNULL(2) || PG_ARGISNULL(3))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "delta and at must not be NULL");
+	int64 delta = PG_GETARG_INT64(2);
+	TimestampTz at = PG_GETARG_TIMESTAMPTZ(3);
+	if (!c.application)
+		ce::pg_guard([name, &c] {
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			                errmsg("tracked counter \"%s\" is counted by triggers on %s", text_to_cstring(name),
+			                       qualified_name(c.source)),
+			                errhint("counter.add is for counters registered with mode => 'application'.")));
+		});
+	if (pg_class_aclcheck(c.source, GetOuterUserId(), ACL_INSERT) != ACLCHECK_OK)
+		ce::pg_guard([name, &c] {
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			                errmsg("permission denied to add to tracked counter \"%s\"", text_to_cstring(name)),
+			                errdetail("Adding needs INSERT on %s.", qualified_name(c.source))));
+		});
+	if (delta != 0) {
+		AddPlan &slot = (*add_plans)[c.id];
+		ce::pg_guard([&slot, &c, key, delta, at] {
+			if (slot.plan != nullptr && slot.key_type != c.key_type) {
+				SPI_freeplan(slot.plan);
+				slot.plan = nullptr;
+			}
+			if (slot.plan == nullptr) {
+				slot.plan = add_prepare(c);
+				slot.key_type = c.key_type;
+			}
+			Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
+			                                   TimestampTzGetDatum(0));
+			Datum values[4] = {key, bucket, Int16GetDatum(static_cast<int16>(MyProcPid % c.shards)),
+			                   Int64GetDatum(delta)};
+			if (SPI_execute_plan(slot.plan, values, nullptr, false, 0) != SPI_OK_INSERT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
+		});
+	}
+	ce::pg_guard([] { SPI_finish(); });
+	PG_RETURN_VOID();
 }

@@ -494,39 +494,14 @@ END
 $fn$;
 COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its state, triggers, history and job';
 
--- Application mode: adds delta to key, attributed to event time 'at'.
+-- Application mode: adds delta to key, attributed to event time 'at'
+-- (src/tracked.cpp: the counter is looked up and its delta written with
+-- plans kept per backend; INSERT on the source is checked for the caller).
 CREATE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
                             at timestamptz DEFAULT pg_catalog.now())
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_variable
-DECLARE
-    t counter.tracked := counter.tracked_get(name);
-BEGIN
-    PERFORM counter.tracked_key_check(t, pg_catalog.pg_typeof(key), key IS NULL);
-    IF delta IS NULL OR at IS NULL THEN
-        RAISE EXCEPTION 'delta and at must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF t.mode <> 'application' THEN
-        RAISE EXCEPTION 'tracked counter "%" is counted by triggers on %', t.name, t.source
-            USING ERRCODE = '55000', HINT = 'counter.add is for counters registered with mode => ''application''.';
-    END IF;
-    IF NOT pg_catalog.has_table_privilege(counter.tracked_caller(), t.source, 'INSERT') THEN
-        RAISE EXCEPTION 'permission denied to add to tracked counter "%"', t.name
-            USING ERRCODE = '42501', DETAIL = format('Adding needs INSERT on %s.', t.source);
-    END IF;
-    IF delta = 0 THEN
-        RETURN;
-    END IF;
-    EXECUTE format('INSERT INTO %s AS d (key, bucket, shard, delta)'
-                   ' VALUES ($1::%s, pg_catalog.date_bin($2, $3, %L::timestamptz), $4, $5)'
-                   ' ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta',
-                   counter.tracked_table(t, 'delta'), t.key_type, '2000-01-01 00:00:00+00')
-    USING key, t.bucket_width, at, (pg_catalog.pg_backend_pid() % t.shards)::smallint, delta;
-END
-$fn$;
+LANGUAGE c VOLATILE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'counter_tracked_add';
 COMMENT ON FUNCTION counter.add(text, anyelement, bigint, timestamptz) IS
     'application mode: adds delta (default 1) to a key of a tracked counter at event time "at"';
 
