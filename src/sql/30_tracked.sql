@@ -40,6 +40,7 @@ CREATE TABLE counter.tracked (
     alert_threshold     bigint NOT NULL CHECK (alert_threshold >= 0),
     reconcile_every     interval NOT NULL,
     full_pending        boolean NOT NULL DEFAULT true,
+    last_watermark      timestamptz,
     owner               regrole NOT NULL,
     created_at          timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
@@ -661,16 +662,25 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean)
-RETURNS bigint
-LANGUAGE sql VOLATILE
+-- Starts a run. Watermarks never go back: a base holds the truth before the
+-- watermark its key was last reconciled at, and the deltas before it are
+-- gone, so a run uses the greatest watermark ever used for the counter.
+CREATE FUNCTION counter.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
+    OUT run bigint, OUT run_watermark timestamptz)
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
+AS $fn$
+BEGIN
+    UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
+    WHERE c.counter_id = t.counter_id
+    RETURNING c.last_watermark INTO run_watermark;
     UPDATE counter.tracked_runs x SET outcome = 'interrupted'
-    WHERE x.counter_id OPERATOR(pg_catalog.=) t.counter_id AND x.outcome OPERATOR(pg_catalog.=) 'running';
-    INSERT INTO counter.tracked_runs (counter_id, watermark, all_keys) VALUES (t.counter_id, w, all_keys)
-    RETURNING run_id;
-$$;
+    WHERE x.counter_id = t.counter_id AND x.outcome = 'running';
+    INSERT INTO counter.tracked_runs AS x (counter_id, watermark, all_keys)
+    VALUES (t.counter_id, run_watermark, all_keys)
+    RETURNING x.run_id INTO run;
+END
+$fn$;
 
 CREATE FUNCTION counter.tracked_add_batch(run bigint, checked bigint, corrected bigint, pos bigint, neg bigint,
     max_abs bigint)
@@ -720,7 +730,7 @@ BEGIN
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
     END IF;
-    run := counter.tracked_start_run(t, w, every_key);
+    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
     LOOP
         b := counter.tracked_run_batch(t, run, w, every_key, after);
         EXIT WHEN b.checked IS NULL OR b.checked = 0;
@@ -759,7 +769,7 @@ BEGIN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN;
     END IF;
-    run := counter.tracked_start_run(t, w, every_key);
+    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
 END
 $fn$;
 
