@@ -14,6 +14,8 @@
 -- Functions generated per counter (same owner, SECURITY DEFINER, no PUBLIC
 -- execute): tracked_N_trigger (TRUNCATE in trigger mode), tracked_N_batch (one
 -- reconciliation batch), tracked_N_check (validates the filter).
+-- The hot paths are C++ (src/tracked.cpp): counter.tracked_fold, the
+-- statement trigger of trigger mode, and counter.add.
 --
 -- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
 -- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
