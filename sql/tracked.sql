@@ -363,9 +363,32 @@ RESET ROLE;
 SELECT DISTINCT pg_get_userbyid(relowner) AS state_owner FROM pg_class
 WHERE relname ~ ('^tracked_' || (SELECT counter_id FROM counter.tracked WHERE name = 'strangers') || '_')
   AND relkind = 'r';
+-- A writer with INSERT on the source only: the trigger writes the state as
+-- the counter's owner; the writer cannot attach the fold trigger itself.
+CREATE ROLE tracked_writer;
+GRANT USAGE ON SCHEMA tt TO tracked_writer;
+GRANT INSERT ON tt.bad TO tracked_writer;
+SET ROLE tracked_writer;
+INSERT INTO tt.bad VALUES (1, '2024-01-01');
+RESET ROLE;
+CREATE TABLE tt.mine (k bigint, t timestamptz);
+ALTER TABLE tt.mine OWNER TO tracked_writer;
+SET ROLE tracked_writer;
+CREATE TRIGGER steal AFTER INSERT ON tt.mine REFERENCING NEW TABLE AS ce_new FOR EACH STATEMENT
+    EXECUTE FUNCTION counter.tracked_fold('1', 'counter.tracked_1_delta', '10', 'k', 't', '60000000', '1');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT counter.value('strangers', 1::bigint) AS after_writer;
 SET ROLE tracked_stranger;
 SELECT counter.untrack('strangers');
 RESET ROLE;
+DROP TABLE tt.mine;
+-- A dropped source leaves a counter that untrack still removes.
+CREATE TABLE tt.gone (k bigint, t timestamptz);
+SELECT counter.track('gone', 'tt.gone', 'k', 't') > 0 AS ok;
+DROP TABLE tt.gone;
+SELECT counter.untrack('gone');
+SELECT count(*) AS gone_left FROM counter.tracked WHERE name = 'gone';
 
 -- ---------------------------------------------------------------- untrack removes everything
 SELECT counter.untrack('comments'), counter.untrack('views'), counter.untrack('likes');
@@ -380,5 +403,5 @@ SELECT count(*) AS generated_functions FROM pg_proc WHERE pronamespace = 'counte
 INSERT INTO tt.comments VALUES (2, 5, '2024-01-03');   -- the source works without its triggers
 
 DROP SCHEMA tt CASCADE;
-DROP ROLE tracked_stranger;
+DROP ROLE tracked_stranger, tracked_writer;
 DROP EXTENSION counter_ext;
