@@ -21,10 +21,6 @@
 -- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
 -- class.
 
--- Tracked counters are for every role that owns a table, so roles need to
--- reach schema counter; what they may do there is checked per function.
-GRANT USAGE ON SCHEMA counter TO PUBLIC;
-
 CREATE TABLE counter.tracked (
     counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name                text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
