@@ -67,15 +67,15 @@ q app "DROP TABLE public.victim"
 wait_for app "SELECT count(*) >= 3 FROM counter.job_runs WHERE target = 'public.victim' AND outcome = 'failed'
               AND sqlstate = '42P01' AND message LIKE '%public.victim%'" 40 || fail "the failing job was not recorded"
 q app "SELECT failures >= 3 FROM counter.jobs WHERE target = 'public.victim'" | grep -qx t || fail "failures not counted"
-# Back-off: the wait after the n-th failure is run_every x 2^(n-1) minus up
-# to 20% jitter, so each wait between failed runs is at least ~1.6 times the
-# one before (1.3 here, for scheduling noise).
-backoff_sql="SELECT bool_and(gap >= prev_gap * 1.3) FROM (
-         SELECT started_at - lag(started_at) OVER w AS gap,
-                lag(started_at) OVER w - lag(started_at, 2) OVER w AS prev_gap
+# Back-off: after the n-th failure the job waits run_every (1 s) x 2^(n-1),
+# minus at most 20% jitter. Scheduling delays only lengthen the gaps, so each
+# gap between failed runs is at least 0.8 x 2^(n-1) s.
+backoff_sql="SELECT bool_and(gap >= 0.8 * power(2, n - 1) - 0.02) AND count(*) >= 2 FROM (
+         SELECT row_number() OVER w AS n,
+                extract(epoch FROM lead(started_at) OVER w - started_at) AS gap
          FROM counter.job_runs WHERE target = 'public.victim' AND outcome = 'failed'
          WINDOW w AS (ORDER BY run_id)) s
-       WHERE prev_gap IS NOT NULL"
+       WHERE gap IS NOT NULL"
 if [ "$(q app "$backoff_sql")" != t ]; then
     q app "SELECT run_id, started_at, outcome FROM counter.job_runs WHERE target = 'public.victim' ORDER BY run_id"
     fail "no exponential back-off"
