@@ -1,6 +1,8 @@
 -- counter.hll: the SQL surface, the pinned hash, the representations, and
 -- every way a malformed value is refused.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS counter_ext;
+RESET client_min_messages;
 \set ON_ERROR_STOP 0
 \set SHOW_CONTEXT never
 SET search_path = counter, public;
@@ -56,7 +58,7 @@ FROM (SELECT n, hll_add_agg(g) AS s
       FROM (VALUES (1), (10), (100), (1000), (2000), (5000)) v(n), generate_series(1, n) g
       GROUP BY n) x, hll_info(s) i
 ORDER BY n;
--- dense past the sparse limit: 5-bit registers, 10242 bytes at precision 14
+-- dense past the sparse limit: 5-bit registers, Rice-coded (about 3 bits each) when smaller
 SELECT n, round(hll_cardinality(s)) AS estimate, abs(hll_cardinality(s) / n - 1) < 0.03 AS within_3pct,
        i.representation, i.bytes
 FROM (SELECT n, hll_add_agg(g) AS s
@@ -172,7 +174,7 @@ SELECT '\x0103'::hll;             -- precision 3
 \echo :LAST_ERROR_SQLSTATE
 SELECT '\x0113'::hll;             -- precision 19
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x016e'::hll;             -- representation 3
+SELECT '\x018e'::hll;             -- representation 4
 \echo :LAST_ERROR_SQLSTATE
 SELECT '\x010e00'::hll;           -- trailing byte after an empty sketch
 \echo :LAST_ERROR_SQLSTATE
@@ -200,7 +202,23 @@ SELECT ('\x014e' || repeat('00', 10239))::hll; -- dense, one byte short
 \echo :LAST_ERROR_SQLSTATE
 SELECT ('\x014e' || repeat('21', 10241))::hll; -- dense, one byte long
 \echo :LAST_ERROR_SQLSTATE
-SELECT (hll_info(('\x014e' || repeat('ff', 10240))::hll)).entries AS all_registers_31_is_valid;
+SELECT ('\x014e' || repeat('ff', 10240))::hll; -- all registers 31, packed: valid but not canonical
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_info(('\x016e1f00' || repeat('00', 2048))::hll) AS all_31_rice_coded; -- the canonical form of it
+SELECT '\x016e1f00'::hll;         -- dense_rice with no registers
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('00', 2047))::hll; -- dense_rice, one byte short
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('00', 2049))::hll; -- dense_rice, one trailing byte
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e2000' || repeat('00', 2048))::hll; -- dense_rice, base 32
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f04' || repeat('00', 2048))::hll; -- dense_rice, Rice parameter 4
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1e000f' || repeat('00', 2047))::hll; -- dense_rice, a register coded as 32
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('ff', 2048))::hll; -- dense_rice, unary run past the end
+\echo :LAST_ERROR_SQLSTATE
 -- the same through the bytea cast
 SELECT '\x0103'::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE

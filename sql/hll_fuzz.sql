@@ -2,7 +2,9 @@
 -- (and one in eight also through the text input). Every input is either
 -- accepted as a well-formed sketch that every function can use, or refused
 -- with 22P03 (22P02 for text syntax); never another error, never a crash.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS counter_ext;
+RESET client_min_messages;
 SELECT setseed(0.31);
 
 CREATE TEMP TABLE seeds AS

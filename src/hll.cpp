@@ -195,7 +195,7 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 		return;
 	}
 	uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-	hll::decode_dense(data, len, h, registers);
+	hll::decode_dense(data, len, h, registers, canonical);
 	if (h.precision > p) {
 		uint8 *folded = static_cast<uint8 *>(palloc(size_t{1} << p));
 		hll::fold_registers(registers, h.precision, folded, p);
@@ -239,10 +239,10 @@ bytea *state_to_varlena(State *st) {
 	state_compact(st);
 	bytea *out;
 	if (st->dense) {
-		size_t size = hll::encoded_size_dense(st->precision);
-		out = static_cast<bytea *>(palloc(VARHDRSZ + size));
-		SET_VARSIZE(out, VARHDRSZ + size);
-		hll::encode_dense(st->registers, st->precision, reinterpret_cast<uint8 *>(VARDATA(out)));
+		hll::DensePlan plan = hll::plan_dense(st->registers, st->precision);
+		out = static_cast<bytea *>(palloc(VARHDRSZ + plan.bytes));
+		SET_VARSIZE(out, VARHDRSZ + plan.bytes);
+		hll::encode_dense(st->registers, st->precision, plan, reinterpret_cast<uint8 *>(VARDATA(out)));
 	} else if (st->n == 0) {
 		size_t size = hll::encoded_size_empty();
 		out = static_cast<bytea *>(palloc(VARHDRSZ + size));
@@ -666,10 +666,11 @@ CE_FUNCTION(counter_hll_cardinality) {
 		case hll::Repr::sparse:
 			PG_RETURN_FLOAT8(hll::estimate_sparse(h.count));
 		case hll::Repr::dense:
+		case hll::Repr::dense_rice:
 			break;
 	}
 	uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-	hll::decode_dense(b.data, b.len, h, registers);
+	hll::decode_dense(b.data, b.len, h, registers, false);
 	double e = hll::estimate_dense(registers, h.precision);
 	pfree(registers);
 	PG_RETURN_FLOAT8(e);
@@ -680,9 +681,9 @@ CE_FUNCTION(counter_hll_info) {
 	Bytes b = arg_bytes(fcinfo, 0);
 	hll::Header h = hll::parse_header(b.data, b.len);
 	int64 entries = static_cast<int64>(h.count);
-	if (h.repr == hll::Repr::dense) {
+	if (hll::is_dense(h.repr)) {
 		uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-		hll::decode_dense(b.data, b.len, h, registers);
+		hll::decode_dense(b.data, b.len, h, registers, false);
 		entries = 0;
 		for (size_t i = 0; i < (size_t{1} << h.precision); i++)
 			entries += registers[i] != 0;
@@ -747,19 +748,41 @@ CE_FUNCTION(counter_hll_hash_extended) {
 
 // ---- aggregates -------------------------------------------------------------------------------
 
-// counter.hll_add_trans(internal, anyelement [, precision int])
-CE_FUNCTION(counter_hll_add_trans) {
+namespace {
+// An inline varlena (not compressed, not toasted): its bytes can be read in place.
+inline bool plain_varlena(Datum d) {
+	const struct varlena *v = reinterpret_cast<const struct varlena *>(DatumGetPointer(d));
+	return !VARATT_IS_COMPRESSED(v) && !VARATT_IS_EXTERNAL(v);
+}
+
+// The first row of a group: the state, in the aggregate context.
+State *add_state_new(FunctionCallInfo fcinfo) {
 	MemoryContext context = agg_context(fcinfo, "hll_add_trans");
-	State *st;
-	if (PG_ARGISNULL(0)) {
-		int p = (PG_NARGS() > 2 && !PG_ARGISNULL(2)) ? checked_precision(PG_GETARG_INT32(2)) : default_precision();
-		st = state_new(context, p);
-	} else {
-		st = reinterpret_cast<State *>(PG_GETARG_POINTER(0));
-	}
-	if (!PG_ARGISNULL(1)) {
-		Hasher *hs = hasher_for(fcinfo, 1);
-		state_add_hash(st, hash_value(hs, PG_GETARG_DATUM(1)));
+	int p = (PG_NARGS() > 2 && !PG_ARGISNULL(2)) ? checked_precision(PG_GETARG_INT32(2)) : default_precision();
+	return state_new(context, p);
+}
+} // namespace
+
+// counter.hll_add_trans(internal, anyelement [, precision int]). The per-row
+// path: the aggregate context is checked when the state is made (an internal
+// state can only come from the aggregate machinery), integers hash inline.
+CE_FUNCTION(counter_hll_add_trans) {
+	State *st = unlikely(PG_ARGISNULL(0)) ? add_state_new(fcinfo) : reinterpret_cast<State *>(PG_GETARG_POINTER(0));
+	if (likely(!PG_ARGISNULL(1))) {
+		Hasher *hs = static_cast<Hasher *>(fcinfo->flinfo->fn_extra);
+		if (unlikely(hs == nullptr))
+			hs = hasher_for(fcinfo, 1);
+		Datum d = PG_GETARG_DATUM(1);
+		uint64 h;
+		if (hs->kind == Kind::integer8)
+			h = hll::hash_int64(DatumGetInt64(d));
+		else if (hs->kind == Kind::integer4)
+			h = hll::hash_int64(DatumGetInt32(d));
+		else if (hs->kind == Kind::bytes && plain_varlena(d))
+			h = hll::hash_bytes(VARDATA_ANY(DatumGetPointer(d)), VARSIZE_ANY_EXHDR(DatumGetPointer(d)));
+		else
+			h = hash_value(hs, d);
+		state_add_hash(st, h);
 	}
 	PG_RETURN_POINTER(st);
 }

@@ -8,92 +8,15 @@
 #include <cmath>
 #include <limits>
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the hash and the bit streams read little-endian words");
-
 namespace ce::hll {
 
 namespace {
-
-uint64_t read64(const uint8_t *p) noexcept {
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
-uint32_t read32(const uint8_t *p) noexcept {
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-uint64_t xxh_round(uint64_t acc, uint64_t input) noexcept {
-	acc += input * xxh_p2;
-	acc = rotl64(acc, 31);
-	acc *= xxh_p1;
-	return acc;
-}
-
-uint64_t xxh_merge(uint64_t acc, uint64_t val) noexcept {
-	val = xxh_round(0, val);
-	acc ^= val;
-	acc = acc * xxh_p1 + xxh_p4;
-	return acc;
-}
 
 [[noreturn]] void bad(const std::string &detail) {
 	throw Error(sqlstate::invalid_binary_representation, "invalid counter.hll value", detail);
 }
 
 } // namespace
-
-uint64_t xxh64(const void *data, size_t len, uint64_t seed) noexcept {
-	const uint8_t *p = static_cast<const uint8_t *>(data);
-	const uint8_t *end = p + len;
-	uint64_t h;
-	if (len >= 32) {
-		const uint8_t *limit = end - 32;
-		uint64_t v1 = seed + xxh_p1 + xxh_p2;
-		uint64_t v2 = seed + xxh_p2;
-		uint64_t v3 = seed;
-		uint64_t v4 = seed - xxh_p1;
-		do {
-			v1 = xxh_round(v1, read64(p));
-			v2 = xxh_round(v2, read64(p + 8));
-			v3 = xxh_round(v3, read64(p + 16));
-			v4 = xxh_round(v4, read64(p + 24));
-			p += 32;
-		} while (p <= limit);
-		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-		h = xxh_merge(h, v1);
-		h = xxh_merge(h, v2);
-		h = xxh_merge(h, v3);
-		h = xxh_merge(h, v4);
-	} else {
-		h = seed + xxh_p5;
-	}
-	h += static_cast<uint64_t>(len);
-	while (p + 8 <= end) {
-		h ^= xxh_round(0, read64(p));
-		h = rotl64(h, 27) * xxh_p1 + xxh_p4;
-		p += 8;
-	}
-	if (p + 4 <= end) {
-		h ^= static_cast<uint64_t>(read32(p)) * xxh_p1;
-		h = rotl64(h, 23) * xxh_p2 + xxh_p3;
-		p += 4;
-	}
-	while (p < end) {
-		h ^= static_cast<uint64_t>(*p) * xxh_p5;
-		h = rotl64(h, 11) * xxh_p1;
-		p++;
-	}
-	h ^= h >> 33;
-	h *= xxh_p2;
-	h ^= h >> 29;
-	h *= xxh_p3;
-	h ^= h >> 32;
-	return h;
-}
 
 const char *repr_name(Repr r) noexcept {
 	switch (r) {
@@ -103,6 +26,8 @@ const char *repr_name(Repr r) noexcept {
 			return "sparse";
 		case Repr::dense:
 			return "dense";
+		case Repr::dense_rice:
+			return "dense_rice";
 	}
 	return "unknown";
 }
@@ -135,7 +60,7 @@ constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
 }
 
 constexpr size_t compute_sparse_limit(int p) noexcept {
-	size_t dense = header_bytes + dense_payload_bytes(p);
+	size_t dense = header_bytes + dense_payload_bytes(p); // packed: the largest dense form
 	size_t lo = 0, hi = size_t{1} << (p + 2);
 	while (lo < hi) { // largest d with bound(d) <= dense
 		size_t mid = (lo + hi + 1) / 2;
@@ -477,17 +402,74 @@ void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &p
 	w.flush();
 }
 
-size_t encoded_size_dense(int p) noexcept {
+size_t packed_dense_bytes(int p) noexcept {
 	return header_bytes + dense_payload_bytes(p);
 }
 
-void encode_dense(const uint8_t *registers, int p, uint8_t *out) noexcept {
-	out[0] = format_version;
-	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::dense) << 5) | p);
-	BitWriter w(out + header_bytes);
+namespace {
+
+inline uint32_t zigzag(int d) noexcept {
+	return d >= 0 ? static_cast<uint32_t>(2 * d) : static_cast<uint32_t>(-2 * d - 1);
+}
+
+inline int unzigzag(uint32_t z) noexcept {
+	return (z & 1) ? -static_cast<int>((z + 1) / 2) : static_cast<int>(z / 2);
+}
+
+constexpr int dense_rice_max = 3;
+constexpr size_t dense_rice_header = header_bytes + 2;
+
+} // namespace
+
+DensePlan plan_dense(const uint8_t *registers, int p) noexcept {
 	size_t m = size_t{1} << p;
+	uint64_t hist[register_max + 1] = {};
 	for (size_t i = 0; i < m; i++)
-		w.put(registers[i], 5);
+		hist[registers[i]]++;
+	// The cheapest (base, rice) pair; ties go to the smaller base, then the
+	// smaller parameter.
+	uint64_t best_bits = std::numeric_limits<uint64_t>::max();
+	int best_base = 0, best_rice = 0;
+	for (int base = 0; base <= register_max; base++) {
+		for (int k = 0; k <= dense_rice_max; k++) {
+			uint64_t bits = 0;
+			for (int v = 0; v <= register_max; v++)
+				if (hist[v] != 0)
+					bits += hist[v] * ((zigzag(v - base) >> k) + 1 + static_cast<uint64_t>(k));
+			if (bits < best_bits) {
+				best_bits = bits;
+				best_base = base;
+				best_rice = k;
+			}
+		}
+	}
+	size_t rice_bytes = dense_rice_header + static_cast<size_t>((best_bits + 7) / 8);
+	if (rice_bytes < packed_dense_bytes(p))
+		return DensePlan{Repr::dense_rice, best_base, best_rice, rice_bytes};
+	return DensePlan{Repr::dense, 0, 0, packed_dense_bytes(p)};
+}
+
+void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(plan.repr) << 5) | p);
+	size_t m = size_t{1} << p;
+	if (plan.repr == Repr::dense) {
+		BitWriter w(out + header_bytes);
+		for (size_t i = 0; i < m; i++)
+			w.put(registers[i], 5);
+		w.flush();
+		return;
+	}
+	out[2] = static_cast<uint8_t>(plan.base);
+	out[3] = static_cast<uint8_t>(plan.rice);
+	BitWriter w(out + dense_rice_header);
+	int k = plan.rice;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t z = zigzag(static_cast<int>(registers[i]) - plan.base);
+		w.unary(z >> k);
+		if (k > 0)
+			w.put(z, k);
+	}
 	w.flush();
 }
 
@@ -501,7 +483,7 @@ Header parse_header(const uint8_t *data, size_t len) {
 	int repr = data[1] >> 5;
 	if (h.precision < min_precision || h.precision > max_precision)
 		bad(format("precision %d is outside %d..%d", h.precision, min_precision, max_precision));
-	if (repr > static_cast<int>(Repr::dense))
+	if (repr > static_cast<int>(Repr::dense_rice))
 		bad(format("unknown representation %d", repr));
 	h.repr = static_cast<Repr>(repr);
 	switch (h.repr) {
@@ -511,10 +493,24 @@ Header parse_header(const uint8_t *data, size_t len) {
 			h.payload = header_bytes;
 			break;
 		case Repr::dense:
-			if (len != encoded_size_dense(h.precision))
+			if (len != packed_dense_bytes(h.precision))
 				bad(format("a dense sketch of precision %d is %zu bytes, not %zu", h.precision,
-				           encoded_size_dense(h.precision), len));
+				           packed_dense_bytes(h.precision), len));
 			h.payload = header_bytes;
+			break;
+		case Repr::dense_rice:
+			if (len <= dense_rice_header)
+				bad("a dense_rice sketch is truncated before its registers");
+			h.base = data[2];
+			h.rice = data[3];
+			if (h.base > register_max)
+				bad(format("base %d is outside 0..%d", h.base, register_max));
+			if (h.rice > dense_rice_max)
+				bad(format("Rice parameter %d is outside 0..%d", h.rice, dense_rice_max));
+			if (len >= packed_dense_bytes(h.precision))
+				bad(format("a dense_rice sketch of %zu bytes is not smaller than the packed %zu", len,
+				           packed_dense_bytes(h.precision)));
+			h.payload = dense_rice_header;
 			break;
 		case Repr::sparse: {
 			if (len < header_bytes + 2)
@@ -592,22 +588,52 @@ void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *o
 	}
 }
 
-void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers) {
-	(void)len; // parse_header checked the exact length
-	const uint8_t *p = data + h.payload;
+void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical) {
 	size_t m = size_t{1} << h.precision;
-	// 8 registers in every 5 bytes
 	bool any = false;
-	for (size_t i = 0; i < m; i += 8, p += 5) {
-		uint64_t w = 0;
-		memcpy(&w, p, 5);
-		for (size_t k = 0; k < 8; k++) {
-			registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
-			any = any || registers[i + k] != 0;
+	if (h.repr == Repr::dense) {
+		// parse_header checked the exact length: 8 registers in every 5 bytes
+		const uint8_t *p = data + h.payload;
+		for (size_t i = 0; i < m; i += 8, p += 5) {
+			uint64_t w = 0;
+			memcpy(&w, p, 5);
+			for (size_t k = 0; k < 8; k++) {
+				registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
+				any = any || registers[i + k] != 0;
+			}
 		}
+	} else {
+		BitReader r(data + h.payload, len - h.payload);
+		int k = h.rice;
+		uint64_t max_q = 63U >> k;
+		for (size_t i = 0; i < m; i++) {
+			uint64_t q;
+			if (!r.unary(max_q, q))
+				bad(format("register %zu: truncated or out of range", i));
+			uint32_t low = 0;
+			if (k > 0 && !r.get(k, low))
+				bad(format("register %zu: truncated", i));
+			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+			if (v < 0 || v > register_max)
+				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+			registers[i] = static_cast<uint8_t>(v);
+			any = any || v != 0;
+		}
+		size_t rest = r.remaining();
+		if (rest >= 8)
+			bad(format("%zu trailing bytes after the last register", rest / 8));
+		uint32_t pad = 0;
+		if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+			bad("nonzero padding bits");
 	}
 	if (!any)
 		bad("a dense sketch has no register set (an empty sketch has its own form)");
+	if (canonical) {
+		DensePlan plan = plan_dense(registers, h.precision);
+		if (plan.repr != h.repr || plan.bytes != len ||
+		    (h.repr == Repr::dense_rice && (plan.base != h.base || plan.rice != h.rice)))
+			bad(format("not the canonical encoding (canonical: %s, %zu bytes)", repr_name(plan.repr), plan.bytes));
+	}
 }
 
 void validate(const uint8_t *data, size_t len) {
@@ -622,10 +648,10 @@ Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
 	if (h.repr == Repr::sparse) {
 		s.entries_.resize(h.count);
 		decode_sparse(data, len, h, s.entries_.data(), canonical);
-	} else if (h.repr == Repr::dense) {
+	} else if (is_dense(h.repr)) {
 		s.dense_ = true;
 		s.registers_.resize(size_t{1} << h.precision);
-		decode_dense(data, len, h, s.registers_.data());
+		decode_dense(data, len, h, s.registers_.data(), canonical);
 	}
 	return s;
 }
@@ -733,8 +759,9 @@ std::vector<uint8_t> Sketch::encode() {
 	normalize();
 	std::vector<uint8_t> out;
 	if (dense_) {
-		out.resize(encoded_size_dense(precision_));
-		encode_dense(registers_.data(), precision_, out.data());
+		DensePlan plan = plan_dense(registers_.data(), precision_);
+		out.resize(plan.bytes);
+		encode_dense(registers_.data(), precision_, plan, out.data());
 	} else if (entries_.empty()) {
 		out.resize(encoded_size_empty());
 		encode_empty(precision_, out.data());

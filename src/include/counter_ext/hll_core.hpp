@@ -15,14 +15,11 @@
 #include <cstring>
 #include <vector>
 
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the hash and the bit streams read little-endian words");
+
 namespace ce::hll {
 
 // ---- the pinned hash -------------------------------------------------------
-
-// xxHash64 (Yann Collet's published specification, XXH64) of 'len' bytes
-// with the given seed, reading multi-byte lanes little-endian. Persisted
-// sketches depend on it: never change it.
-uint64_t xxh64(const void *data, size_t len, uint64_t seed) noexcept;
 
 inline constexpr uint64_t hash_seed = 0;
 
@@ -34,6 +31,88 @@ inline constexpr uint64_t xxh_p5 = 0x27D4EB2F165667C5ULL;
 
 inline constexpr uint64_t rotl64(uint64_t x, int r) noexcept {
 	return (x << r) | (x >> (64 - r));
+}
+
+namespace detail {
+
+inline uint64_t read64(const uint8_t *p) noexcept {
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+inline uint32_t read32(const uint8_t *p) noexcept {
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+inline uint64_t xxh_round(uint64_t acc, uint64_t input) noexcept {
+	acc += input * xxh_p2;
+	acc = rotl64(acc, 31);
+	acc *= xxh_p1;
+	return acc;
+}
+
+inline uint64_t xxh_merge(uint64_t acc, uint64_t val) noexcept {
+	val = xxh_round(0, val);
+	acc ^= val;
+	acc = acc * xxh_p1 + xxh_p4;
+	return acc;
+}
+
+} // namespace detail
+
+// xxHash64 (Yann Collet's published specification, XXH64) of 'len' bytes
+// with the given seed, reading multi-byte lanes little-endian. Persisted
+// sketches depend on it: never change it.
+inline uint64_t xxh64(const void *data, size_t len, uint64_t seed) noexcept {
+	const uint8_t *p = static_cast<const uint8_t *>(data);
+	const uint8_t *end = p + len;
+	uint64_t h;
+	if (len >= 32) {
+		const uint8_t *limit = end - 32;
+		uint64_t v1 = seed + xxh_p1 + xxh_p2;
+		uint64_t v2 = seed + xxh_p2;
+		uint64_t v3 = seed;
+		uint64_t v4 = seed - xxh_p1;
+		do {
+			v1 = detail::xxh_round(v1, detail::read64(p));
+			v2 = detail::xxh_round(v2, detail::read64(p + 8));
+			v3 = detail::xxh_round(v3, detail::read64(p + 16));
+			v4 = detail::xxh_round(v4, detail::read64(p + 24));
+			p += 32;
+		} while (p <= limit);
+		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+		h = detail::xxh_merge(h, v1);
+		h = detail::xxh_merge(h, v2);
+		h = detail::xxh_merge(h, v3);
+		h = detail::xxh_merge(h, v4);
+	} else {
+		h = seed + xxh_p5;
+	}
+	h += static_cast<uint64_t>(len);
+	while (p + 8 <= end) {
+		h ^= detail::xxh_round(0, detail::read64(p));
+		h = rotl64(h, 27) * xxh_p1 + xxh_p4;
+		p += 8;
+	}
+	if (p + 4 <= end) {
+		h ^= static_cast<uint64_t>(detail::read32(p)) * xxh_p1;
+		h = rotl64(h, 23) * xxh_p2 + xxh_p3;
+		p += 4;
+	}
+	while (p < end) {
+		h ^= static_cast<uint64_t>(*p) * xxh_p5;
+		h = rotl64(h, 11) * xxh_p1;
+		p++;
+	}
+	h ^= h >> 33;
+	h *= xxh_p2;
+	h ^= h >> 29;
+	h *= xxh_p3;
+	h ^= h >> 32;
+	return h;
 }
 
 // xxh64 of the 8 little-endian bytes of v with seed 0, without a buffer:
@@ -71,7 +150,15 @@ inline constexpr int sparse_bits = 23;
 inline constexpr int register_max = 31;
 inline constexpr int q_bits = 30;
 
-enum class Repr : uint8_t { empty = 0, sparse = 1, dense = 2 };
+// empty; sparse (Rice-coded 23-bit entries); dense (5-bit registers, packed);
+// dense_rice (the same registers Rice-coded around a base: about 3 bits each
+// once n is well above the register count). The canonical form of a dense
+// sketch is the smaller of the two dense encodings (packed on a tie).
+enum class Repr : uint8_t { empty = 0, sparse = 1, dense = 2, dense_rice = 3 };
+
+inline bool is_dense(Repr r) noexcept {
+	return r == Repr::dense || r == Repr::dense_rice;
+}
 
 const char *repr_name(Repr r) noexcept;
 
@@ -169,6 +256,7 @@ struct Header {
 	Repr repr = Repr::empty;
 	size_t count = 0;   // sparse: number of entries
 	int rice = 0;       // sparse: Rice parameter
+	int base = 0;       // dense_rice: the register value coded as 0
 	size_t payload = 0; // offset of the payload
 };
 
@@ -179,8 +267,10 @@ Header parse_header(const uint8_t *data, size_t len);
 // but not the canonical one (the Rice parameter must be the optimal one).
 void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical);
 
-// Decodes a dense payload into 2^p one-byte registers.
-void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers);
+// Decodes a dense or dense_rice payload into 2^p one-byte registers, checking
+// every read; when 'canonical' is set, also rejects encodings that are valid
+// but not the canonical one.
+void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical = true);
 
 // Fully validates a serialized sketch (every way in calls this).
 void validate(const uint8_t *data, size_t len);
@@ -198,8 +288,15 @@ struct SparsePlan {
 SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept;
 void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept;
 
-size_t encoded_size_dense(int p) noexcept;
-void encode_dense(const uint8_t *registers, int p, uint8_t *out) noexcept;
+struct DensePlan {
+	Repr repr; // dense or dense_rice
+	int base;
+	int rice;
+	size_t bytes;
+};
+DensePlan plan_dense(const uint8_t *registers, int p) noexcept;
+void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept;
+size_t packed_dense_bytes(int p) noexcept; // header included
 
 // ---- a sketch as a C++ value (for the scalar functions and tests) ---------------
 
