@@ -102,6 +102,11 @@ SELECT (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) || hll_empty(1
        = (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) AS empty_never_lowers,
        (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) || hll_add(hll_empty(13), 1)
        = (SELECT hll_add_agg(g, 13) FROM generate_series(1, 300) g) AS sparse_fold_exact;
+SELECT hll_empty(13) || s = s AS empty_first_never_lowers, s || hll_empty(13) = s AS empty_last_never_lowers,
+       hll_union_agg(x ORDER BY o) = s AS union_agg_empty_first, (hll_info(hll_union_agg(x ORDER BY o))).precision
+FROM (SELECT hll_add_agg(g, 16) AS s FROM generate_series(1, 300) g) a,
+     LATERAL (VALUES (1, hll_empty(12)), (2, hll_empty(13)), (3, s), (4, hll_empty(11))) v(o, x)
+GROUP BY s;
 SELECT hll_union_agg(s) = hll_add_agg_all AS union_agg_equals_add_agg
 FROM (SELECT g % 7 AS k, hll_add_agg(g) AS s FROM generate_series(1, 20000) g GROUP BY 1) x,
      (SELECT hll_add_agg(g) AS hll_add_agg_all FROM generate_series(1, 20000) g) y

@@ -95,14 +95,20 @@ void state_compact(State *st) {
 		state_to_dense(st);
 }
 
+constexpr uint64 small_buffer = 256;
+
 // Makes room for 'extra' more entries, compacting first; the state may go
 // dense (the caller checks).
 void state_make_room(State *st, uint32 extra) {
 	if (st->n + extra <= st->cap)
 		return;
-	state_compact(st);
-	if (st->dense)
-		return;
+	// Small buffers grow without sorting (the final function sorts once);
+	// larger ones are compacted first, so repeated values cost no memory.
+	if (st->n + extra > small_buffer) {
+		state_compact(st);
+		if (st->dense)
+			return;
+	}
 	uint64 need = static_cast<uint64>(st->n) + extra;
 	if (need <= st->cap / 2 && st->cap > 0)
 		return; // compaction freed enough room
@@ -173,16 +179,29 @@ void state_fold(State *st, int to) {
 	state_compact(st);
 }
 
+// Gives the state the precision of a union: an empty state simply takes it
+// (raised or lowered), a non-empty one folds down.
+void state_set_precision(State *st, int p) {
+	if (state_empty(st))
+		st->precision = p;
+	else
+		state_fold(st, p);
+}
+
 // Merges a serialized sketch into the state (union, deserialize+combine,
 // hll_add). 'canonical' additionally rejects non-canonical encodings.
 void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical) {
 	hll::Header h = hll::parse_header(data, len);
 	bool input_empty = h.repr == hll::Repr::empty;
 	int p = hll::union_precision(st->precision, state_empty(st), h.precision, input_empty);
-	state_fold(st, p);
+	state_set_precision(st, p);
 	if (input_empty) {
 		if (canonical)
 			hll::validate(data, len);
+		return;
+	}
+	if (h.repr == hll::Repr::sparse && st->dense && !canonical) {
+		hll::decode_sparse_to_registers(data, len, h, st->registers, st->precision);
 		return;
 	}
 	if (h.repr == hll::Repr::sparse) {
@@ -208,7 +227,7 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 
 void state_merge_state(State *st, const State *other) {
 	int p = hll::union_precision(st->precision, state_empty(st), other->precision, state_empty(other));
-	state_fold(st, p);
+	state_set_precision(st, p);
 	if (state_empty(other))
 		return;
 	if (other->dense) {

@@ -303,10 +303,14 @@ private:
 	uint64_t peek() const noexcept {
 		size_t byte = pos_ >> 3;
 		uint64_t w = 0;
-		size_t take = std::min<size_t>(8, bytes_ - byte);
-		memcpy(&w, data_ + byte, take);
+		if (likely_full(byte))
+			memcpy(&w, data_ + byte, 8);
+		else
+			memcpy(&w, data_ + byte, bytes_ - byte);
 		return w >> (pos_ & 7);
 	}
+
+	bool likely_full(size_t byte) const noexcept { return __builtin_expect(byte + 8 <= bytes_, 1); }
 
 	const uint8_t *data_;
 	size_t bytes_;
@@ -547,7 +551,12 @@ Header parse_header(const uint8_t *data, size_t len) {
 	return h;
 }
 
-void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
+namespace {
+
+// Decodes the entries of a sparse payload, checking every read, and hands
+// each to 'emit' in increasing order.
+template <typename Emit>
+void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emit &&emit) {
 	BitReader r(data + h.payload, len - h.payload);
 	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
 	const int64_t universe = int64_t{1} << sparse_bits;
@@ -571,7 +580,7 @@ void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *o
 			if (rho == 0)
 				bad(format("entry %zu: rho field 0", i));
 		}
-		out[i] = (static_cast<uint32_t>(v) << 5) | rho;
+		emit(i, (static_cast<uint32_t>(v) << 5) | rho);
 		prev = v;
 	}
 	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
@@ -581,11 +590,28 @@ void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *o
 	uint32_t pad = 0;
 	if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
 		bad("nonzero padding bits");
+}
+
+} // namespace
+
+void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
+	for_each_sparse_entry(data, len, h, [out](size_t i, uint32_t e) { out[i] = e; });
 	if (canonical) {
 		SparsePlan plan = plan_sparse(out, h.count, h.precision);
 		if (plan.rice != h.rice || plan.bytes != len)
 			bad(format("not the canonical encoding (Rice parameter %d, canonical %d)", h.rice, plan.rice));
 	}
+}
+
+void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, int p) {
+	// An entry carries its rho field whenever precision p <= h.precision needs it.
+	for_each_sparse_entry(data, len, h, [registers, p](size_t, uint32_t e) {
+		uint32_t index;
+		uint8_t value;
+		entry_register(e, p, index, value);
+		if (registers[index] < value)
+			registers[index] = value;
+	});
 }
 
 void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical) {

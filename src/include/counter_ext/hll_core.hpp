@@ -255,7 +255,7 @@ struct Header {
 	int precision = 0;
 	Repr repr = Repr::empty;
 	size_t count = 0;   // sparse: number of entries
-	int rice = 0;       // sparse: Rice parameter
+	int rice = 0;       // sparse, dense_rice: Rice parameter
 	int base = 0;       // dense_rice: the register value coded as 0
 	size_t payload = 0; // offset of the payload
 };
@@ -266,6 +266,10 @@ Header parse_header(const uint8_t *data, size_t len);
 // every read; when 'canonical' is set, also rejects encodings that are valid
 // but not the canonical one (the Rice parameter must be the optimal one).
 void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical);
+
+// Decodes a sparse payload straight into dense registers of precision
+// p <= h.precision (union into a dense sketch), checking every read.
+void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, int p);
 
 // Decodes a dense or dense_rice payload into 2^p one-byte registers, checking
 // every read; when 'canonical' is set, also rejects encodings that are valid
