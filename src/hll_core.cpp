@@ -93,10 +93,50 @@ size_t sparse_limit(int p) noexcept {
 
 // ---- entries and registers ------------------------------------------------------
 
+namespace {
+
+// Sorts up to 'small_sort_max' entries in O(n) expected time: a counting
+// scatter into 2^k >= n buckets by the top bits (hash bits are uniform), then
+// an insertion sort that only has to fix order inside buckets. Aggregates
+// sort one small buffer per group, so this beats std::sort's mispredictions.
+constexpr size_t small_sort_max = 512;
+
+void small_sort(uint32_t *entries, size_t n) noexcept {
+	uint32_t tmp[small_sort_max];
+	uint16_t start[small_sort_max + 1];
+	int k = 1;
+	while ((size_t{1} << k) < n)
+		k++;
+	size_t buckets = size_t{1} << k;
+	int shift = sparse_bits + 5 - k; // entries are below 2^28
+	memset(start, 0, (buckets + 1) * sizeof(uint16_t));
+	for (size_t i = 0; i < n; i++)
+		start[(entries[i] >> shift) + 1]++;
+	for (size_t b = 0; b < buckets; b++)
+		start[b + 1] = static_cast<uint16_t>(start[b + 1] + start[b]);
+	for (size_t i = 0; i < n; i++)
+		tmp[start[entries[i] >> shift]++] = entries[i];
+	for (size_t i = 1; i < n; i++) {
+		uint32_t x = tmp[i];
+		size_t j = i;
+		while (j > 0 && tmp[j - 1] > x) {
+			tmp[j] = tmp[j - 1];
+			j--;
+		}
+		tmp[j] = x;
+	}
+	memcpy(entries, tmp, n * sizeof(uint32_t));
+}
+
+} // namespace
+
 size_t compact_entries(uint32_t *entries, size_t n) noexcept {
 	if (n == 0)
 		return 0;
-	std::sort(entries, entries + n);
+	if (n <= small_sort_max)
+		small_sort(entries, n);
+	else
+		std::sort(entries, entries + n);
 	size_t out = 0;
 	for (size_t i = 0; i < n; i++) {
 		// equal values are adjacent, the largest rho field last
@@ -261,6 +301,17 @@ private:
 class BitReader {
 public:
 	BitReader(const uint8_t *data, size_t bytes) noexcept : data_(data), bytes_(bytes), bits_(bytes * 8) {}
+
+	// 57 valid bits from the position, when 8 whole bytes remain from it.
+	bool window(uint64_t &w) const noexcept {
+		size_t byte = pos_ >> 3;
+		if (byte + 8 > bytes_)
+			return false;
+		memcpy(&w, data_ + byte, 8);
+		w >>= (pos_ & 7);
+		return true;
+	}
+	void advance(size_t n) noexcept { pos_ += n; }
 
 	size_t remaining() const noexcept { return bits_ - pos_; }
 	size_t position() const noexcept { return pos_; }
@@ -562,7 +613,43 @@ void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emi
 	const int64_t universe = int64_t{1} << sparse_bits;
 	int b = h.rice;
 	int64_t prev = -1;
-	for (size_t i = 0; i < h.count; i++) {
+	uint64_t low_bits_mask = (uint64_t{1} << b) - 1;
+	for (size_t i = 0; i < h.count;) {
+		// Fast path: decode as many whole entries (at most 1 + q + b + 5 bits
+		// each) as lie in one 57-bit window that is entirely inside the payload.
+		uint64_t w;
+		if (r.window(w)) {
+			int avail = 57;
+			size_t consumed = 0;
+			for (;;) {
+				int t = __builtin_ctzll(~w); // the unary part: t ones, then a zero
+				int used = t + 1 + b;
+				if (used + 5 > avail)
+					break;
+				int64_t v =
+				    prev + 1 + static_cast<int64_t>((static_cast<uint64_t>(t) << b) | ((w >> (t + 1)) & low_bits_mask));
+				if (v >= universe)
+					bad(format("entry %zu: value out of range", i));
+				uint32_t rho = 0;
+				if ((static_cast<uint32_t>(v) & low_mask) == 0) {
+					rho = static_cast<uint32_t>((w >> used) & 31);
+					used += 5;
+					if (rho == 0)
+						bad(format("entry %zu: rho field 0", i));
+				}
+				emit(i, (static_cast<uint32_t>(v) << 5) | rho);
+				prev = v;
+				w >>= used;
+				avail -= used;
+				consumed += static_cast<size_t>(used);
+				if (++i == h.count)
+					break;
+			}
+			r.advance(consumed);
+			if (consumed > 0)
+				continue;
+		}
+		// Slow path (long unary runs, the end of the payload): bit by bit.
 		uint64_t q;
 		uint64_t max_q = static_cast<uint64_t>(universe - prev - 1) >> b;
 		if (!r.unary(max_q, q))
@@ -582,6 +669,7 @@ void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emi
 		}
 		emit(i, (static_cast<uint32_t>(v) << 5) | rho);
 		prev = v;
+		i++;
 	}
 	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
 	size_t rest = r.remaining();
