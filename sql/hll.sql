@@ -183,23 +183,30 @@ SELECT '\x018e'::hll;             -- representation 4
 \echo :LAST_ERROR_SQLSTATE
 SELECT '\x010e00'::hll;           -- trailing byte after an empty sketch
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15'::hll;           -- sparse, no entry count
+SELECT '\x012e'::hll;             -- sparse, no entry count
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1500'::hll;         -- sparse with 0 entries
+SELECT '\x012e00'::hll;           -- sparse with 0 entries
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1501'::hll;         -- one entry, no bits
+SELECT '\x012e01'::hll;           -- one entry, no bits
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba7'::hll;     -- truncated entry
+SELECT '\x012e01e594'::hll;       -- truncated entry
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba77c00'::hll; -- trailing byte
+SELECT '\x012e01e594cf00'::hll;   -- trailing byte
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1401af9cf201'::hll; -- decodable, but Rice parameter 20 is not the canonical 21
+SELECT '\x012e01e5944f'::hll;     -- high-bit bitmap never ends
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e17012ba77c'::hll;   -- Rice parameter 23, out of range
+SELECT '\x012e02e5944f39e563'::hll; -- two equal entries
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1581002ba77c'::hll; -- overlong entry count
+SELECT '\x012e02e903c0000060'::hll; -- entries not increasing (second below first)
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15ffff7f'::hll;     -- entry count beyond the sparse limit
+SELECT '\x012e01000080'::hll;     -- an entry of value 0 needs its rho field
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012e0100008000'::hll;   -- rho field 0
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012e0100008003'::hll AS value_zero_rho_3;
+SELECT '\x012e8100e594cf'::hll;   -- overlong entry count
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012effff7f'::hll;       -- entry count beyond the sparse limit
 \echo :LAST_ERROR_SQLSTATE
 SELECT ('\x014e' || repeat('00', 10240))::hll; -- dense with no register set
 \echo :LAST_ERROR_SQLSTATE
@@ -227,7 +234,7 @@ SELECT ('\x016e1f00' || repeat('ff', 2048))::hll; -- dense_rice, unary run past 
 -- the same through the bytea cast
 SELECT '\x0103'::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba77c00'::bytea::hll;
+SELECT '\x012e01e594cf00'::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
 SELECT ''::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
@@ -251,6 +258,6 @@ BEGIN
     END;
     RETURN result;
 END $$;
-SELECT b, pg_temp.via_recv(b) FROM (VALUES ('\x012e15012ba77c'::bytea), ('\x01'), ('\x020e'), ('\x0103'),
-    ('\x012e15012ba77c00'), ('\x012e1401af9cf201'), ('')) v(b);
+SELECT b, pg_temp.via_recv(b) FROM (VALUES ('\x012e01e594cf'::bytea), ('\x01'), ('\x020e'), ('\x0103'),
+    ('\x012e01e594cf00'), ('\x012e01e5944f'), ('')) v(b);
 RESET client_min_messages;

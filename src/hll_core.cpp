@@ -45,18 +45,22 @@ constexpr size_t varint_len(size_t v) noexcept {
 	return n;
 }
 
-// An upper bound of a sparse sketch's size with d entries: the Rice code of
-// d gaps summing to less than 2^23 costs at most d * (b + 1) + (2^23 >> b)
-// bits; rho fields are expected on d / 2^(23 - p) entries.
+// The low-bit width of d sparse entries: the largest l with d * 2^l <= 2^23.
+constexpr int low_bits_for(size_t d) noexcept {
+	int l = 0;
+	while (l < sparse_bits && (d << (l + 1)) <= (size_t{1} << sparse_bits))
+		l++;
+	return l;
+}
+
+// An upper bound of a sparse sketch's size with d entries: d low-bit fields,
+// a high-bit bitmap of at most (2^23 - 1 >> l) + d bits, and the rho fields
+// expected on d / 2^(23 - p) entries.
 constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
-	size_t best = std::numeric_limits<size_t>::max();
-	for (int b = 0; b < sparse_bits; b++) {
-		size_t bits = d * static_cast<size_t>(b + 1) + ((size_t{1} << sparse_bits) >> b);
-		if (bits < best)
-			best = bits;
-	}
-	best += (d * 5) >> (sparse_bits - p);
-	return header_bytes + 1 + varint_len(d) + (best + 7) / 8;
+	int l = low_bits_for(d);
+	size_t bits = d * static_cast<size_t>(l) + (((size_t{1} << sparse_bits) - 1) >> l) + d;
+	bits += (d * 5) >> (sparse_bits - p);
+	return header_bytes + varint_len(d) + (bits + 7) / 8;
 }
 
 constexpr size_t compute_sparse_limit(int p) noexcept {
@@ -285,6 +289,13 @@ public:
 		}
 		put((uint64_t{1} << q) - 1, static_cast<int>(q) + 1);
 	}
+	void zeros_then_one(uint64_t q) noexcept { // q zeros, then a one
+		while (q >= 32) {
+			put(0, 32);
+			q -= 32;
+		}
+		put(uint64_t{1} << q, static_cast<int>(q) + 1);
+	}
 	void flush() noexcept {
 		if (used_ > 0)
 			*out_++ = static_cast<uint8_t>(acc_);
@@ -369,19 +380,6 @@ private:
 	size_t pos_ = 0;
 };
 
-// The Rice cost (bits, rho fields excluded) of the entries' gaps with
-// parameter b.
-uint64_t rice_cost(const uint32_t *entries, size_t n, int b) noexcept {
-	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(b + 1);
-	int64_t prev = -1;
-	for (size_t i = 0; i < n; i++) {
-		int64_t v = entry_value(entries[i]);
-		bits += static_cast<uint64_t>(v - prev - 1) >> b;
-		prev = v;
-	}
-	return bits;
-}
-
 size_t write_varint(uint8_t *out, size_t v) noexcept {
 	size_t n = 0;
 	while (v >= 128) {
@@ -405,55 +403,40 @@ void encode_empty(int p, uint8_t *out) noexcept {
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::empty) << 5) | p);
 }
 
+int sparse_low_bits(size_t n) noexcept {
+	return low_bits_for(n);
+}
+
 SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept {
-	// The cost is convex in b, so walking downhill from a guess finds the
-	// smallest b of least cost: the canonical choice.
-	uint64_t span = n > 0 ? entry_value(entries[n - 1]) + 1 : 1;
-	uint64_t mean_gap = span / (n + 1);
-	int b = 0;
-	while (b + 1 < sparse_bits && (uint64_t{1} << (b + 1)) <= mean_gap)
-		b++;
-	uint64_t cost = rice_cost(entries, n, b);
-	while (b > 0) {
-		uint64_t c = rice_cost(entries, n, b - 1);
-		if (c > cost)
-			break;
-		cost = c;
-		b--;
-	}
-	while (b + 1 < sparse_bits) {
-		uint64_t c = rice_cost(entries, n, b + 1);
-		if (c >= cost)
-			break;
-		cost = c;
-		b++;
-	}
+	int l = low_bits_for(n);
+	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(l) + n;
+	if (n > 0)
+		bits += entry_value(entries[n - 1]) >> l;
 	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
 	for (size_t i = 0; i < n; i++)
 		if ((entry_value(entries[i]) & low_mask) == 0)
-			cost += 5;
-	return SparsePlan{b, header_bytes + 1 + varint_len(n) + static_cast<size_t>((cost + 7) / 8)};
+			bits += 5;
+	return SparsePlan{l, header_bytes + varint_len(n) + static_cast<size_t>((bits + 7) / 8)};
 }
 
 void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept {
 	out[0] = format_version;
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::sparse) << 5) | p);
-	out[2] = static_cast<uint8_t>(plan.rice);
-	size_t off = 3 + write_varint(out + 3, n);
+	size_t off = header_bytes + write_varint(out + header_bytes, n);
 	BitWriter w(out + off);
-	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
-	int b = plan.rice;
-	int64_t prev = -1;
+	int l = plan.rice;
+	for (size_t i = 0; i < n; i++)
+		w.put(entry_value(entries[i]), l);
+	uint32_t prev_high = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t v = entry_value(entries[i]);
-		uint64_t gap = static_cast<uint64_t>(static_cast<int64_t>(v) - prev - 1);
-		w.unary(gap >> b);
-		if (b > 0)
-			w.put(gap, b);
-		if ((v & low_mask) == 0)
-			w.put(entry_rho(entries[i]), 5);
-		prev = v;
+		uint32_t high = entry_value(entries[i]) >> l;
+		w.zeros_then_one(high - prev_high);
+		prev_high = high;
 	}
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) == 0)
+			w.put(entry_rho(entries[i]), 5);
 	w.flush();
 }
 
@@ -568,12 +551,9 @@ Header parse_header(const uint8_t *data, size_t len) {
 			h.payload = dense_rice_header;
 			break;
 		case Repr::sparse: {
-			if (len < header_bytes + 2)
+			if (len < header_bytes + 1)
 				bad("a sparse sketch is truncated before its entry count");
-			h.rice = data[2];
-			if (h.rice >= sparse_bits)
-				bad(format("Rice parameter %d is outside 0..%d", h.rice, sparse_bits - 1));
-			size_t off = 3, count = 0;
+			size_t off = header_bytes, count = 0;
 			int shift = 0;
 			for (;;) {
 				if (off >= len)
@@ -595,6 +575,7 @@ Header parse_header(const uint8_t *data, size_t len) {
 				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d holds", count,
 				           sparse_limit(h.precision), h.precision));
 			h.count = count;
+			h.rice = low_bits_for(count);
 			h.payload = off;
 			break;
 		}
@@ -604,79 +585,86 @@ Header parse_header(const uint8_t *data, size_t len) {
 
 namespace {
 
-// Decodes the entries of a sparse payload, checking every read, and hands
+// n bits (n <= 57) at bit position pos of a buffer of 'bytes' bytes; the
+// caller has checked that pos + n is within the buffer.
+inline uint64_t bits_at(const uint8_t *d, size_t bytes, size_t pos, int n) noexcept {
+	size_t byte = pos >> 3;
+	uint64_t w = 0;
+	if (byte + 8 <= bytes)
+		memcpy(&w, d + byte, 8);
+	else
+		memcpy(&w, d + byte, bytes - byte);
+	return (w >> (pos & 7)) & ((uint64_t{1} << n) - 1);
+}
+
+// Decodes the entries of a sparse payload (Elias-Fano: n low-bit fields, a
+// bitmap of the high parts, the rho fields), checking every read, and hands
 // each to 'emit' in increasing order.
 template <typename Emit>
 void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emit &&emit) {
-	BitReader r(data + h.payload, len - h.payload);
+	const uint8_t *d = data + h.payload;
+	size_t bytes = len - h.payload;
+	size_t total = bytes * 8;
+	size_t n = h.count;
+	int l = h.rice;
+	size_t high_start = n * static_cast<size_t>(l);
+	if (high_start > total)
+		bad("truncated inside the low bits");
+	// The bitmap ends just after its n-th one bit; the rho fields follow.
+	size_t pos = high_start, ones = 0, high_end = 0;
+	for (;;) {
+		if (pos >= total)
+			bad("truncated inside the high bits");
+		int chunk = static_cast<int>(std::min<size_t>(57, total - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		size_t c = static_cast<size_t>(__builtin_popcountll(w));
+		if (ones + c >= n) {
+			for (size_t k = ones + 1; k < n; k++)
+				w &= w - 1;
+			high_end = pos + static_cast<size_t>(__builtin_ctzll(w)) + 1;
+			break;
+		}
+		ones += c;
+		pos += static_cast<size_t>(chunk);
+	}
+	const uint64_t high_limit = uint64_t{1} << (sparse_bits - l);
 	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
-	const int64_t universe = int64_t{1} << sparse_bits;
-	int b = h.rice;
+	size_t rho_pos = high_end;
 	int64_t prev = -1;
-	uint64_t low_bits_mask = (uint64_t{1} << b) - 1;
-	for (size_t i = 0; i < h.count;) {
-		// Fast path: decode as many whole entries (at most 1 + q + b + 5 bits
-		// each) as lie in one 57-bit window that is entirely inside the payload.
-		uint64_t w;
-		if (r.window(w)) {
-			int avail = 57;
-			size_t consumed = 0;
-			for (;;) {
-				int t = __builtin_ctzll(~w); // the unary part: t ones, then a zero
-				int used = t + 1 + b;
-				if (used + 5 > avail)
-					break;
-				int64_t v =
-				    prev + 1 + static_cast<int64_t>((static_cast<uint64_t>(t) << b) | ((w >> (t + 1)) & low_bits_mask));
-				if (v >= universe)
-					bad(format("entry %zu: value out of range", i));
-				uint32_t rho = 0;
-				if ((static_cast<uint32_t>(v) & low_mask) == 0) {
-					rho = static_cast<uint32_t>((w >> used) & 31);
-					used += 5;
-					if (rho == 0)
-						bad(format("entry %zu: rho field 0", i));
-				}
-				emit(i, (static_cast<uint32_t>(v) << 5) | rho);
-				prev = v;
-				w >>= used;
-				avail -= used;
-				consumed += static_cast<size_t>(used);
-				if (++i == h.count)
-					break;
+	size_t i = 0;
+	pos = high_start;
+	while (i < n) {
+		int chunk = static_cast<int>(std::min<size_t>(57, high_end - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		while (w != 0) {
+			uint64_t high = pos + static_cast<uint64_t>(__builtin_ctzll(w)) - high_start - i;
+			w &= w - 1;
+			if (high >= high_limit)
+				bad(format("entry %zu: value out of range", i));
+			uint64_t low = l > 0 ? bits_at(d, bytes, i * static_cast<size_t>(l), l) : 0;
+			int64_t v = static_cast<int64_t>((high << l) | low);
+			if (v <= prev)
+				bad(format("entry %zu: values not increasing", i));
+			uint32_t rho = 0;
+			if ((static_cast<uint32_t>(v) & low_mask) == 0) {
+				if (rho_pos + 5 > total)
+					bad(format("entry %zu: truncated rho field", i));
+				rho = static_cast<uint32_t>(bits_at(d, bytes, rho_pos, 5));
+				rho_pos += 5;
+				if (rho == 0)
+					bad(format("entry %zu: rho field 0", i));
 			}
-			r.advance(consumed);
-			if (consumed > 0)
-				continue;
+			emit(i, (static_cast<uint32_t>(v) << 5) | rho);
+			prev = v;
+			i++;
 		}
-		// Slow path (long unary runs, the end of the payload): bit by bit.
-		uint64_t q;
-		uint64_t max_q = static_cast<uint64_t>(universe - prev - 1) >> b;
-		if (!r.unary(max_q, q))
-			bad(format("entry %zu: truncated or out of range", i));
-		uint32_t low = 0;
-		if (b > 0 && !r.get(b, low))
-			bad(format("entry %zu: truncated", i));
-		int64_t v = prev + 1 + static_cast<int64_t>((q << b) | low);
-		if (v >= universe)
-			bad(format("entry %zu: value out of range", i));
-		uint32_t rho = 0;
-		if ((static_cast<uint32_t>(v) & low_mask) == 0) {
-			if (!r.get(5, rho))
-				bad(format("entry %zu: truncated rho field", i));
-			if (rho == 0)
-				bad(format("entry %zu: rho field 0", i));
-		}
-		emit(i, (static_cast<uint32_t>(v) << 5) | rho);
-		prev = v;
-		i++;
+		pos += static_cast<size_t>(chunk);
 	}
 	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
-	size_t rest = r.remaining();
+	size_t rest = total - rho_pos;
 	if (rest >= 8)
 		bad(format("%zu trailing bytes after the last entry", rest / 8));
-	uint32_t pad = 0;
-	if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+	if (rest > 0 && bits_at(d, bytes, rho_pos, static_cast<int>(rest)) != 0)
 		bad("nonzero padding bits");
 }
 
@@ -686,8 +674,8 @@ void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *o
 	for_each_sparse_entry(data, len, h, [out](size_t i, uint32_t e) { out[i] = e; });
 	if (canonical) {
 		SparsePlan plan = plan_sparse(out, h.count, h.precision);
-		if (plan.rice != h.rice || plan.bytes != len)
-			bad(format("not the canonical encoding (Rice parameter %d, canonical %d)", h.rice, plan.rice));
+		if (plan.bytes != len)
+			bad(format("not the canonical encoding (%zu bytes, canonical %zu)", len, plan.bytes));
 	}
 }
 

@@ -255,7 +255,7 @@ struct Header {
 	int precision = 0;
 	Repr repr = Repr::empty;
 	size_t count = 0;   // sparse: number of entries
-	int rice = 0;       // sparse, dense_rice: Rice parameter
+	int rice = 0;       // sparse: low-bit width; dense_rice: Rice parameter
 	int base = 0;       // dense_rice: the register value coded as 0
 	size_t payload = 0; // offset of the payload
 };
@@ -285,8 +285,12 @@ void validate(const uint8_t *data, size_t len);
 size_t encoded_size_empty() noexcept;
 void encode_empty(int p, uint8_t *out) noexcept;
 
+// The low-bit width of n sparse entries (Elias-Fano): the largest l with
+// n * 2^l <= 2^23.
+int sparse_low_bits(size_t n) noexcept;
+
 struct SparsePlan {
-	int rice;
+	int rice; // the low-bit width
 	size_t bytes;
 };
 SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept;
