@@ -18,6 +18,48 @@ namespace {
 
 } // namespace
 
+uint64_t xxh3::hash_long(const uint8_t *in, size_t len) noexcept {
+	// 64-byte stripes into 8 accumulators, 16 stripes per block, the
+	// accumulators scrambled after each block, then merged.
+	constexpr uint64_t p32_1 = 0x9E3779B1U, p32_2 = 0x85EBCA77U, p32_3 = 0xC2B2AE3DU;
+	constexpr uint64_t p64_4 = 0x85EBCA77C2B2AE63ULL, p64_5 = 0x27D4EB2F165667C5ULL;
+	uint64_t acc[8] = {p32_3, xxh_p1, xxh_p2, xxh_p3, p64_4, p32_2, p64_5, p32_1};
+	const uint8_t *s = secret;
+	auto accumulate = [&acc](const uint8_t *stripe, const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t v = read64(stripe + 8 * i);
+			uint64_t k = v ^ read64(key + 8 * i);
+			acc[i ^ 1] += v;
+			acc[i] += (k & 0xFFFFFFFFULL) * (k >> 32);
+		}
+	};
+	auto scramble = [&acc](const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t a = acc[i];
+			a ^= a >> 47;
+			a ^= read64(key + 8 * i);
+			a *= p32_1;
+			acc[i] = a;
+		}
+	};
+	constexpr size_t stripes_per_block = (sizeof(secret) - 64) / 8;
+	constexpr size_t block_len = 64 * stripes_per_block;
+	size_t blocks = (len - 1) / block_len;
+	for (size_t b = 0; b < blocks; b++) {
+		for (size_t n = 0; n < stripes_per_block; n++)
+			accumulate(in + b * block_len + n * 64, s + n * 8);
+		scramble(s + sizeof(secret) - 64);
+	}
+	size_t stripes = ((len - 1) - block_len * blocks) / 64;
+	for (size_t n = 0; n < stripes; n++)
+		accumulate(in + blocks * block_len + n * 64, s + n * 8);
+	accumulate(in + len - 64, s + sizeof(secret) - 64 - 7);
+	uint64_t result = len * xxh_p1;
+	for (int i = 0; i < 4; i++)
+		result += mul128_fold64(acc[2 * i] ^ read64(s + 11 + 16 * i), acc[2 * i + 1] ^ read64(s + 11 + 16 * i + 8));
+	return avalanche(result);
+}
+
 const char *repr_name(Repr r) noexcept {
 	switch (r) {
 		case Repr::empty:
