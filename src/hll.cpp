@@ -55,65 +55,44 @@ int checked_precision(int32 p) {
 
 // ---- state: a sketch being built, palloc'd in one memory context -----------------
 
+// One cache line: the header and the newest few entries. A GROUP BY into many
+// groups touches a different state on every row; appending to the slots in
+// the header's own line, and moving them to the buffer 7 at a time, costs one
+// cache miss per row instead of two.
+constexpr int state_slots = 7;
+
 struct State {
 	MemoryContext context;
-	int precision;
-	bool dense;
-	uint32 n;   // sparse entries buffered (not necessarily sorted)
-	uint32 cap; // room in 'entries'
-	uint32 *entries;
+	uint32 *entries;  // sparse entries buffered (not necessarily sorted)
 	uint8 *registers; // 2^precision bytes when dense
+	uint32 n;         // entries in 'entries'
+	uint32 cap;       // room in 'entries'
+	uint8 precision;
+	bool dense;
+	uint8 pending; // entries in 'slots' (only while sparse)
+	uint8 unused;
+	uint32 slots[state_slots];
 };
+static_assert(sizeof(State) == 64, "a state header is one cache line");
 
 State *state_new(MemoryContext context, int precision) {
-	State *st = static_cast<State *>(MemoryContextAllocZero(context, sizeof(State)));
+	char *raw = static_cast<char *>(MemoryContextAllocZero(context, sizeof(State) + 63));
+	State *st = reinterpret_cast<State *>(TYPEALIGN(64, raw));
 	st->context = context;
-	st->precision = precision;
+	st->precision = static_cast<uint8>(precision);
 	return st;
 }
 
 bool state_empty(const State *st) {
-	return !st->dense && st->n == 0;
+	return !st->dense && st->n == 0 && st->pending == 0;
 }
 
-void state_to_dense(State *st) {
-	st->registers = static_cast<uint8 *>(MemoryContextAllocZero(st->context, size_t{1} << st->precision));
-	hll::dense_add_entries(st->registers, st->precision, st->entries, st->n);
-	if (st->entries != nullptr)
-		pfree(st->entries);
-	st->entries = nullptr;
-	st->n = st->cap = 0;
-	st->dense = true;
-}
-
-// Sorts and deduplicates the buffer; past the sparse limit the state goes dense.
-void state_compact(State *st) {
-	if (st->dense)
+// Makes 'entries' hold at least 'need' entries (no compaction).
+void state_grow(State *st, uint64 need) {
+	if (need <= st->cap)
 		return;
-	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
-	if (st->n > hll::sparse_limit(st->precision))
-		state_to_dense(st);
-}
-
-constexpr uint64 small_buffer = 256;
-
-// Makes room for 'extra' more entries, compacting first; the state may go
-// dense (the caller checks).
-void state_make_room(State *st, uint32 extra) {
-	if (st->n + extra <= st->cap)
-		return;
-	// Small buffers grow without sorting (the final function sorts once);
-	// larger ones are compacted first, so repeated values cost no memory.
-	if (st->n + extra > small_buffer) {
-		state_compact(st);
-		if (st->dense)
-			return;
-	}
-	uint64 need = static_cast<uint64>(st->n) + extra;
-	if (need <= st->cap / 2 && st->cap > 0)
-		return; // compaction freed enough room
 	uint64 cap = st->cap > 0 ? st->cap : 8;
-	while (cap < 2 * need)
+	while (cap < need)
 		cap *= 2;
 	size_t bytes = static_cast<size_t>(cap) * sizeof(uint32);
 	if (st->entries == nullptr)
@@ -123,16 +102,71 @@ void state_make_room(State *st, uint32 extra) {
 	st->cap = static_cast<uint32>(cap);
 }
 
+// Moves the slots into the buffer (no compaction).
+void state_absorb_slots(State *st) {
+	if (st->pending == 0)
+		return;
+	state_grow(st, static_cast<uint64>(st->n) + st->pending);
+	memcpy(st->entries + st->n, st->slots, st->pending * sizeof(uint32));
+	st->n += st->pending;
+	st->pending = 0;
+}
+
+void state_to_dense(State *st) {
+	st->registers = static_cast<uint8 *>(MemoryContextAllocZero(st->context, size_t{1} << st->precision));
+	hll::dense_add_entries(st->registers, st->precision, st->entries, st->n);
+	hll::dense_add_entries(st->registers, st->precision, st->slots, st->pending);
+	if (st->entries != nullptr)
+		pfree(st->entries);
+	st->entries = nullptr;
+	st->n = st->cap = 0;
+	st->pending = 0;
+	st->dense = true;
+}
+
+// Sorts and deduplicates the buffer; past the sparse limit the state goes dense.
+void state_compact(State *st) {
+	if (st->dense)
+		return;
+	state_absorb_slots(st);
+	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
+	if (st->n > hll::sparse_limit(st->precision))
+		state_to_dense(st);
+}
+
+constexpr uint64 small_buffer = 256;
+
+// Makes room in the buffer for 'extra' more entries after the slots,
+// compacting large buffers first; the state may go dense (the caller checks).
+void state_make_room(State *st, uint32 extra) {
+	state_absorb_slots(st);
+	uint64 need = static_cast<uint64>(st->n) + extra;
+	if (need <= st->cap)
+		return;
+	// Small buffers grow without sorting (the final function sorts once);
+	// larger ones are compacted first, so repeated values cost no memory.
+	if (need > small_buffer) {
+		state_compact(st);
+		if (st->dense)
+			return;
+		need = static_cast<uint64>(st->n) + extra;
+		if (need <= st->cap / 2)
+			return; // compaction freed enough room
+	}
+	state_grow(st, 2 * need);
+}
+
 inline void state_add_hash(State *st, uint64 hash) {
-	if (!st->dense) {
-		if (st->n == st->cap) {
-			state_make_room(st, 1);
+	if (likely(!st->dense)) {
+		uint32 e = hll::sparse_entry(hash, st->precision);
+		if (unlikely(st->pending == state_slots)) {
+			state_make_room(st, 0);
 			if (st->dense) {
 				hll::dense_add_hash(st->registers, st->precision, hash);
 				return;
 			}
 		}
-		st->entries[st->n++] = hll::sparse_entry(hash, st->precision);
+		st->slots[st->pending++] = e;
 		return;
 	}
 	hll::dense_add_hash(st->registers, st->precision, hash);
@@ -163,7 +197,7 @@ void state_fold(State *st, int to) {
 	if (to >= st->precision)
 		return;
 	if (state_empty(st)) {
-		st->precision = to;
+		st->precision = static_cast<uint8>(to);
 		return;
 	}
 	if (st->dense) {
@@ -171,11 +205,12 @@ void state_fold(State *st, int to) {
 		hll::fold_registers(st->registers, st->precision, folded, to);
 		pfree(st->registers);
 		st->registers = folded;
-		st->precision = to;
+		st->precision = static_cast<uint8>(to);
 		return;
 	}
+	state_absorb_slots(st);
 	hll::fold_entries(st->entries, st->n, st->precision, to);
-	st->precision = to;
+	st->precision = static_cast<uint8>(to);
 	state_compact(st);
 }
 
@@ -183,7 +218,7 @@ void state_fold(State *st, int to) {
 // (raised or lowered), a non-empty one folds down.
 void state_set_precision(State *st, int p) {
 	if (state_empty(st))
-		st->precision = p;
+		st->precision = static_cast<uint8>(p);
 	else
 		state_fold(st, p);
 }
@@ -225,7 +260,8 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 	pfree(registers);
 }
 
-void state_merge_state(State *st, const State *other) {
+void state_merge_state(State *st, State *other) {
+	state_absorb_slots(other);
 	int p = hll::union_precision(st->precision, state_empty(st), other->precision, state_empty(other));
 	state_set_precision(st, p);
 	if (state_empty(other))
@@ -322,7 +358,7 @@ bytea *apply_typmod(bytea *value, int32 typmod) {
 	State *st = state_new(CurrentMemoryContext, h.precision);
 	state_merge_bytes(st, data, len, false);
 	if (state_empty(st))
-		st->precision = typmod;
+		st->precision = static_cast<uint8>(typmod);
 	else
 		state_fold(st, typmod);
 	return state_to_varlena(st);
