@@ -136,24 +136,25 @@ void state_compact(State *st) {
 
 constexpr uint64 small_buffer = 256;
 
-// Makes room in the buffer for 'extra' more entries after the slots,
-// compacting large buffers first; the state may go dense (the caller checks).
+// Moves the slots into the buffer and makes room there for 'extra' more
+// entries; a large buffer that is full is compacted first, and the state may
+// go dense (the caller checks).
 void state_make_room(State *st, uint32 extra) {
-	state_absorb_slots(st);
-	uint64 need = static_cast<uint64>(st->n) + extra;
-	if (need <= st->cap)
-		return;
-	// Small buffers grow without sorting (the final function sorts once);
-	// larger ones are compacted first, so repeated values cost no memory.
-	if (need > small_buffer) {
-		state_compact(st);
+	uint64 need = static_cast<uint64>(st->n) + st->pending + extra;
+	if (need > st->cap && need > small_buffer) {
+		// Small buffers grow without sorting (the final function sorts once);
+		// larger ones are compacted first, so repeated values cost no memory
+		// and a set past the sparse limit goes dense.
+		state_compact(st); // absorbs the slots
 		if (st->dense)
 			return;
 		need = static_cast<uint64>(st->n) + extra;
-		if (need <= st->cap / 2)
-			return; // compaction freed enough room
+		if (need > st->cap / 2)
+			state_grow(st, 2 * need);
+		return;
 	}
-	state_grow(st, 2 * need);
+	state_grow(st, need);
+	state_absorb_slots(st);
 }
 
 inline void state_add_hash(State *st, uint64 hash) {
