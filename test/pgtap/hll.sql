@@ -3,7 +3,7 @@
 -- in memory. Inputs are fixed integer ranges, so every verdict is
 -- deterministic (the hash is pinned).
 BEGIN;
-SELECT plan(16);
+SELECT plan(18);
 
 -- Exact (or off by at most 1) while sparse: 20 disjoint sets at each size.
 CREATE TEMP TABLE small_trials AS
@@ -84,6 +84,26 @@ $$, '100,000 groups of 20 values: no batches spilled to disk at work_mem = 64MB'
 SELECT ok((SELECT count(*) FILTER (WHERE e <> 20) <= 10 AND min(e) >= 19 AND max(e) <= 20
            FROM (SELECT counter.hll_cardinality(counter.hll_add_agg(visitor)) e FROM visits GROUP BY link) x),
           'every group counts its 20 visitors, off by one in a handful of 100,000');
+
+-- The per-group state stays bounded: a large set goes dense (2^14 bytes),
+-- repeated values are compacted away.
+CREATE FUNCTION pg_temp.hash_memory_kb(query text) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    line text;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ' || query LOOP
+        IF line ~ 'Memory Usage: \d+kB' THEN
+            RETURN substring(line FROM 'Memory Usage: (\d+)kB')::int;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END $$;
+SELECT cmp_ok(pg_temp.hash_memory_kb(
+    'SELECT g % 10, counter.hll_add_agg(g) FROM generate_series(1, 1000000) g GROUP BY 1'), '<', 2048,
+    '10 groups of 100,000 distinct values: dense states, under 2 MB in all');
+SELECT cmp_ok(pg_temp.hash_memory_kb(
+    'SELECT g % 10, counter.hll_add_agg(g % 50) FROM generate_series(1, 1000000) g GROUP BY 1'), '<', 1024,
+    '10 groups of 100,000 rows with 5 values each: compacted, under 1 MB in all');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -7,8 +7,8 @@
 #
 # Installs postgresql-15-hll and redis-server (when root), starts its own
 # throwaway cluster (test/lib.sh) and a redis-server on a free loopback port,
-# and stops both at the end. Times are the best of CE_BENCH_REPS runs after
-# one warm-up run: CPU time of the backend for serial plans, wall time (psql's
+# and stops both at the end. Times are the best of CE_BENCH_REPS interleaved
+# runs after one warm-up round: CPU time of the backend for serial plans, wall time (psql's
 # \timing) for parallel ones.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -79,31 +79,45 @@ SQL
 SERIAL="SET max_parallel_workers_per_gather = 0;"
 PARALLEL="SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;"
 
-# timeq KEY SETUP SQL: the best wall time (psql's \timing) and the best CPU
-# time of the session's backend (/proc/self/schedstat, nanoseconds on CPU) of
-# REPS runs after a warm-up (noise from the shared machine only adds time). CPU time hardly depends on what else the shared
-# machine runs; wall time does. Parallel workers' CPU is not in the backend's.
+# timeq SETUP KEY SQL [KEY SQL ...]: for each query, the best wall time
+# (psql's \timing) and the best CPU time of the session's backend
+# (/proc/self/schedstat, nanoseconds on CPU) of REPS runs after a warm-up. The
+# queries run interleaved (a, b, c, a, b, c, ...), so a noisy moment on the
+# shared machine hits all of them alike; noise only ever adds time.
 timeq() {
-    local key=$1 setup=$2 sql=$3 i wall cpu
+    local setup=$1 i j wall cpu
+    shift
+    local keys=() sqls=()
+    while [ $# -gt 0 ]; do
+        keys+=("$1")
+        sqls+=("$2")
+        shift 2
+    done
     {
         echo "$setup"
         for i in $(seq 0 "$REPS"); do
-            echo "SELECT split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint AS c \\gset a_"
-            echo '\timing on'
-            echo "$sql;"
-            echo '\timing off'
-            echo "SELECT split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint AS c \\gset b_"
-            echo '\echo CPU :a_c :b_c'
+            for j in "${!keys[@]}"; do
+                echo "SELECT split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint AS c \\gset a_"
+                echo '\timing on'
+                echo "${sqls[$j]};"
+                echo '\timing off'
+                echo "SELECT split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint AS c \\gset b_"
+                echo "\\echo CPU $j $i :a_c :b_c"
+            done
         done
     } | "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -At >"$work/timing.txt" 2>&1 || {
         cat "$work/timing.txt" >&2
-        ce_die "query failed: $sql"
+        ce_die "query failed: ${sqls[*]}"
     }
-    wall=$(sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' "$work/timing.txt" | tail -n +2 | sort -n | head -1)
-    cpu=$(awk '/^CPU / {printf "%.3f\n", ($3 - $2) / 1e6}' "$work/timing.txt" | tail -n +2 | sort -n | head -1)
-    res "$key" "$wall"
-    res "${key}_cpu" "$cpu"
-    log "$key: $wall ms wall, $cpu ms CPU"
+    # Pair each "Time:" line with the CPU line that follows it.
+    awk '/^Time: / {t = $2} /^CPU / {print $2, $3, t, ($5 - $4) / 1e6}' "$work/timing.txt" >"$work/pairs.txt"
+    for j in "${!keys[@]}"; do
+        wall=$(awk -v j="$j" '$1 == j && $2 > 0 {print $3}' "$work/pairs.txt" | sort -n | head -1)
+        cpu=$(awk -v j="$j" '$1 == j && $2 > 0 {printf "%.3f\n", $4}' "$work/pairs.txt" | sort -n | head -1)
+        res "${keys[$j]}" "$wall"
+        res "${keys[$j]}_cpu" "$cpu"
+        log "${keys[$j]}: $wall ms wall, $cpu ms CPU"
+    done
 }
 
 # Which plan ran, and whether workers were launched (for the report).
@@ -119,30 +133,30 @@ log "add-aggregate, bigint"
 for mode in serial parallel; do
     setup=$SERIAL
     [ $mode = parallel ] && setup=$PARALLEL
-    timeq "big_count_$mode" "$setup" "SELECT count(id) FROM bench_big"
-    timeq "big_pghll_$mode" "$setup" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id), 14)) FROM bench_big"
-    timeq "big_ours_$mode" "$setup" "SELECT counter.hll_cardinality(counter.hll_add_agg(id)) FROM bench_big"
+    timeq "$setup" \
+        "big_count_$mode" "SELECT count(id) FROM bench_big" \
+        "big_pghll_$mode" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id), 14)) FROM bench_big" \
+        "big_ours_$mode" "SELECT counter.hll_cardinality(counter.hll_add_agg(id)) FROM bench_big"
     plan_note "big_ours_$mode" "$setup" "SELECT counter.hll_add_agg(id) FROM bench_big"
     plan_note "big_pghll_$mode" "$setup" "SELECT hll_add_agg(hll_hash_bigint(id), 14) FROM bench_big"
 done
-timeq "big_pghll11_serial" "$SERIAL" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id))) FROM bench_big"
+timeq "$SERIAL" "big_pghll11_serial" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id))) FROM bench_big"
 
 log "add-aggregate, text"
 for mode in serial parallel; do
     setup=$SERIAL
     [ $mode = parallel ] && setup=$PARALLEL
-    timeq "text_count_$mode" "$setup" "SELECT count(v) FROM bench_text"
-    timeq "text_pghll_$mode" "$setup" "SELECT hll_cardinality(hll_add_agg(hll_hash_text(v), 14)) FROM bench_text"
-    timeq "text_ours_$mode" "$setup" "SELECT counter.hll_cardinality(counter.hll_add_agg(v)) FROM bench_text"
+    timeq "$setup" \
+        "text_count_$mode" "SELECT count(v) FROM bench_text" \
+        "text_pghll_$mode" "SELECT hll_cardinality(hll_add_agg(hll_hash_text(v), 14)) FROM bench_text" \
+        "text_ours_$mode" "SELECT counter.hll_cardinality(counter.hll_add_agg(v)) FROM bench_text"
 done
 
 log "GROUP BY into $NGROUPS sketches"
 grp_ours="SELECT sum(pg_column_size(s)) FROM (SELECT link, counter.hll_add_agg(visitor) AS s FROM bench_grp GROUP BY link) x"
 grp_pghll="SELECT sum(pg_column_size(s)) FROM (SELECT link, hll_add_agg(hll_hash_bigint(visitor), 14) AS s FROM bench_grp GROUP BY link) x"
 grp_count="SELECT sum(c) FROM (SELECT link, count(visitor) AS c FROM bench_grp GROUP BY link) x"
-timeq grp_count_serial "$SERIAL" "$grp_count"
-timeq grp_ours_serial "$SERIAL" "$grp_ours"
-timeq grp_pghll_serial "$SERIAL" "$grp_pghll"
+timeq "$SERIAL" grp_count_serial "$grp_count" grp_ours_serial "$grp_ours" grp_pghll_serial "$grp_pghll"
 plan_note grp_ours "$SERIAL" "SELECT link, counter.hll_add_agg(visitor) AS s FROM bench_grp GROUP BY link"
 plan_note grp_pghll "$SERIAL" "SELECT link, hll_add_agg(hll_hash_bigint(visitor), 14) AS s FROM bench_grp GROUP BY link"
 plan_note grp_ours_4mb "SET work_mem = '4MB'; $SERIAL" \
@@ -160,8 +174,9 @@ res sk_pghll_mb "$(q -c "SELECT round(pg_total_relation_size('sk_pghll') / 10485
 for mode in serial parallel; do
     setup=$SERIAL
     [ $mode = parallel ] && setup=$PARALLEL
-    timeq "union_ours_$mode" "$setup" "SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM sk_ours"
-    timeq "union_pghll_$mode" "$setup" "SELECT hll_cardinality(hll_union_agg(s)) FROM sk_pghll"
+    timeq "$setup" \
+        "union_ours_$mode" "SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM sk_ours" \
+        "union_pghll_$mode" "SELECT hll_cardinality(hll_union_agg(s)) FROM sk_pghll"
 done
 res union_estimates "$(q -c "SELECT round(counter.hll_cardinality(counter.hll_union_agg(s))) FROM sk_ours") / $(q -c "SELECT round(hll_cardinality(hll_union_agg(s))) FROM sk_pghll") (true $ROWS)"
 
