@@ -267,3 +267,8 @@ END $$;
 SELECT b, pg_temp.via_recv(b) FROM (VALUES ('\x012e01e594cf'::bytea), ('\x01'), ('\x020e'), ('\x0103'),
     ('\x012e01e594cf00'), ('\x012e01e5944f'), ('')) v(b);
 RESET client_min_messages;
+
+-- Leave the database as it was found: other test files create the extension.
+SET client_min_messages = warning;
+DROP EXTENSION counter_ext CASCADE;
+RESET client_min_messages;

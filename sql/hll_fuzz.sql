@@ -108,3 +108,8 @@ END $$;
 
 SET client_min_messages = warning;
 SELECT * FROM pg_temp.fuzz(100000);
+
+-- Leave the database as it was found: other test files create the extension.
+SET client_min_messages = warning;
+DROP EXTENSION counter_ext CASCADE;
+RESET client_min_messages;

@@ -65,3 +65,8 @@ FROM hll_par;
 RESET counter_ext.hll_default_precision;
 
 DROP TABLE hll_par, hll_par_sketches;
+
+-- Leave the database as it was found: other test files create the extension.
+SET client_min_messages = warning;
+DROP EXTENSION counter_ext CASCADE;
+RESET client_min_messages;

@@ -143,17 +143,20 @@ void state_make_room(State *st, uint32 extra) {
 	uint64 need = static_cast<uint64>(st->n) + st->pending + extra;
 	if (need > st->cap && need > small_buffer) {
 		// Small buffers grow without sorting (the final function sorts once);
-		// larger ones are compacted first, so repeated values cost no memory
-		// and a set past the sparse limit goes dense.
-		state_compact(st); // absorbs the slots
-		if (st->dense)
+		// larger ones are compacted first (the buffer itself, so that it does
+		// not grow for the slots), so repeated values cost no memory and a set
+		// past the sparse limit goes dense.
+		st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
+		if (st->n > hll::sparse_limit(st->precision)) {
+			state_to_dense(st); // takes the slots too
 			return;
-		need = static_cast<uint64>(st->n) + extra;
+		}
+		need = static_cast<uint64>(st->n) + st->pending + extra;
 		if (need > st->cap / 2)
 			state_grow(st, 2 * need);
-		return;
+	} else {
+		state_grow(st, need);
 	}
-	state_grow(st, need);
 	state_absorb_slots(st);
 }
 
