@@ -1,34 +1,42 @@
 -- counter.hll: the SQL surface, the pinned hash, the representations, and
 -- every way a malformed value is refused.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS counter_ext;
+RESET client_min_messages;
 \set ON_ERROR_STOP 0
 \set SHOW_CONTEXT never
 SET search_path = counter, public;
 SET extra_float_digits = 0;
 
--- ---- the pinned hash: xxHash64, seed 0 (golden values from the reference xxhsum -H1)
-SELECT to_hex(hll_hash(''::text)) AS empty_text,            -- ef46db3751d8e999
-       to_hex(hll_hash('abc'::text)) AS abc,                 -- 44bc2cf5ad770999
-       to_hex(hll_hash('hello'::text)) AS hello,             -- 26c7827d889f6da3
-       lpad(to_hex(hll_hash('The quick brown fox jumps over the lazy dog'::text)), 16, '0') AS fox; -- 0b242d361fda71bc
+-- ---- the pinned hash: XXH3-64, seed 0 (golden values from the reference xxhsum -H3)
+SELECT lpad(to_hex(hll_hash(''::text)), 16, '0') AS empty_text,      -- 2d06800538d394c2
+       lpad(to_hex(hll_hash('ab'::text)), 16, '0') AS ab,            -- a873719c24d5735c
+       lpad(to_hex(hll_hash('abc'::text)), 16, '0') AS abc,          -- 78af5f94892f3950
+       lpad(to_hex(hll_hash('hello'::text)), 16, '0') AS hello,      -- 9555e8555c62dcfd
+       lpad(to_hex(hll_hash('abcdefghijkl'::text)), 16, '0') AS twelve; -- 52beba2086c3f6d7
+SELECT lpad(to_hex(hll_hash('The quick brown fox jumps over the lazy dog'::text)), 16, '0') AS fox, -- ce7d19a5418fb365
+       lpad(to_hex(hll_hash(repeat('y', 100))), 16, '0') AS y100,    -- 317b1a1ea1e09bb5
+       lpad(to_hex(hll_hash(repeat('x', 200))), 16, '0') AS x200,    -- 50ef124fb1e4de53
+       lpad(to_hex(hll_hash(repeat('abcdefghij', 30))), 16, '0') AS a300,    -- 39e8cd0956fe8cc2
+       lpad(to_hex(hll_hash(repeat('0123456789', 200))), 16, '0') AS d2000;  -- bb5c092b45e50578
 -- integers: the 8 little-endian bytes of the int64 value, whatever the width
 SELECT to_hex(hll_hash(5::int2)) AS i2, to_hex(hll_hash(5::int4)) AS i4, to_hex(hll_hash(5::int8)) AS i8,
        to_hex(hll_hash(5::numeric)) AS num, to_hex(hll_hash(5.000::numeric)) AS num_scaled,
-       to_hex(hll_hash(5::oid)) AS oid;                      -- 89be0b2dd5c2593d
-SELECT to_hex(hll_hash(-1::int8)) AS minus_one,             -- 85d136adb773c6c9
-       to_hex(hll_hash(0::int4)) AS zero;                    -- 34c96acdcadb1bbb
+       to_hex(hll_hash(5::oid)) AS oid;                      -- 8e03e9aa39aaa78c
+SELECT to_hex(hll_hash(-1::int8)) AS minus_one,             -- 5111c7e47d784413
+       to_hex(hll_hash(0::int4)) AS zero;                    -- c77b3abb6f87acd9
 -- uuid: its 16 bytes; bytea and varchar: their bytes, like text
-SELECT to_hex(hll_hash('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid)) AS uuid, -- 2be0e46a4e11f685
+SELECT to_hex(hll_hash('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid)) AS uuid, -- 55df69482c6d3767
        hll_hash('abc'::bytea) = hll_hash('abc'::text) AS bytea_is_text,
        hll_hash('abc'::varchar) = hll_hash('abc'::text) AS varchar_is_text,
        hll_hash('abc  '::char(5)) = hll_hash('abc'::text) AS bpchar_ignores_trailing_spaces,
        hll_hash('abc'::name) = hll_hash('abc'::text) AS name_is_text;
 -- numeric: integral values as integers, others by normalized text ('1.5')
-SELECT to_hex(hll_hash(1.50::numeric)) AS num_1_5,         -- 7599cf6a858394dd
+SELECT to_hex(hll_hash(1.50::numeric)) AS num_1_5,         -- 3d006affbf7f50ee
        hll_hash(1.5::numeric) = hll_hash(1.500::numeric) AS trailing_zeros_ignored,
        hll_hash(99999999999999999999::numeric) = hll_hash('99999999999999999999'::text) AS beyond_int64_is_text;
 -- floats: the big-endian bytes of the float8 value; -0 is 0, float4 widens
-SELECT to_hex(hll_hash(1.5::float8)) AS f8,                 -- 6c9ef7e1dd6b8924
+SELECT to_hex(hll_hash(1.5::float8)) AS f8,                 -- 63df53725e097d8e
        hll_hash(1.5::float4) = hll_hash(1.5::float8) AS float4_widens,
        hll_hash('-0'::float8) = hll_hash(0::float8) AS minus_zero;
 -- timestamps and dates: their binary send form (big-endian int64 / int32)
@@ -56,7 +64,7 @@ FROM (SELECT n, hll_add_agg(g) AS s
       FROM (VALUES (1), (10), (100), (1000), (2000), (5000)) v(n), generate_series(1, n) g
       GROUP BY n) x, hll_info(s) i
 ORDER BY n;
--- dense past the sparse limit: 5-bit registers, 10242 bytes at precision 14
+-- dense past the sparse limit: 5-bit registers, Rice-coded (about 3 bits each) when smaller
 SELECT n, round(hll_cardinality(s)) AS estimate, abs(hll_cardinality(s) / n - 1) < 0.03 AS within_3pct,
        i.representation, i.bytes
 FROM (SELECT n, hll_add_agg(g) AS s
@@ -100,6 +108,11 @@ SELECT (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) || hll_empty(1
        = (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) AS empty_never_lowers,
        (SELECT hll_add_agg(g, 16) FROM generate_series(1, 300) g) || hll_add(hll_empty(13), 1)
        = (SELECT hll_add_agg(g, 13) FROM generate_series(1, 300) g) AS sparse_fold_exact;
+SELECT hll_empty(13) || s = s AS empty_first_never_lowers, s || hll_empty(13) = s AS empty_last_never_lowers,
+       hll_union_agg(x ORDER BY o) = s AS union_agg_empty_first, (hll_info(hll_union_agg(x ORDER BY o))).precision
+FROM (SELECT hll_add_agg(g, 16) AS s FROM generate_series(1, 300) g) a,
+     LATERAL (VALUES (1, hll_empty(12)), (2, hll_empty(13)), (3, s), (4, hll_empty(11))) v(o, x)
+GROUP BY s;
 SELECT hll_union_agg(s) = hll_add_agg_all AS union_agg_equals_add_agg
 FROM (SELECT g % 7 AS k, hll_add_agg(g) AS s FROM generate_series(1, 20000) g GROUP BY 1) x,
      (SELECT hll_add_agg(g) AS hll_add_agg_all FROM generate_series(1, 20000) g) y
@@ -172,27 +185,34 @@ SELECT '\x0103'::hll;             -- precision 3
 \echo :LAST_ERROR_SQLSTATE
 SELECT '\x0113'::hll;             -- precision 19
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x016e'::hll;             -- representation 3
+SELECT '\x018e'::hll;             -- representation 4
 \echo :LAST_ERROR_SQLSTATE
 SELECT '\x010e00'::hll;           -- trailing byte after an empty sketch
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15'::hll;           -- sparse, no entry count
+SELECT '\x012e'::hll;             -- sparse, no entry count
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1500'::hll;         -- sparse with 0 entries
+SELECT '\x012e00'::hll;           -- sparse with 0 entries
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1501'::hll;         -- one entry, no bits
+SELECT '\x012e01'::hll;           -- one entry, no bits
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba7'::hll;     -- truncated entry
+SELECT '\x012e01e594'::hll;       -- truncated entry
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba77c00'::hll; -- trailing byte
+SELECT '\x012e01e594cf00'::hll;   -- trailing byte
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1401af9cf201'::hll; -- decodable, but Rice parameter 20 is not the canonical 21
+SELECT '\x012e01e5944f'::hll;     -- high-bit bitmap never ends
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e17012ba77c'::hll;   -- Rice parameter 23, out of range
+SELECT '\x012e02e5944f39e563'::hll; -- two equal entries
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e1581002ba77c'::hll; -- overlong entry count
+SELECT '\x012e02e903c0000060'::hll; -- entries not increasing (second below first)
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15ffff7f'::hll;     -- entry count beyond the sparse limit
+SELECT '\x012e01000080'::hll;     -- an entry of value 0 needs its rho field
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012e0100008000'::hll;   -- rho field 0
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012e0100008003'::hll AS value_zero_rho_3;
+SELECT '\x012e8100e594cf'::hll;   -- overlong entry count
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x012effff7f'::hll;       -- entry count beyond the sparse limit
 \echo :LAST_ERROR_SQLSTATE
 SELECT ('\x014e' || repeat('00', 10240))::hll; -- dense with no register set
 \echo :LAST_ERROR_SQLSTATE
@@ -200,11 +220,27 @@ SELECT ('\x014e' || repeat('00', 10239))::hll; -- dense, one byte short
 \echo :LAST_ERROR_SQLSTATE
 SELECT ('\x014e' || repeat('21', 10241))::hll; -- dense, one byte long
 \echo :LAST_ERROR_SQLSTATE
-SELECT (hll_info(('\x014e' || repeat('ff', 10240))::hll)).entries AS all_registers_31_is_valid;
+SELECT ('\x014e' || repeat('ff', 10240))::hll; -- all registers 31, packed: valid but not canonical
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_info(('\x016e1f00' || repeat('00', 2048))::hll) AS all_31_rice_coded; -- the canonical form of it
+SELECT '\x016e1f00'::hll;         -- dense_rice with no registers
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('00', 2047))::hll; -- dense_rice, one byte short
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('00', 2049))::hll; -- dense_rice, one trailing byte
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e2000' || repeat('00', 2048))::hll; -- dense_rice, base 32
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f04' || repeat('00', 2048))::hll; -- dense_rice, Rice parameter 4
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1e000f' || repeat('00', 2047))::hll; -- dense_rice, a register coded as 32
+\echo :LAST_ERROR_SQLSTATE
+SELECT ('\x016e1f00' || repeat('ff', 2048))::hll; -- dense_rice, unary run past the end
+\echo :LAST_ERROR_SQLSTATE
 -- the same through the bytea cast
 SELECT '\x0103'::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
-SELECT '\x012e15012ba77c00'::bytea::hll;
+SELECT '\x012e01e594cf00'::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
 SELECT ''::bytea::hll;
 \echo :LAST_ERROR_SQLSTATE
@@ -228,6 +264,11 @@ BEGIN
     END;
     RETURN result;
 END $$;
-SELECT b, pg_temp.via_recv(b) FROM (VALUES ('\x012e15012ba77c'::bytea), ('\x01'), ('\x020e'), ('\x0103'),
-    ('\x012e15012ba77c00'), ('\x012e1401af9cf201'), ('')) v(b);
+SELECT b, pg_temp.via_recv(b) FROM (VALUES ('\x012e01e594cf'::bytea), ('\x01'), ('\x020e'), ('\x0103'),
+    ('\x012e01e594cf00'), ('\x012e01e5944f'), ('')) v(b);
+RESET client_min_messages;
+
+-- Leave the database as it was found: other test files create the extension.
+SET client_min_messages = warning;
+DROP EXTENSION counter_ext CASCADE;
 RESET client_min_messages;

@@ -1,7 +1,9 @@
 -- counter.hll aggregates under parallel query: combine, serialize and
 -- deserialize give the same bytes as a serial plan, and the session's
 -- default precision reaches the workers.
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS counter_ext;
+RESET client_min_messages;
 SET search_path = counter, public;
 
 CREATE TABLE hll_par AS
@@ -63,3 +65,8 @@ FROM hll_par;
 RESET counter_ext.hll_default_precision;
 
 DROP TABLE hll_par, hll_par_sketches;
+
+-- Leave the database as it was found: other test files create the extension.
+SET client_min_messages = warning;
+DROP EXTENSION counter_ext CASCADE;
+RESET client_min_messages;

@@ -73,9 +73,6 @@ FROM generate_series(1, 1025) i;
 SET counter_ext.node_id = '';
 SELECT counter.pncounter_increment('{}', 5);
 \echo :LAST_ERROR_SQLSTATE
-\set VERBOSITY verbose
-SELECT counter.pncounter_increment('{}', 5);
-\set VERBOSITY default
 SET counter_ext.node_id = 'site_a';
 SELECT counter.pncounter_increment('{}', 5);
 SELECT counter.pncounter_increment('{}');

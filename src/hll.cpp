@@ -55,59 +55,44 @@ int checked_precision(int32 p) {
 
 // ---- state: a sketch being built, palloc'd in one memory context -----------------
 
+// One cache line: the header and the newest few entries. A GROUP BY into many
+// groups touches a different state on every row; appending to the slots in
+// the header's own line, and moving them to the buffer 7 at a time, costs one
+// cache miss per row instead of two.
+constexpr int state_slots = 7;
+
 struct State {
 	MemoryContext context;
-	int precision;
-	bool dense;
-	uint32 n;   // sparse entries buffered (not necessarily sorted)
-	uint32 cap; // room in 'entries'
-	uint32 *entries;
+	uint32 *entries;  // sparse entries buffered (not necessarily sorted)
 	uint8 *registers; // 2^precision bytes when dense
+	uint32 n;         // entries in 'entries'
+	uint32 cap;       // room in 'entries'
+	uint8 precision;
+	bool dense;
+	uint8 pending; // entries in 'slots' (only while sparse)
+	uint8 unused;
+	uint32 slots[state_slots];
 };
+static_assert(sizeof(State) == 64, "a state header is one cache line");
 
 State *state_new(MemoryContext context, int precision) {
-	State *st = static_cast<State *>(MemoryContextAllocZero(context, sizeof(State)));
+	char *raw = static_cast<char *>(MemoryContextAllocZero(context, sizeof(State) + 63));
+	State *st = reinterpret_cast<State *>(TYPEALIGN(64, raw));
 	st->context = context;
-	st->precision = precision;
+	st->precision = static_cast<uint8>(precision);
 	return st;
 }
 
 bool state_empty(const State *st) {
-	return !st->dense && st->n == 0;
+	return !st->dense && st->n == 0 && st->pending == 0;
 }
 
-void state_to_dense(State *st) {
-	st->registers = static_cast<uint8 *>(MemoryContextAllocZero(st->context, size_t{1} << st->precision));
-	hll::dense_add_entries(st->registers, st->precision, st->entries, st->n);
-	if (st->entries != nullptr)
-		pfree(st->entries);
-	st->entries = nullptr;
-	st->n = st->cap = 0;
-	st->dense = true;
-}
-
-// Sorts and deduplicates the buffer; past the sparse limit the state goes dense.
-void state_compact(State *st) {
-	if (st->dense)
+// Makes 'entries' hold at least 'need' entries (no compaction).
+void state_grow(State *st, uint64 need) {
+	if (need <= st->cap)
 		return;
-	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
-	if (st->n > hll::sparse_limit(st->precision))
-		state_to_dense(st);
-}
-
-// Makes room for 'extra' more entries, compacting first; the state may go
-// dense (the caller checks).
-void state_make_room(State *st, uint32 extra) {
-	if (st->n + extra <= st->cap)
-		return;
-	state_compact(st);
-	if (st->dense)
-		return;
-	uint64 need = static_cast<uint64>(st->n) + extra;
-	if (need <= st->cap / 2 && st->cap > 0)
-		return; // compaction freed enough room
 	uint64 cap = st->cap > 0 ? st->cap : 8;
-	while (cap < 2 * need)
+	while (cap < need)
 		cap *= 2;
 	size_t bytes = static_cast<size_t>(cap) * sizeof(uint32);
 	if (st->entries == nullptr)
@@ -117,16 +102,75 @@ void state_make_room(State *st, uint32 extra) {
 	st->cap = static_cast<uint32>(cap);
 }
 
+// Moves the slots into the buffer (no compaction).
+void state_absorb_slots(State *st) {
+	if (st->pending == 0)
+		return;
+	state_grow(st, static_cast<uint64>(st->n) + st->pending);
+	memcpy(st->entries + st->n, st->slots, st->pending * sizeof(uint32));
+	st->n += st->pending;
+	st->pending = 0;
+}
+
+void state_to_dense(State *st) {
+	st->registers = static_cast<uint8 *>(MemoryContextAllocZero(st->context, size_t{1} << st->precision));
+	hll::dense_add_entries(st->registers, st->precision, st->entries, st->n);
+	hll::dense_add_entries(st->registers, st->precision, st->slots, st->pending);
+	if (st->entries != nullptr)
+		pfree(st->entries);
+	st->entries = nullptr;
+	st->n = st->cap = 0;
+	st->pending = 0;
+	st->dense = true;
+}
+
+// Sorts and deduplicates the buffer; past the sparse limit the state goes dense.
+void state_compact(State *st) {
+	if (st->dense)
+		return;
+	state_absorb_slots(st);
+	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
+	if (st->n > hll::sparse_limit(st->precision))
+		state_to_dense(st);
+}
+
+constexpr uint64 small_buffer = 256;
+
+// Moves the slots into the buffer and makes room there for 'extra' more
+// entries; a large buffer that is full is compacted first, and the state may
+// go dense (the caller checks).
+void state_make_room(State *st, uint32 extra) {
+	uint64 need = static_cast<uint64>(st->n) + st->pending + extra;
+	if (need > st->cap && need > small_buffer) {
+		// Small buffers grow without sorting (the final function sorts once);
+		// larger ones are compacted first (the buffer itself, so that it does
+		// not grow for the slots), so repeated values cost no memory and a set
+		// past the sparse limit goes dense.
+		st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
+		if (st->n > hll::sparse_limit(st->precision)) {
+			state_to_dense(st); // takes the slots too
+			return;
+		}
+		need = static_cast<uint64>(st->n) + st->pending + extra;
+		if (need > st->cap / 2)
+			state_grow(st, 2 * need);
+	} else {
+		state_grow(st, need);
+	}
+	state_absorb_slots(st);
+}
+
 inline void state_add_hash(State *st, uint64 hash) {
-	if (!st->dense) {
-		if (st->n == st->cap) {
-			state_make_room(st, 1);
+	if (likely(!st->dense)) {
+		uint32 e = hll::sparse_entry(hash, st->precision);
+		if (unlikely(st->pending == state_slots)) {
+			state_make_room(st, 0);
 			if (st->dense) {
 				hll::dense_add_hash(st->registers, st->precision, hash);
 				return;
 			}
 		}
-		st->entries[st->n++] = hll::sparse_entry(hash, st->precision);
+		st->slots[st->pending++] = e;
 		return;
 	}
 	hll::dense_add_hash(st->registers, st->precision, hash);
@@ -157,7 +201,7 @@ void state_fold(State *st, int to) {
 	if (to >= st->precision)
 		return;
 	if (state_empty(st)) {
-		st->precision = to;
+		st->precision = static_cast<uint8>(to);
 		return;
 	}
 	if (st->dense) {
@@ -165,12 +209,22 @@ void state_fold(State *st, int to) {
 		hll::fold_registers(st->registers, st->precision, folded, to);
 		pfree(st->registers);
 		st->registers = folded;
-		st->precision = to;
+		st->precision = static_cast<uint8>(to);
 		return;
 	}
+	state_absorb_slots(st);
 	hll::fold_entries(st->entries, st->n, st->precision, to);
-	st->precision = to;
+	st->precision = static_cast<uint8>(to);
 	state_compact(st);
+}
+
+// Gives the state the precision of a union: an empty state simply takes it
+// (raised or lowered), a non-empty one folds down.
+void state_set_precision(State *st, int p) {
+	if (state_empty(st))
+		st->precision = static_cast<uint8>(p);
+	else
+		state_fold(st, p);
 }
 
 // Merges a serialized sketch into the state (union, deserialize+combine,
@@ -179,10 +233,14 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 	hll::Header h = hll::parse_header(data, len);
 	bool input_empty = h.repr == hll::Repr::empty;
 	int p = hll::union_precision(st->precision, state_empty(st), h.precision, input_empty);
-	state_fold(st, p);
+	state_set_precision(st, p);
 	if (input_empty) {
 		if (canonical)
 			hll::validate(data, len);
+		return;
+	}
+	if (h.repr == hll::Repr::sparse && st->dense && !canonical) {
+		hll::decode_sparse_to_registers(data, len, h, st->registers, st->precision);
 		return;
 	}
 	if (h.repr == hll::Repr::sparse) {
@@ -195,7 +253,7 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 		return;
 	}
 	uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-	hll::decode_dense(data, len, h, registers);
+	hll::decode_dense(data, len, h, registers, canonical);
 	if (h.precision > p) {
 		uint8 *folded = static_cast<uint8 *>(palloc(size_t{1} << p));
 		hll::fold_registers(registers, h.precision, folded, p);
@@ -206,9 +264,10 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 	pfree(registers);
 }
 
-void state_merge_state(State *st, const State *other) {
+void state_merge_state(State *st, State *other) {
+	state_absorb_slots(other);
 	int p = hll::union_precision(st->precision, state_empty(st), other->precision, state_empty(other));
-	state_fold(st, p);
+	state_set_precision(st, p);
 	if (state_empty(other))
 		return;
 	if (other->dense) {
@@ -239,10 +298,10 @@ bytea *state_to_varlena(State *st) {
 	state_compact(st);
 	bytea *out;
 	if (st->dense) {
-		size_t size = hll::encoded_size_dense(st->precision);
-		out = static_cast<bytea *>(palloc(VARHDRSZ + size));
-		SET_VARSIZE(out, VARHDRSZ + size);
-		hll::encode_dense(st->registers, st->precision, reinterpret_cast<uint8 *>(VARDATA(out)));
+		hll::DensePlan plan = hll::plan_dense(st->registers, st->precision);
+		out = static_cast<bytea *>(palloc(VARHDRSZ + plan.bytes));
+		SET_VARSIZE(out, VARHDRSZ + plan.bytes);
+		hll::encode_dense(st->registers, st->precision, plan, reinterpret_cast<uint8 *>(VARDATA(out)));
 	} else if (st->n == 0) {
 		size_t size = hll::encoded_size_empty();
 		out = static_cast<bytea *>(palloc(VARHDRSZ + size));
@@ -303,7 +362,7 @@ bytea *apply_typmod(bytea *value, int32 typmod) {
 	State *st = state_new(CurrentMemoryContext, h.precision);
 	state_merge_bytes(st, data, len, false);
 	if (state_empty(st))
-		st->precision = typmod;
+		st->precision = static_cast<uint8>(typmod);
 	else
 		state_fold(st, typmod);
 	return state_to_varlena(st);
@@ -666,10 +725,11 @@ CE_FUNCTION(counter_hll_cardinality) {
 		case hll::Repr::sparse:
 			PG_RETURN_FLOAT8(hll::estimate_sparse(h.count));
 		case hll::Repr::dense:
+		case hll::Repr::dense_rice:
 			break;
 	}
 	uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-	hll::decode_dense(b.data, b.len, h, registers);
+	hll::decode_dense(b.data, b.len, h, registers, false);
 	double e = hll::estimate_dense(registers, h.precision);
 	pfree(registers);
 	PG_RETURN_FLOAT8(e);
@@ -680,9 +740,9 @@ CE_FUNCTION(counter_hll_info) {
 	Bytes b = arg_bytes(fcinfo, 0);
 	hll::Header h = hll::parse_header(b.data, b.len);
 	int64 entries = static_cast<int64>(h.count);
-	if (h.repr == hll::Repr::dense) {
+	if (hll::is_dense(h.repr)) {
 		uint8 *registers = static_cast<uint8 *>(palloc(size_t{1} << h.precision));
-		hll::decode_dense(b.data, b.len, h, registers);
+		hll::decode_dense(b.data, b.len, h, registers, false);
 		entries = 0;
 		for (size_t i = 0; i < (size_t{1} << h.precision); i++)
 			entries += registers[i] != 0;
@@ -747,19 +807,41 @@ CE_FUNCTION(counter_hll_hash_extended) {
 
 // ---- aggregates -------------------------------------------------------------------------------
 
-// counter.hll_add_trans(internal, anyelement [, precision int])
-CE_FUNCTION(counter_hll_add_trans) {
+namespace {
+// An inline varlena (not compressed, not toasted): its bytes can be read in place.
+inline bool plain_varlena(Datum d) {
+	const struct varlena *v = reinterpret_cast<const struct varlena *>(DatumGetPointer(d));
+	return !VARATT_IS_COMPRESSED(v) && !VARATT_IS_EXTERNAL(v);
+}
+
+// The first row of a group: the state, in the aggregate context.
+State *add_state_new(FunctionCallInfo fcinfo) {
 	MemoryContext context = agg_context(fcinfo, "hll_add_trans");
-	State *st;
-	if (PG_ARGISNULL(0)) {
-		int p = (PG_NARGS() > 2 && !PG_ARGISNULL(2)) ? checked_precision(PG_GETARG_INT32(2)) : default_precision();
-		st = state_new(context, p);
-	} else {
-		st = reinterpret_cast<State *>(PG_GETARG_POINTER(0));
-	}
-	if (!PG_ARGISNULL(1)) {
-		Hasher *hs = hasher_for(fcinfo, 1);
-		state_add_hash(st, hash_value(hs, PG_GETARG_DATUM(1)));
+	int p = (PG_NARGS() > 2 && !PG_ARGISNULL(2)) ? checked_precision(PG_GETARG_INT32(2)) : default_precision();
+	return state_new(context, p);
+}
+} // namespace
+
+// counter.hll_add_trans(internal, anyelement [, precision int]). The per-row
+// path: the aggregate context is checked when the state is made (an internal
+// state can only come from the aggregate machinery), integers hash inline.
+CE_FUNCTION(counter_hll_add_trans) {
+	State *st = unlikely(PG_ARGISNULL(0)) ? add_state_new(fcinfo) : reinterpret_cast<State *>(PG_GETARG_POINTER(0));
+	if (likely(!PG_ARGISNULL(1))) {
+		Hasher *hs = static_cast<Hasher *>(fcinfo->flinfo->fn_extra);
+		if (unlikely(hs == nullptr))
+			hs = hasher_for(fcinfo, 1);
+		Datum d = PG_GETARG_DATUM(1);
+		uint64 h;
+		if (hs->kind == Kind::integer8)
+			h = hll::hash_int64(DatumGetInt64(d));
+		else if (hs->kind == Kind::integer4)
+			h = hll::hash_int64(DatumGetInt32(d));
+		else if (hs->kind == Kind::bytes && plain_varlena(d))
+			h = hll::hash_bytes(VARDATA_ANY(DatumGetPointer(d)), VARSIZE_ANY_EXHDR(DatumGetPointer(d)));
+		else
+			h = hash_value(hs, d);
+		state_add_hash(st, h);
 	}
 	PG_RETURN_POINTER(st);
 }

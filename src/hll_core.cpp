@@ -8,37 +8,9 @@
 #include <cmath>
 #include <limits>
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the hash and the bit streams read little-endian words");
-
 namespace ce::hll {
 
 namespace {
-
-uint64_t read64(const uint8_t *p) noexcept {
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
-uint32_t read32(const uint8_t *p) noexcept {
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-uint64_t xxh_round(uint64_t acc, uint64_t input) noexcept {
-	acc += input * xxh_p2;
-	acc = rotl64(acc, 31);
-	acc *= xxh_p1;
-	return acc;
-}
-
-uint64_t xxh_merge(uint64_t acc, uint64_t val) noexcept {
-	val = xxh_round(0, val);
-	acc ^= val;
-	acc = acc * xxh_p1 + xxh_p4;
-	return acc;
-}
 
 [[noreturn]] void bad(const std::string &detail) {
 	throw Error(sqlstate::invalid_binary_representation, "invalid counter.hll value", detail);
@@ -46,53 +18,46 @@ uint64_t xxh_merge(uint64_t acc, uint64_t val) noexcept {
 
 } // namespace
 
-uint64_t xxh64(const void *data, size_t len, uint64_t seed) noexcept {
-	const uint8_t *p = static_cast<const uint8_t *>(data);
-	const uint8_t *end = p + len;
-	uint64_t h;
-	if (len >= 32) {
-		const uint8_t *limit = end - 32;
-		uint64_t v1 = seed + xxh_p1 + xxh_p2;
-		uint64_t v2 = seed + xxh_p2;
-		uint64_t v3 = seed;
-		uint64_t v4 = seed - xxh_p1;
-		do {
-			v1 = xxh_round(v1, read64(p));
-			v2 = xxh_round(v2, read64(p + 8));
-			v3 = xxh_round(v3, read64(p + 16));
-			v4 = xxh_round(v4, read64(p + 24));
-			p += 32;
-		} while (p <= limit);
-		h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-		h = xxh_merge(h, v1);
-		h = xxh_merge(h, v2);
-		h = xxh_merge(h, v3);
-		h = xxh_merge(h, v4);
-	} else {
-		h = seed + xxh_p5;
+uint64_t xxh3::hash_long(const uint8_t *in, size_t len) noexcept {
+	// 64-byte stripes into 8 accumulators, 16 stripes per block, the
+	// accumulators scrambled after each block, then merged.
+	constexpr uint64_t p32_1 = 0x9E3779B1U, p32_2 = 0x85EBCA77U, p32_3 = 0xC2B2AE3DU;
+	constexpr uint64_t p64_4 = 0x85EBCA77C2B2AE63ULL, p64_5 = 0x27D4EB2F165667C5ULL;
+	uint64_t acc[8] = {p32_3, xxh_p1, xxh_p2, xxh_p3, p64_4, p32_2, p64_5, p32_1};
+	const uint8_t *s = secret;
+	auto accumulate = [&acc](const uint8_t *stripe, const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t v = read64(stripe + 8 * i);
+			uint64_t k = v ^ read64(key + 8 * i);
+			acc[i ^ 1] += v;
+			acc[i] += (k & 0xFFFFFFFFULL) * (k >> 32);
+		}
+	};
+	auto scramble = [&acc](const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t a = acc[i];
+			a ^= a >> 47;
+			a ^= read64(key + 8 * i);
+			a *= p32_1;
+			acc[i] = a;
+		}
+	};
+	constexpr size_t stripes_per_block = (sizeof(secret) - 64) / 8;
+	constexpr size_t block_len = 64 * stripes_per_block;
+	size_t blocks = (len - 1) / block_len;
+	for (size_t b = 0; b < blocks; b++) {
+		for (size_t n = 0; n < stripes_per_block; n++)
+			accumulate(in + b * block_len + n * 64, s + n * 8);
+		scramble(s + sizeof(secret) - 64);
 	}
-	h += static_cast<uint64_t>(len);
-	while (p + 8 <= end) {
-		h ^= xxh_round(0, read64(p));
-		h = rotl64(h, 27) * xxh_p1 + xxh_p4;
-		p += 8;
-	}
-	if (p + 4 <= end) {
-		h ^= static_cast<uint64_t>(read32(p)) * xxh_p1;
-		h = rotl64(h, 23) * xxh_p2 + xxh_p3;
-		p += 4;
-	}
-	while (p < end) {
-		h ^= static_cast<uint64_t>(*p) * xxh_p5;
-		h = rotl64(h, 11) * xxh_p1;
-		p++;
-	}
-	h ^= h >> 33;
-	h *= xxh_p2;
-	h ^= h >> 29;
-	h *= xxh_p3;
-	h ^= h >> 32;
-	return h;
+	size_t stripes = ((len - 1) - block_len * blocks) / 64;
+	for (size_t n = 0; n < stripes; n++)
+		accumulate(in + blocks * block_len + n * 64, s + n * 8);
+	accumulate(in + len - 64, s + sizeof(secret) - 64 - 7);
+	uint64_t result = len * xxh_p1;
+	for (int i = 0; i < 4; i++)
+		result += mul128_fold64(acc[2 * i] ^ read64(s + 11 + 16 * i), acc[2 * i + 1] ^ read64(s + 11 + 16 * i + 8));
+	return avalanche(result);
 }
 
 const char *repr_name(Repr r) noexcept {
@@ -103,6 +68,8 @@ const char *repr_name(Repr r) noexcept {
 			return "sparse";
 		case Repr::dense:
 			return "dense";
+		case Repr::dense_rice:
+			return "dense_rice";
 	}
 	return "unknown";
 }
@@ -120,22 +87,26 @@ constexpr size_t varint_len(size_t v) noexcept {
 	return n;
 }
 
-// An upper bound of a sparse sketch's size with d entries: the Rice code of
-// d gaps summing to less than 2^23 costs at most d * (b + 1) + (2^23 >> b)
-// bits; rho fields are expected on d / 2^(23 - p) entries.
+// The low-bit width of d sparse entries: the largest l with d * 2^l <= 2^23.
+constexpr int low_bits_for(size_t d) noexcept {
+	int l = 0;
+	while (l < sparse_bits && (d << (l + 1)) <= (size_t{1} << sparse_bits))
+		l++;
+	return l;
+}
+
+// An upper bound of a sparse sketch's size with d entries: d low-bit fields,
+// a high-bit bitmap of at most (2^23 - 1 >> l) + d bits, and the rho fields
+// expected on d / 2^(23 - p) entries.
 constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
-	size_t best = std::numeric_limits<size_t>::max();
-	for (int b = 0; b < sparse_bits; b++) {
-		size_t bits = d * static_cast<size_t>(b + 1) + ((size_t{1} << sparse_bits) >> b);
-		if (bits < best)
-			best = bits;
-	}
-	best += (d * 5) >> (sparse_bits - p);
-	return header_bytes + 1 + varint_len(d) + (best + 7) / 8;
+	int l = low_bits_for(d);
+	size_t bits = d * static_cast<size_t>(l) + (((size_t{1} << sparse_bits) - 1) >> l) + d;
+	bits += (d * 5) >> (sparse_bits - p);
+	return header_bytes + varint_len(d) + (bits + 7) / 8;
 }
 
 constexpr size_t compute_sparse_limit(int p) noexcept {
-	size_t dense = header_bytes + dense_payload_bytes(p);
+	size_t dense = header_bytes + dense_payload_bytes(p); // packed: the largest dense form
 	size_t lo = 0, hi = size_t{1} << (p + 2);
 	while (lo < hi) { // largest d with bound(d) <= dense
 		size_t mid = (lo + hi + 1) / 2;
@@ -168,10 +139,50 @@ size_t sparse_limit(int p) noexcept {
 
 // ---- entries and registers ------------------------------------------------------
 
+namespace {
+
+// Sorts up to 'small_sort_max' entries in O(n) expected time: a counting
+// scatter into 2^k >= n buckets by the top bits (hash bits are uniform), then
+// an insertion sort that only has to fix order inside buckets. Aggregates
+// sort one small buffer per group, so this beats std::sort's mispredictions.
+constexpr size_t small_sort_max = 512;
+
+void small_sort(uint32_t *entries, size_t n) noexcept {
+	uint32_t tmp[small_sort_max];
+	uint16_t start[small_sort_max + 1];
+	int k = 1;
+	while ((size_t{1} << k) < n)
+		k++;
+	size_t buckets = size_t{1} << k;
+	int shift = sparse_bits + 5 - k; // entries are below 2^28
+	memset(start, 0, (buckets + 1) * sizeof(uint16_t));
+	for (size_t i = 0; i < n; i++)
+		start[(entries[i] >> shift) + 1]++;
+	for (size_t b = 0; b < buckets; b++)
+		start[b + 1] = static_cast<uint16_t>(start[b + 1] + start[b]);
+	for (size_t i = 0; i < n; i++)
+		tmp[start[entries[i] >> shift]++] = entries[i];
+	for (size_t i = 1; i < n; i++) {
+		uint32_t x = tmp[i];
+		size_t j = i;
+		while (j > 0 && tmp[j - 1] > x) {
+			tmp[j] = tmp[j - 1];
+			j--;
+		}
+		tmp[j] = x;
+	}
+	memcpy(entries, tmp, n * sizeof(uint32_t));
+}
+
+} // namespace
+
 size_t compact_entries(uint32_t *entries, size_t n) noexcept {
 	if (n == 0)
 		return 0;
-	std::sort(entries, entries + n);
+	if (n <= small_sort_max)
+		small_sort(entries, n);
+	else
+		std::sort(entries, entries + n);
 	size_t out = 0;
 	for (size_t i = 0; i < n; i++) {
 		// equal values are adjacent, the largest rho field last
@@ -320,6 +331,13 @@ public:
 		}
 		put((uint64_t{1} << q) - 1, static_cast<int>(q) + 1);
 	}
+	void zeros_then_one(uint64_t q) noexcept { // q zeros, then a one
+		while (q >= 32) {
+			put(0, 32);
+			q -= 32;
+		}
+		put(uint64_t{1} << q, static_cast<int>(q) + 1);
+	}
 	void flush() noexcept {
 		if (used_ > 0)
 			*out_++ = static_cast<uint8_t>(acc_);
@@ -336,6 +354,17 @@ private:
 class BitReader {
 public:
 	BitReader(const uint8_t *data, size_t bytes) noexcept : data_(data), bytes_(bytes), bits_(bytes * 8) {}
+
+	// 57 valid bits from the position, when 8 whole bytes remain from it.
+	bool window(uint64_t &w) const noexcept {
+		size_t byte = pos_ >> 3;
+		if (byte + 8 > bytes_)
+			return false;
+		memcpy(&w, data_ + byte, 8);
+		w >>= (pos_ & 7);
+		return true;
+	}
+	void advance(size_t n) noexcept { pos_ += n; }
 
 	size_t remaining() const noexcept { return bits_ - pos_; }
 	size_t position() const noexcept { return pos_; }
@@ -378,29 +407,20 @@ private:
 	uint64_t peek() const noexcept {
 		size_t byte = pos_ >> 3;
 		uint64_t w = 0;
-		size_t take = std::min<size_t>(8, bytes_ - byte);
-		memcpy(&w, data_ + byte, take);
+		if (likely_full(byte))
+			memcpy(&w, data_ + byte, 8);
+		else
+			memcpy(&w, data_ + byte, bytes_ - byte);
 		return w >> (pos_ & 7);
 	}
+
+	bool likely_full(size_t byte) const noexcept { return __builtin_expect(byte + 8 <= bytes_, 1); }
 
 	const uint8_t *data_;
 	size_t bytes_;
 	size_t bits_;
 	size_t pos_ = 0;
 };
-
-// The Rice cost (bits, rho fields excluded) of the entries' gaps with
-// parameter b.
-uint64_t rice_cost(const uint32_t *entries, size_t n, int b) noexcept {
-	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(b + 1);
-	int64_t prev = -1;
-	for (size_t i = 0; i < n; i++) {
-		int64_t v = entry_value(entries[i]);
-		bits += static_cast<uint64_t>(v - prev - 1) >> b;
-		prev = v;
-	}
-	return bits;
-}
 
 size_t write_varint(uint8_t *out, size_t v) noexcept {
 	size_t n = 0;
@@ -425,69 +445,111 @@ void encode_empty(int p, uint8_t *out) noexcept {
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::empty) << 5) | p);
 }
 
+int sparse_low_bits(size_t n) noexcept {
+	return low_bits_for(n);
+}
+
 SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept {
-	// The cost is convex in b, so walking downhill from a guess finds the
-	// smallest b of least cost: the canonical choice.
-	uint64_t span = n > 0 ? entry_value(entries[n - 1]) + 1 : 1;
-	uint64_t mean_gap = span / (n + 1);
-	int b = 0;
-	while (b + 1 < sparse_bits && (uint64_t{1} << (b + 1)) <= mean_gap)
-		b++;
-	uint64_t cost = rice_cost(entries, n, b);
-	while (b > 0) {
-		uint64_t c = rice_cost(entries, n, b - 1);
-		if (c > cost)
-			break;
-		cost = c;
-		b--;
-	}
-	while (b + 1 < sparse_bits) {
-		uint64_t c = rice_cost(entries, n, b + 1);
-		if (c >= cost)
-			break;
-		cost = c;
-		b++;
-	}
+	int l = low_bits_for(n);
+	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(l) + n;
+	if (n > 0)
+		bits += entry_value(entries[n - 1]) >> l;
 	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
 	for (size_t i = 0; i < n; i++)
 		if ((entry_value(entries[i]) & low_mask) == 0)
-			cost += 5;
-	return SparsePlan{b, header_bytes + 1 + varint_len(n) + static_cast<size_t>((cost + 7) / 8)};
+			bits += 5;
+	return SparsePlan{l, header_bytes + varint_len(n) + static_cast<size_t>((bits + 7) / 8)};
 }
 
 void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept {
 	out[0] = format_version;
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::sparse) << 5) | p);
-	out[2] = static_cast<uint8_t>(plan.rice);
-	size_t off = 3 + write_varint(out + 3, n);
+	size_t off = header_bytes + write_varint(out + header_bytes, n);
 	BitWriter w(out + off);
-	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
-	int b = plan.rice;
-	int64_t prev = -1;
+	int l = plan.rice;
+	for (size_t i = 0; i < n; i++)
+		w.put(entry_value(entries[i]), l);
+	uint32_t prev_high = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t v = entry_value(entries[i]);
-		uint64_t gap = static_cast<uint64_t>(static_cast<int64_t>(v) - prev - 1);
-		w.unary(gap >> b);
-		if (b > 0)
-			w.put(gap, b);
-		if ((v & low_mask) == 0)
-			w.put(entry_rho(entries[i]), 5);
-		prev = v;
+		uint32_t high = entry_value(entries[i]) >> l;
+		w.zeros_then_one(high - prev_high);
+		prev_high = high;
 	}
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) == 0)
+			w.put(entry_rho(entries[i]), 5);
 	w.flush();
 }
 
-size_t encoded_size_dense(int p) noexcept {
+size_t packed_dense_bytes(int p) noexcept {
 	return header_bytes + dense_payload_bytes(p);
 }
 
-void encode_dense(const uint8_t *registers, int p, uint8_t *out) noexcept {
-	out[0] = format_version;
-	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::dense) << 5) | p);
-	BitWriter w(out + header_bytes);
+namespace {
+
+inline uint32_t zigzag(int d) noexcept {
+	return d >= 0 ? static_cast<uint32_t>(2 * d) : static_cast<uint32_t>(-2 * d - 1);
+}
+
+inline int unzigzag(uint32_t z) noexcept {
+	return (z & 1) ? -static_cast<int>((z + 1) / 2) : static_cast<int>(z / 2);
+}
+
+constexpr int dense_rice_max = 3;
+constexpr size_t dense_rice_header = header_bytes + 2;
+
+} // namespace
+
+DensePlan plan_dense(const uint8_t *registers, int p) noexcept {
 	size_t m = size_t{1} << p;
+	uint64_t hist[register_max + 1] = {};
 	for (size_t i = 0; i < m; i++)
-		w.put(registers[i], 5);
+		hist[registers[i]]++;
+	// The cheapest (base, rice) pair; ties go to the smaller base, then the
+	// smaller parameter.
+	uint64_t best_bits = std::numeric_limits<uint64_t>::max();
+	int best_base = 0, best_rice = 0;
+	for (int base = 0; base <= register_max; base++) {
+		for (int k = 0; k <= dense_rice_max; k++) {
+			uint64_t bits = 0;
+			for (int v = 0; v <= register_max; v++)
+				if (hist[v] != 0)
+					bits += hist[v] * ((zigzag(v - base) >> k) + 1 + static_cast<uint64_t>(k));
+			if (bits < best_bits) {
+				best_bits = bits;
+				best_base = base;
+				best_rice = k;
+			}
+		}
+	}
+	size_t rice_bytes = dense_rice_header + static_cast<size_t>((best_bits + 7) / 8);
+	if (rice_bytes < packed_dense_bytes(p))
+		return DensePlan{Repr::dense_rice, best_base, best_rice, rice_bytes};
+	return DensePlan{Repr::dense, 0, 0, packed_dense_bytes(p)};
+}
+
+void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(plan.repr) << 5) | p);
+	size_t m = size_t{1} << p;
+	if (plan.repr == Repr::dense) {
+		BitWriter w(out + header_bytes);
+		for (size_t i = 0; i < m; i++)
+			w.put(registers[i], 5);
+		w.flush();
+		return;
+	}
+	out[2] = static_cast<uint8_t>(plan.base);
+	out[3] = static_cast<uint8_t>(plan.rice);
+	BitWriter w(out + dense_rice_header);
+	int k = plan.rice;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t z = zigzag(static_cast<int>(registers[i]) - plan.base);
+		w.unary(z >> k);
+		if (k > 0)
+			w.put(z, k);
+	}
 	w.flush();
 }
 
@@ -501,7 +563,7 @@ Header parse_header(const uint8_t *data, size_t len) {
 	int repr = data[1] >> 5;
 	if (h.precision < min_precision || h.precision > max_precision)
 		bad(format("precision %d is outside %d..%d", h.precision, min_precision, max_precision));
-	if (repr > static_cast<int>(Repr::dense))
+	if (repr > static_cast<int>(Repr::dense_rice))
 		bad(format("unknown representation %d", repr));
 	h.repr = static_cast<Repr>(repr);
 	switch (h.repr) {
@@ -511,18 +573,29 @@ Header parse_header(const uint8_t *data, size_t len) {
 			h.payload = header_bytes;
 			break;
 		case Repr::dense:
-			if (len != encoded_size_dense(h.precision))
+			if (len != packed_dense_bytes(h.precision))
 				bad(format("a dense sketch of precision %d is %zu bytes, not %zu", h.precision,
-				           encoded_size_dense(h.precision), len));
+				           packed_dense_bytes(h.precision), len));
 			h.payload = header_bytes;
 			break;
+		case Repr::dense_rice:
+			if (len <= dense_rice_header)
+				bad("a dense_rice sketch is truncated before its registers");
+			h.base = data[2];
+			h.rice = data[3];
+			if (h.base > register_max)
+				bad(format("base %d is outside 0..%d", h.base, register_max));
+			if (h.rice > dense_rice_max)
+				bad(format("Rice parameter %d is outside 0..%d", h.rice, dense_rice_max));
+			if (len >= packed_dense_bytes(h.precision))
+				bad(format("a dense_rice sketch of %zu bytes is not smaller than the packed %zu", len,
+				           packed_dense_bytes(h.precision)));
+			h.payload = dense_rice_header;
+			break;
 		case Repr::sparse: {
-			if (len < header_bytes + 2)
+			if (len < header_bytes + 1)
 				bad("a sparse sketch is truncated before its entry count");
-			h.rice = data[2];
-			if (h.rice >= sparse_bits)
-				bad(format("Rice parameter %d is outside 0..%d", h.rice, sparse_bits - 1));
-			size_t off = 3, count = 0;
+			size_t off = header_bytes, count = 0;
 			int shift = 0;
 			for (;;) {
 				if (off >= len)
@@ -544,6 +617,7 @@ Header parse_header(const uint8_t *data, size_t len) {
 				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d holds", count,
 				           sparse_limit(h.precision), h.precision));
 			h.count = count;
+			h.rice = low_bits_for(count);
 			h.payload = off;
 			break;
 		}
@@ -551,63 +625,159 @@ Header parse_header(const uint8_t *data, size_t len) {
 	return h;
 }
 
-void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
-	BitReader r(data + h.payload, len - h.payload);
-	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
-	const int64_t universe = int64_t{1} << sparse_bits;
-	int b = h.rice;
-	int64_t prev = -1;
-	for (size_t i = 0; i < h.count; i++) {
-		uint64_t q;
-		uint64_t max_q = static_cast<uint64_t>(universe - prev - 1) >> b;
-		if (!r.unary(max_q, q))
-			bad(format("entry %zu: truncated or out of range", i));
-		uint32_t low = 0;
-		if (b > 0 && !r.get(b, low))
-			bad(format("entry %zu: truncated", i));
-		int64_t v = prev + 1 + static_cast<int64_t>((q << b) | low);
-		if (v >= universe)
-			bad(format("entry %zu: value out of range", i));
-		uint32_t rho = 0;
-		if ((static_cast<uint32_t>(v) & low_mask) == 0) {
-			if (!r.get(5, rho))
-				bad(format("entry %zu: truncated rho field", i));
-			if (rho == 0)
-				bad(format("entry %zu: rho field 0", i));
+namespace {
+
+// n bits (n <= 57) at bit position pos of a buffer of 'bytes' bytes; the
+// caller has checked that pos + n is within the buffer.
+inline uint64_t bits_at(const uint8_t *d, size_t bytes, size_t pos, int n) noexcept {
+	size_t byte = pos >> 3;
+	uint64_t w = 0;
+	if (byte + 8 <= bytes)
+		memcpy(&w, d + byte, 8);
+	else
+		memcpy(&w, d + byte, bytes - byte);
+	return (w >> (pos & 7)) & ((uint64_t{1} << n) - 1);
+}
+
+// Decodes the entries of a sparse payload (Elias-Fano: n low-bit fields, a
+// bitmap of the high parts, the rho fields), checking every read, and hands
+// each to 'emit' in increasing order.
+template <typename Emit>
+void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emit &&emit) {
+	const uint8_t *d = data + h.payload;
+	size_t bytes = len - h.payload;
+	size_t total = bytes * 8;
+	size_t n = h.count;
+	int l = h.rice;
+	size_t high_start = n * static_cast<size_t>(l);
+	if (high_start > total)
+		bad("truncated inside the low bits");
+	// The bitmap ends just after its n-th one bit; the rho fields follow.
+	size_t pos = high_start, ones = 0, high_end = 0;
+	for (;;) {
+		if (pos >= total)
+			bad("truncated inside the high bits");
+		int chunk = static_cast<int>(std::min<size_t>(57, total - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		size_t c = static_cast<size_t>(__builtin_popcountll(w));
+		if (ones + c >= n) {
+			for (size_t k = ones + 1; k < n; k++)
+				w &= w - 1;
+			high_end = pos + static_cast<size_t>(__builtin_ctzll(w)) + 1;
+			break;
 		}
-		out[i] = (static_cast<uint32_t>(v) << 5) | rho;
-		prev = v;
+		ones += c;
+		pos += static_cast<size_t>(chunk);
+	}
+	const uint64_t high_limit = uint64_t{1} << (sparse_bits - l);
+	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
+	size_t rho_pos = high_end;
+	int64_t prev = -1;
+	size_t i = 0;
+	pos = high_start;
+	while (i < n) {
+		int chunk = static_cast<int>(std::min<size_t>(57, high_end - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		while (w != 0) {
+			uint64_t high = pos + static_cast<uint64_t>(__builtin_ctzll(w)) - high_start - i;
+			w &= w - 1;
+			if (high >= high_limit)
+				bad(format("entry %zu: value out of range", i));
+			uint64_t low = l > 0 ? bits_at(d, bytes, i * static_cast<size_t>(l), l) : 0;
+			int64_t v = static_cast<int64_t>((high << l) | low);
+			if (v <= prev)
+				bad(format("entry %zu: values not increasing", i));
+			uint32_t rho = 0;
+			if ((static_cast<uint32_t>(v) & low_mask) == 0) {
+				if (rho_pos + 5 > total)
+					bad(format("entry %zu: truncated rho field", i));
+				rho = static_cast<uint32_t>(bits_at(d, bytes, rho_pos, 5));
+				rho_pos += 5;
+				if (rho == 0)
+					bad(format("entry %zu: rho field 0", i));
+			}
+			emit(i, (static_cast<uint32_t>(v) << 5) | rho);
+			prev = v;
+			i++;
+		}
+		pos += static_cast<size_t>(chunk);
 	}
 	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
-	size_t rest = r.remaining();
+	size_t rest = total - rho_pos;
 	if (rest >= 8)
 		bad(format("%zu trailing bytes after the last entry", rest / 8));
-	uint32_t pad = 0;
-	if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+	if (rest > 0 && bits_at(d, bytes, rho_pos, static_cast<int>(rest)) != 0)
 		bad("nonzero padding bits");
+}
+
+} // namespace
+
+void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
+	for_each_sparse_entry(data, len, h, [out](size_t i, uint32_t e) { out[i] = e; });
 	if (canonical) {
 		SparsePlan plan = plan_sparse(out, h.count, h.precision);
-		if (plan.rice != h.rice || plan.bytes != len)
-			bad(format("not the canonical encoding (Rice parameter %d, canonical %d)", h.rice, plan.rice));
+		if (plan.bytes != len)
+			bad(format("not the canonical encoding (%zu bytes, canonical %zu)", len, plan.bytes));
 	}
 }
 
-void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers) {
-	(void)len; // parse_header checked the exact length
-	const uint8_t *p = data + h.payload;
+void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, int p) {
+	// An entry carries its rho field whenever precision p <= h.precision needs it.
+	for_each_sparse_entry(data, len, h, [registers, p](size_t, uint32_t e) {
+		uint32_t index;
+		uint8_t value;
+		entry_register(e, p, index, value);
+		if (registers[index] < value)
+			registers[index] = value;
+	});
+}
+
+void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical) {
 	size_t m = size_t{1} << h.precision;
-	// 8 registers in every 5 bytes
 	bool any = false;
-	for (size_t i = 0; i < m; i += 8, p += 5) {
-		uint64_t w = 0;
-		memcpy(&w, p, 5);
-		for (size_t k = 0; k < 8; k++) {
-			registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
-			any = any || registers[i + k] != 0;
+	if (h.repr == Repr::dense) {
+		// parse_header checked the exact length: 8 registers in every 5 bytes
+		const uint8_t *p = data + h.payload;
+		for (size_t i = 0; i < m; i += 8, p += 5) {
+			uint64_t w = 0;
+			memcpy(&w, p, 5);
+			for (size_t k = 0; k < 8; k++) {
+				registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
+				any = any || registers[i + k] != 0;
+			}
 		}
+	} else {
+		BitReader r(data + h.payload, len - h.payload);
+		int k = h.rice;
+		uint64_t max_q = 63U >> k;
+		for (size_t i = 0; i < m; i++) {
+			uint64_t q;
+			if (!r.unary(max_q, q))
+				bad(format("register %zu: truncated or out of range", i));
+			uint32_t low = 0;
+			if (k > 0 && !r.get(k, low))
+				bad(format("register %zu: truncated", i));
+			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+			if (v < 0 || v > register_max)
+				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+			registers[i] = static_cast<uint8_t>(v);
+			any = any || v != 0;
+		}
+		size_t rest = r.remaining();
+		if (rest >= 8)
+			bad(format("%zu trailing bytes after the last register", rest / 8));
+		uint32_t pad = 0;
+		if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+			bad("nonzero padding bits");
 	}
 	if (!any)
 		bad("a dense sketch has no register set (an empty sketch has its own form)");
+	if (canonical) {
+		DensePlan plan = plan_dense(registers, h.precision);
+		if (plan.repr != h.repr || plan.bytes != len ||
+		    (h.repr == Repr::dense_rice && (plan.base != h.base || plan.rice != h.rice)))
+			bad(format("not the canonical encoding (canonical: %s, %zu bytes)", repr_name(plan.repr), plan.bytes));
+	}
 }
 
 void validate(const uint8_t *data, size_t len) {
@@ -622,10 +792,10 @@ Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
 	if (h.repr == Repr::sparse) {
 		s.entries_.resize(h.count);
 		decode_sparse(data, len, h, s.entries_.data(), canonical);
-	} else if (h.repr == Repr::dense) {
+	} else if (is_dense(h.repr)) {
 		s.dense_ = true;
 		s.registers_.resize(size_t{1} << h.precision);
-		decode_dense(data, len, h, s.registers_.data());
+		decode_dense(data, len, h, s.registers_.data(), canonical);
 	}
 	return s;
 }
@@ -733,8 +903,9 @@ std::vector<uint8_t> Sketch::encode() {
 	normalize();
 	std::vector<uint8_t> out;
 	if (dense_) {
-		out.resize(encoded_size_dense(precision_));
-		encode_dense(registers_.data(), precision_, out.data());
+		DensePlan plan = plan_dense(registers_.data(), precision_);
+		out.resize(plan.bytes);
+		encode_dense(registers_.data(), precision_, plan, out.data());
 	} else if (entries_.empty()) {
 		out.resize(encoded_size_empty());
 		encode_empty(precision_, out.data());

@@ -78,7 +78,7 @@ COMMENT ON FUNCTION counter.hll_info(counter.hll) IS
 CREATE FUNCTION counter.hll_hash(anyelement) RETURNS bigint
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'counter_hll_hash_value';
 COMMENT ON FUNCTION counter.hll_hash(anyelement) IS
-    'the pinned 64-bit hash (xxHash64, seed 0) a sketch uses for a value, as a signed bigint';
+    'the pinned 64-bit hash (XXH3-64, seed 0) a sketch uses for a value, as a signed bigint';
 
 -- ---- comparison: bytewise over the canonical form, so equal sets are equal
 
