@@ -445,17 +445,20 @@ BEGIN
 END
 $$;
 
--- Records the outcome of a refresh.
+-- Records the outcome of a refresh. A status row another refresh is still
+-- writing is left to that refresh (never wait for it: the job must not
+-- block behind a long recompute it skipped).
 CREATE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    INSERT INTO counter.rollup_status AS s (rollup_id, last_refresh_at, last_outcome, last_duration, last_rows, last_error)
-    VALUES (rid, started, outcome, pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, n, err)
-    ON CONFLICT (rollup_id) DO UPDATE SET last_refresh_at = EXCLUDED.last_refresh_at,
-        last_outcome = EXCLUDED.last_outcome, last_duration = EXCLUDED.last_duration,
-        last_rows = EXCLUDED.last_rows, last_error = EXCLUDED.last_error
+    UPDATE counter.rollup_status s
+    SET last_refresh_at = started, last_outcome = outcome,
+        last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
+    WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
+      AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
+                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED)
 $$;
 
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
@@ -741,6 +744,7 @@ BEGIN
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, filter, retention, refresh_every)
     RETURNING rollup_id INTO rid;
     PERFORM counter.rollup_build_sql(rid);
+    INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
 
     EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
                    'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
