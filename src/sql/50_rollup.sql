@@ -147,12 +147,15 @@ DECLARE
     r counter.rollups;
     hour_expr text;
     keys text := '';        -- "g1, g2, "
-    keys_f text := '';      -- "f.g1 OPERATOR(..) r.g1 AND " ...
+    keys_fo text := '';     -- "f.g1 OPERATOR(..) o.g1 AND " ...
+    keys_gr text := '';     -- "g.g1 OPERATOR(..) r.g1 AND " ...
     vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
     cols text;              -- count, sum_x
     add_set text;
     fresh_set text;
     old_vals text;
+    o_vals text;
+    f_vals text;
     new_vals text;
     g name;
     t oid;
@@ -164,13 +167,16 @@ BEGIN
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
         keys := keys || format('%I, ', g);
-        keys_f := keys_f || format('f.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
+        keys_fo := keys_fo || format('f.%1$I OPERATOR(%2$I.=) o.%1$I AND ', g, counter.rollup_eq_schema(t));
+        keys_gr := keys_gr || format('g.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
     END LOOP;
     vals := 'pg_catalog.count(*) AS count';
     cols := 'count';
     add_set := 'count = r.count + EXCLUDED.count';
     fresh_set := 'count = EXCLUDED.count';
     old_vals := 'r.count';
+    o_vals := 'o.count';
+    f_vals := 'f.count';
     new_vals := 'EXCLUDED.count';
     FOREACH g IN ARRAY r.sums LOOP
         vals := vals || format(', coalesce(pg_catalog.sum(%1$I), 0) AS %2$I', g, 'sum_' || g);
@@ -178,6 +184,8 @@ BEGIN
         add_set := add_set || format(', %1$I = r.%1$I + EXCLUDED.%1$I', 'sum_' || g);
         fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
         old_vals := old_vals || format(', r.%I', 'sum_' || g);
+        o_vals := o_vals || format(', o.%I', 'sum_' || g);
+        f_vals := f_vals || format(', f.%I', 'sum_' || g);
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
     where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
@@ -199,26 +207,33 @@ BEGIN
     r.mark_old_sql := format($f$
         INSERT INTO counter.rollup_dirty (rollup_id, hour)
         SELECT DISTINCT $1, %s FROM old_rows$f$, hour_expr);
-    -- Recompute [$1, $2) (or only the hours in $3): write only rows whose
-    -- values changed, delete rows whose hour has no events any more.
+    -- Recompute [$1, $2) (or only the hours in $3): compare with the rollup
+    -- rows of those hours by joins (no per-row lock or probe of unchanged
+    -- rows), write only rows whose values changed, delete rows whose hour has
+    -- no events any more.
     r.refresh_sql := format($f$
         WITH fresh AS MATERIALIZED (
             SELECT %2$s%4$s AS hour, %5$s FROM %8$s
             WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %6$s
             GROUP BY %2$s%4$s),
+        old AS MATERIALIZED (
+            SELECT * FROM %1$s r WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))),
         up AS (
-            INSERT INTO %1$s AS r (%2$shour, %3$s) SELECT * FROM fresh
+            INSERT INTO %1$s AS r (%2$shour, %3$s)
+            SELECT f.* FROM fresh f LEFT JOIN old o ON %12$sf.hour OPERATOR(pg_catalog.=) o.hour
+            WHERE o.hour IS NULL OR ROW(%13$s) IS DISTINCT FROM ROW(%14$s)
             ON CONFLICT (%2$shour) DO UPDATE SET %7$s
-            WHERE (%10$s) IS DISTINCT FROM (%11$s)
+            WHERE ROW(%10$s) IS DISTINCT FROM ROW(%11$s)
             RETURNING 1),
         del AS (
             DELETE FROM %1$s AS r
-            WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))
-              AND NOT EXISTS (SELECT FROM fresh f WHERE %12$sf.hour OPERATOR(pg_catalog.=) r.hour)
+            USING (SELECT * FROM old o
+                   WHERE NOT EXISTS (SELECT FROM fresh f WHERE %12$sf.hour OPERATOR(pg_catalog.=) o.hour)) g
+            WHERE %15$sg.hour OPERATOR(pg_catalog.=) r.hour
             RETURNING 1)
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
         r.rollup_table, keys, cols, hour_expr, vals, where_filter, fresh_set, r.source, r.time_column,
-        'ROW(' || old_vals || ')', 'ROW(' || new_vals || ')', keys_f);
+        old_vals, new_vals, keys_fo, o_vals, f_vals, keys_gr);
     UPDATE counter.rollups u SET lock_sql = r.lock_sql, add_sql = r.add_sql, mark_new_sql = r.mark_new_sql,
         mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
     WHERE u.rollup_id = rid;
