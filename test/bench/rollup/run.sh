@@ -57,8 +57,9 @@ BEGIN
     END LOOP;
     EXECUTE format('CREATE TABLE %I PARTITION OF %I DEFAULT', t || '_default', t);
 END \$\$;
-SELECT make_events('ev_plain'), make_events('ev_rollup');
+SELECT make_events('ev_plain'), make_events('ev_rollup'), make_events('ev_deferred');
 SELECT counter.rollup_create('bench_hourly', 'ev_rollup', 'occurred_at', '{link_id}');
+SELECT counter.rollup_create('bench_deferred', 'ev_deferred', 'occurred_at', '{link_id}', mode => 'deferred');
 
 -- One statement and one transaction per batch, as an ingest worker does.
 CREATE PROCEDURE load(target text, batch int) LANGUAGE plpgsql AS \$\$
@@ -93,9 +94,11 @@ timed() { # timed STEP ROUND SQL...
 
 for round in $(seq 1 "$ROUNDS"); do
     for batch in 1000 100; do
-        ce_psql -c "TRUNCATE ev_plain, ev_rollup, bench_hourly" -c "VACUUM ev_plain, ev_rollup, bench_hourly" >/dev/null
+        ce_psql -c "TRUNCATE ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" \
+            -c "VACUUM ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" >/dev/null
         timed "insert_plain_$batch" "$round" -c "CALL load('ev_plain', $batch)"
         timed "insert_rollup_$batch" "$round" -c "CALL load('ev_rollup', $batch)"
+        timed "insert_deferred_$batch" "$round" -c "CALL load('ev_deferred', $batch)"
     done
     ce_psql -c "VACUUM ANALYZE ev_plain, ev_rollup, bench_hourly" >/dev/null
     ce_psql -At -c "SELECT 'rollup equals GROUP BY: ' || (count(*) = 0) FROM ((SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2 EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly EXCEPT SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2)) d"
@@ -128,6 +131,8 @@ WITH m AS (SELECT step, min(seconds) AS s FROM results GROUP BY step),
      r(what, num, den) AS (VALUES
         ('insert, 1000-row batches: rollup / plain', 'insert_rollup_1000', 'insert_plain_1000'),
         ('insert, 100-row batches: rollup / plain', 'insert_rollup_100', 'insert_plain_100'),
+        ('insert, 1000-row batches: deferred rollup / plain', 'insert_deferred_1000', 'insert_plain_1000'),
+        ('insert, 100-row batches: deferred rollup / plain', 'insert_deferred_100', 'insert_plain_100'),
         ('refresh one hour, unchanged / GROUP BY', 'refresh_hour_unchanged', 'groupby_hour'),
         ('refresh one hour, empty / GROUP BY', 'refresh_hour_empty', 'groupby_hour'),
         ('refresh one day, unchanged / GROUP BY', 'refresh_day_unchanged', 'groupby_day'),
