@@ -147,15 +147,18 @@ DECLARE
     r counter.rollups;
     hour_expr text;
     keys text := '';        -- "g1, g2, "
-    keys_fo text := '';     -- "f.g1 OPERATOR(..) o.g1 AND " ...
-    keys_gr text := '';     -- "g.g1 OPERATOR(..) r.g1 AND " ...
+    ev_vals text;           -- 1, x, NULL::bigint, NULL::bigint (events branch)
+    ro_vals text;           -- 0, NULL::int4, r.count, r.sum_x (rollup branch)
+    agg_vals text;          -- sum(n)::bigint AS count, coalesce(sum(x), 0) AS sum_x, max(oc), ...
+    agg_new text;           -- ROW of the fresh values
+    agg_old text;           -- ROW of the old values
+    keys_ddr text := '';    -- "d.g1 OPERATOR(..) r.g1 AND "
+    st text;                -- type of a sum column
     vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
     cols text;              -- count, sum_x
     add_set text;
     fresh_set text;
     old_vals text;
-    o_vals text;
-    f_vals text;
     new_vals text;
     g name;
     t oid;
@@ -167,16 +170,18 @@ BEGIN
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
         keys := keys || format('%I, ', g);
-        keys_fo := keys_fo || format('f.%1$I OPERATOR(%2$I.=) o.%1$I AND ', g, counter.rollup_eq_schema(t));
-        keys_gr := keys_gr || format('g.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
+        keys_ddr := keys_ddr || format('d.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
     END LOOP;
     vals := 'pg_catalog.count(*) AS count';
     cols := 'count';
     add_set := 'count = r.count + EXCLUDED.count';
     fresh_set := 'count = EXCLUDED.count';
     old_vals := 'r.count';
-    o_vals := 'o.count';
-    f_vals := 'f.count';
+    ev_vals := '1 AS "n$", NULL::bigint AS "o$count"';
+    ro_vals := '0, r.count';
+    agg_vals := 'pg_catalog.sum("n$")::bigint AS count';
+    agg_new := 'pg_catalog.sum("n$")::bigint';
+    agg_old := 'pg_catalog.max("o$count")';
     new_vals := 'EXCLUDED.count';
     FOREACH g IN ARRAY r.sums LOOP
         vals := vals || format(', coalesce(pg_catalog.sum(%1$I), 0) AS %2$I', g, 'sum_' || g);
@@ -184,8 +189,14 @@ BEGIN
         add_set := add_set || format(', %1$I = r.%1$I + EXCLUDED.%1$I', 'sum_' || g);
         fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
         old_vals := old_vals || format(', r.%I', 'sum_' || g);
-        o_vals := o_vals || format(', o.%I', 'sum_' || g);
-        f_vals := f_vals || format(', f.%I', 'sum_' || g);
+        SELECT CASE WHEN a.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END
+        INTO STRICT st FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::%3$s AS %4$I', g, 'v$' || g, st, 'o$sum_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'sum_' || g);
+        agg_vals := agg_vals || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s AS %3$I', 'v$' || g, st, 'sum_' || g);
+        agg_new := agg_new || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s', 'v$' || g, st);
+        agg_old := agg_old || format(', pg_catalog.max(%I)', 'o$sum_' || g);
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
     where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
@@ -207,33 +218,33 @@ BEGIN
     r.mark_old_sql := format($f$
         INSERT INTO counter.rollup_dirty (rollup_id, hour)
         SELECT DISTINCT $1, %s FROM old_rows$f$, hour_expr);
-    -- Recompute [$1, $2) (or only the hours in $3): compare with the rollup
-    -- rows of those hours by joins (no per-row lock or probe of unchanged
-    -- rows), write only rows whose values changed, delete rows whose hour has
-    -- no events any more.
+    -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
+    -- events and the rollup rows of those hours together finds the rows that
+    -- differ (no join, no per-row lock or probe of unchanged rows); write only
+    -- those, and delete rows whose hour has no events any more (count 0).
     r.refresh_sql := format($f$
-        WITH fresh AS MATERIALIZED (
-            SELECT %2$s%4$s AS hour, %5$s FROM %8$s
-            WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %6$s
-            GROUP BY %2$s%4$s),
-        old AS MATERIALIZED (
-            SELECT * FROM %1$s r WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))),
+        WITH diff AS MATERIALIZED (
+            SELECT %2$shour, %5$s
+            FROM (SELECT %2$s%4$s AS hour, %6$s FROM %8$s
+                  WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %7$s
+                  UNION ALL
+                  SELECT %2$shour, %10$s FROM %1$s r
+                  WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))) u
+            GROUP BY %2$shour
+            HAVING ROW(%11$s) IS DISTINCT FROM ROW(%12$s)),
         up AS (
             INSERT INTO %1$s AS r (%2$shour, %3$s)
-            SELECT f.* FROM fresh f LEFT JOIN old o ON %12$sf.hour OPERATOR(pg_catalog.=) o.hour
-            WHERE o.hour IS NULL OR ROW(%13$s) IS DISTINCT FROM ROW(%14$s)
-            ON CONFLICT (%2$shour) DO UPDATE SET %7$s
-            WHERE ROW(%10$s) IS DISTINCT FROM ROW(%11$s)
+            SELECT %2$shour, %3$s FROM diff d WHERE d.count > 0
+            ON CONFLICT (%2$shour) DO UPDATE SET %13$s
+            WHERE ROW(%14$s) IS DISTINCT FROM ROW(%15$s)
             RETURNING 1),
         del AS (
-            DELETE FROM %1$s AS r
-            USING (SELECT * FROM old o
-                   WHERE NOT EXISTS (SELECT FROM fresh f WHERE %12$sf.hour OPERATOR(pg_catalog.=) o.hour)) g
-            WHERE %15$sg.hour OPERATOR(pg_catalog.=) r.hour
+            DELETE FROM %1$s AS r USING diff d
+            WHERE d.count = 0 AND %16$sd.hour OPERATOR(pg_catalog.=) r.hour
             RETURNING 1)
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, where_filter, fresh_set, r.source, r.time_column,
-        old_vals, new_vals, keys_fo, o_vals, f_vals, keys_gr);
+        r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
+        ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
     UPDATE counter.rollups u SET lock_sql = r.lock_sql, add_sql = r.add_sql, mark_new_sql = r.mark_new_sql,
         mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
     WHERE u.rollup_id = rid;

@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
-trap ce_cluster_stop_all EXIT INT TERM
+trap 'ce_cluster_stop_all; rm -rf "${tmp:-}"' EXIT INT TERM
 EVENTS=${EVENTS:-3000000}
 LINKS=${LINKS:-10000}
 ROUNDS=${ROUNDS:-1}
@@ -76,29 +76,40 @@ BEGIN
         i := i + batch;
     END LOOP;
 END \$\$;
-CREATE TABLE results (step text, round int, seconds float8);
+CREATE TABLE results (step text, round int, seconds float8, cpu float8);
 -- The seed's hand-written hourly recompute, into a table of the same shape.
 CREATE TABLE seed_hourly (link_id bigint, hour timestamptz, count bigint NOT NULL, PRIMARY KEY (link_id, hour));
 SQL
 
+# Wall time and the CPU time of the backend that ran the step (user +
+# system, from /proc): on a shared machine the CPU time is the steadier
+# measure, so the ratios below use it; both are reported.
+tmp=$(mktemp -d)
 timed() { # timed STEP ROUND SQL...
-    local step=$1 round=$2 start end
-    shift 2
+    local step=$1 round=$2 sql=$3 t0 t1
     ce_psql -c "CHECKPOINT" >/dev/null
-    start=$(date +%s.%N)
-    ce_psql "$@" >/dev/null
-    end=$(date +%s.%N)
-    ce_psql -c "INSERT INTO results VALUES ('$step', $round, $end - $start)" >/dev/null
-    printf '%-28s round %d  %8.2f s\n' "$step" "$round" "$(echo "$end - $start" | bc)"
+    ce_psql -At <<SQL >/dev/null
+SELECT pg_backend_pid() \g $tmp/pid
+\! echo \$(awk '{print \$14 + \$15}' /proc/\$(cat $tmp/pid)/stat) \$(date +%s.%N) > $tmp/t0
+$sql;
+\! echo \$(awk '{print \$14 + \$15}' /proc/\$(cat $tmp/pid)/stat) \$(date +%s.%N) > $tmp/t1
+SQL
+    read -r c0 w0 <"$tmp/t0"
+    read -r c1 w1 <"$tmp/t1"
+    local ticks
+    ticks=$(getconf CLK_TCK)
+    ce_psql -c "INSERT INTO results VALUES ('$step', $round, $w1 - $w0, ($c1 - $c0)::float8 / $ticks)" >/dev/null
+    printf '%-28s round %d  wall %8.2f s  cpu %8.2f s\n' "$step" "$round" "$(echo "$w1 - $w0" | bc)" \
+        "$(echo "scale=2; ($c1 - $c0) / $ticks" | bc)"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
     for batch in 1000 100; do
         ce_psql -c "TRUNCATE ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" \
             -c "VACUUM ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" >/dev/null
-        timed "insert_plain_$batch" "$round" -c "CALL load('ev_plain', $batch)"
-        timed "insert_rollup_$batch" "$round" -c "CALL load('ev_rollup', $batch)"
-        timed "insert_deferred_$batch" "$round" -c "CALL load('ev_deferred', $batch)"
+        timed "insert_plain_$batch" "$round" "CALL load('ev_plain', $batch)"
+        timed "insert_rollup_$batch" "$round" "CALL load('ev_rollup', $batch)"
+        timed "insert_deferred_$batch" "$round" "CALL load('ev_deferred', $batch)"
     done
     ce_psql -c "VACUUM ANALYZE ev_plain, ev_rollup, bench_hourly" >/dev/null
     ce_psql -At -c "SELECT 'rollup equals GROUP BY: ' || (count(*) = 0) FROM ((SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2 EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly EXCEPT SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2)) d"
@@ -110,13 +121,14 @@ for round in $(seq 1 "$ROUNDS"); do
     for what in hour day; do
         range=${!what}
         from=${range%%, *}; to=${range##*, }
-        timed "groupby_$what" "$round" -c "$(groupby "$from" "$to")"
-        timed "seed_upsert_${what}_empty" "$round" -c "TRUNCATE seed_hourly" -c "$(seed "$from" "$to")"
-        timed "seed_upsert_${what}_unchanged" "$round" -c "$(seed "$from" "$to")"
-        timed "refresh_${what}_unchanged" "$round" -c "SELECT counter.rollup_recompute('bench_hourly', $range)"
+        timed "groupby_$what" "$round" "$(groupby "$from" "$to")"
+        ce_psql -c "TRUNCATE seed_hourly" >/dev/null
+        timed "seed_upsert_${what}_empty" "$round" "$(seed "$from" "$to")"
+        timed "seed_upsert_${what}_unchanged" "$round" "$(seed "$from" "$to")"
+        timed "refresh_${what}_unchanged" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
         ce_psql -c "CREATE TABLE keep AS SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to" \
             -c "DELETE FROM bench_hourly WHERE hour >= $from AND hour < $to" -c "VACUUM bench_hourly" >/dev/null
-        timed "refresh_${what}_empty" "$round" -c "SELECT counter.rollup_recompute('bench_hourly', $range)"
+        timed "refresh_${what}_empty" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
         ce_psql -At -c "SELECT 'refreshed rows equal the kept ones: ' || (count(*) = 0) FROM ((TABLE keep EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to EXCEPT TABLE keep)) d" \
             -c "DROP TABLE keep"
     done
@@ -125,9 +137,9 @@ done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 ce_psql -P pager=off <<'SQL'
-WITH m AS (SELECT step, min(seconds) AS s FROM results GROUP BY step)
-SELECT step, round(s::numeric, 2) AS best_seconds FROM m ORDER BY step;
-WITH m AS (SELECT step, min(seconds) AS s FROM results GROUP BY step),
+SELECT step, round(min(seconds)::numeric, 2) AS best_wall_s, round(min(cpu)::numeric, 2) AS best_cpu_s
+FROM results GROUP BY step ORDER BY step;
+WITH m AS (SELECT step, min(cpu) AS s, min(seconds) AS w FROM results GROUP BY step),
      r(what, num, den) AS (VALUES
         ('insert, 1000-row batches: rollup / plain', 'insert_rollup_1000', 'insert_plain_1000'),
         ('insert, 100-row batches: rollup / plain', 'insert_rollup_100', 'insert_plain_100'),
@@ -139,6 +151,6 @@ WITH m AS (SELECT step, min(seconds) AS s FROM results GROUP BY step),
         ('refresh one day, empty / GROUP BY', 'refresh_day_empty', 'groupby_day'),
         ('refresh one day, unchanged / seed upsert unchanged', 'refresh_day_unchanged', 'seed_upsert_day_unchanged'),
         ('refresh one day, empty / seed upsert empty', 'refresh_day_empty', 'seed_upsert_day_empty'))
-SELECT what, round((a.s / b.s)::numeric, 2) AS ratio
+SELECT what, round((a.s / nullif(b.s, 0))::numeric, 2) AS cpu_ratio, round((a.w / b.w)::numeric, 2) AS wall_ratio
 FROM r JOIN m a ON a.step = r.num JOIN m b ON b.step = r.den ORDER BY 1;
 SQL
