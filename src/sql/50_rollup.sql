@@ -852,7 +852,7 @@ $$;
 -- assembled from hours and are refused).
 CREATE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
                                       time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
-RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb)
+RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -862,6 +862,7 @@ DECLARE
     key_expr text := 'jsonb_build_object(';
     grp text := '';
     sums_expr text := 'jsonb_build_object(';
+    distinct_expr text := 'jsonb_build_object(';
     bad timestamptz;
     g name;
     sep text := '';
@@ -904,10 +905,17 @@ BEGIN
         sums_expr := sums_expr || sep || format('%L, pg_catalog.sum(%I)', g, 'sum_' || g);
         sep := ', ';
     END LOOP;
+    sep := '';
+    -- Distinct counts merge the hours' sketches (never a sum of counts).
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        distinct_expr := distinct_expr || sep
+            || format('%L, counter.hll_cardinality(counter.hll_union_agg(%I))', g, 'distinct_' || g);
+        sep := ', ';
+    END LOOP;
     RETURN QUERY EXECUTE format(
-        'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s) FROM %4$s '
+        'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s), %6$s) FROM %4$s '
         'WHERE hour >= $1 AND hour < $2 GROUP BY 1%5$s ORDER BY 1%5$s',
-        period, key_expr, sums_expr, r.rollup_table, grp) USING from_ts, to_ts;
+        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr) USING from_ts, to_ts;
 END
 $$;
 
