@@ -112,6 +112,18 @@ COPY clicks (event_id, link_id, visitor_id, kind, amount, occurred_at) FROM stdi
 \.
 SELECT * FROM clicks_hourly ORDER BY link_id, hour;
 
+-- Renamed tables: the rollup follows them (its SQL is regenerated).
+ALTER TABLE clicks_hourly RENAME TO clicks_per_hour;
+ALTER TABLE clicks RENAME TO click_events;
+INSERT INTO click_events (event_id, link_id, visitor_id, amount, occurred_at) VALUES
+    ('00000000-0000-0000-0000-000000000032', 3, 12, 1, '2026-10-06 14:50+00');
+SELECT * FROM clicks_per_hour WHERE link_id = 3;
+SELECT counter.rollup_recompute('clicks_hourly', '2026-10-06 14:00+00', '2026-10-06 15:00+00') AS rows_written;
+ALTER TABLE clicks_per_hour RENAME TO clicks_hourly;
+ALTER TABLE click_events RENAME TO clicks;
+DELETE FROM clicks WHERE event_id = '00000000-0000-0000-0000-000000000032';
+SELECT counter.rollup_refresh_dirty('clicks_hourly') AS rows_written;
+
 -- The straggler's hour is older than the oldest partition: outside the
 -- retention, so the job drops it from the log with a warning.
 CALL counter.job_rollup_refresh('clicks_hourly');

@@ -34,7 +34,9 @@ CREATE TABLE counter.rollups (
     refresh_every  interval NOT NULL CHECK (refresh_every > interval '0'),
     owner          regrole NOT NULL DEFAULT (current_user::regrole),
     created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    -- SQL generated from the columns above by counter.rollup_build_sql()
+    -- SQL generated from the columns above by counter.rollup_sql(), for the
+    -- source and rollup table names in sql_for (a rename makes it stale)
+    sql_for        text,
     lock_sql       text,
     add_sql        text,
     mark_new_sql   text,
@@ -137,10 +139,12 @@ AS $$
                      ORDER BY n.nspname OPERATOR(pg_catalog.<>) 'pg_catalog', n.nspname LIMIT 1), 'pg_catalog')
 $$;
 
--- (Re)generates the SQL a rollup runs, from its catalog row.
-CREATE FUNCTION counter.rollup_build_sql(rid integer)
-RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
+-- The SQL a rollup runs, generated from its catalog row with the current
+-- names of its tables (regclass output under a pinned search_path is
+-- always schema-qualified).
+CREATE FUNCTION counter.rollup_sql(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -245,8 +249,22 @@ BEGIN
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
         r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
         ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
-    UPDATE counter.rollups u SET lock_sql = r.lock_sql, add_sql = r.add_sql, mark_new_sql = r.mark_new_sql,
-        mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
+    r.sql_for := format('%s|%s', r.source, r.rollup_table);
+    RETURN r;
+END
+$$;
+
+-- Stores the trigger's SQL in the catalog (at creation and rule changes).
+CREATE FUNCTION counter.rollup_build_sql(rid integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter.rollup_sql(rid);
+BEGIN
+    UPDATE counter.rollups u SET sql_for = r.sql_for, lock_sql = r.lock_sql, add_sql = r.add_sql,
+        mark_new_sql = r.mark_new_sql, mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
     WHERE u.rollup_id = rid;
 END
 $$;
@@ -261,10 +279,16 @@ DECLARE
     rid integer := TG_ARGV[0]::integer;
     r record;
 BEGIN
-    SELECT c.mode, c.lock_sql, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
+    SELECT c.mode, c.lock_sql, c.add_sql, c.mark_new_sql, c.mark_old_sql,
+           c.sql_for IS DISTINCT FROM format('%s|%s', c.source, c.rollup_table) AS stale INTO r
     FROM counter.rollups c WHERE c.rollup_id = rid;
     IF NOT FOUND THEN
         RETURN NULL;
+    END IF;
+    IF r.stale THEN
+        -- A table was renamed since the SQL was stored: regenerate it.
+        SELECT c.mode, c.lock_sql, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
+        FROM counter.rollup_sql(rid) c;
     END IF;
     IF TG_OP = 'INSERT' THEN
         IF r.mode = 'trigger' THEN
@@ -363,7 +387,7 @@ BEGIN
         RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
-    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    r := counter.rollup_sql(rid);
     IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
