@@ -19,6 +19,11 @@
 --       hour order) before reading the events, so it never overwrites an
 --       increment it could not see.
 
+-- Rollups are created and fed by application roles, not only superusers:
+-- they need to reach the schema (what they may do is decided per object:
+-- row-level security on the catalog, privileges on the tables).
+GRANT USAGE ON SCHEMA counter TO PUBLIC;
+
 CREATE TABLE counter.rollups (
     rollup_id      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name           text NOT NULL UNIQUE,
@@ -388,6 +393,13 @@ BEGIN
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
     r := counter.rollup_sql(rid);
+    -- The rollup's SQL (its filter, the source's types) is code of the
+    -- rollup's owner: run it as the owner, also when the background worker
+    -- (a superuser) refreshes. The SET clause of this function confines the
+    -- role change to this call.
+    IF current_user::regrole <> r.owner THEN
+        EXECUTE format('SET LOCAL ROLE %I', r.owner::text);
+    END IF;
     IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;

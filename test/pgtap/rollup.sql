@@ -3,7 +3,7 @@
 -- behind pg_stat_user_tables are flushed at transaction end.
 \set ON_ERROR_STOP 1
 SET timezone = 'UTC';
-SELECT plan(24);
+SELECT plan(27);
 
 CREATE TABLE ev (
     event_id    bigint NOT NULL,
@@ -144,5 +144,27 @@ SELECT is((SELECT array_agg(t.count ORDER BY t.period_start) FROM counter.rollup
 SELECT is((SELECT sum((t.sums->>'amount')::numeric) FROM counter.rollup_totals(
                'r_def', '2026-10-05 12:00+00', '2026-10-09 00:00+00', 'UTC', 'total') t),
           (SELECT sum(amount)::numeric FROM ev WHERE occurred_at >= '2026-10-05 12:00+00'), 'sums add up');
+
+-- A refresh runs the rollup's SQL as the rollup's owner, also when a
+-- superuser (the background worker) runs the job: the filter below only
+-- lets events through for the owner, and the role is back afterwards.
+CREATE ROLE counter_rollup_test_owner;
+CREATE TABLE owned_ev (event_id bigint NOT NULL, link_id bigint NOT NULL, occurred_at timestamptz NOT NULL);
+ALTER TABLE owned_ev OWNER TO counter_rollup_test_owner;
+GRANT CREATE ON SCHEMA public TO counter_rollup_test_owner;
+SET ROLE counter_rollup_test_owner;
+SELECT counter.rollup_create('r_owned', 'owned_ev', 'occurred_at', '{link_id}', mode => 'deferred',
+                             filter => 'current_user = ''counter_rollup_test_owner''');
+RESET ROLE;
+INSERT INTO owned_ev VALUES (1, 1, '2026-10-06 09:00+00'), (2, 1, '2026-10-06 09:30+00');
+CALL counter.job_rollup_refresh('r_owned');
+SELECT is((SELECT count FROM r_owned), 2::bigint, 'the job ran the filter as the rollup owner');
+SELECT is(current_user::text, session_user::text, 'and the caller''s role is back after the job');
+SELECT is((SELECT tableowner::text FROM pg_tables WHERE tablename = 'r_owned'), 'counter_rollup_test_owner',
+          'the rollup table belongs to the role that created it');
+SELECT counter.rollup_drop('r_owned');
+DROP TABLE owned_ev;
+REVOKE CREATE ON SCHEMA public FROM counter_rollup_test_owner;
+DROP ROLE counter_rollup_test_owner;
 
 SELECT * FROM finish();
