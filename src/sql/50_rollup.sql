@@ -42,7 +42,6 @@ CREATE TABLE counter.rollups (
     -- SQL generated from the columns above by counter.rollup_sql(), for the
     -- source and rollup table names in sql_for (a rename makes it stale)
     sql_for        text,
-    lock_sql       text,
     add_sql        text,
     mark_new_sql   text,
     mark_old_sql   text,
@@ -212,12 +211,16 @@ BEGIN
 
     -- Trigger mode, per statement: shared hour locks in hour order, then one
     -- upsert per (key, hour) in (key, hour) order.
-    r.lock_sql := format($f$
-        SELECT pg_catalog.pg_advisory_xact_lock_shared(1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
-        FROM (SELECT DISTINCT %1$s AS h FROM new_rows ORDER BY 1) s$f$, hour_expr);
+    -- (One statement: the hour locks are an InitPlan, taken before the
+    -- first row reaches the upsert.)
     r.add_sql := format($f$
+        WITH l AS MATERIALIZED (
+            SELECT pg_catalog.count(*) AS n
+            FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
+                             1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
+                  FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
-        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE %6$s
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0 AND %6$s
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %7$s$f$,
         r.rollup_table, keys, cols, hour_expr, vals, where_filter, add_set);
@@ -268,7 +271,7 @@ AS $$
 DECLARE
     r counter.rollups := counter.rollup_sql(rid);
 BEGIN
-    UPDATE counter.rollups u SET sql_for = r.sql_for, lock_sql = r.lock_sql, add_sql = r.add_sql,
+    UPDATE counter.rollups u SET sql_for = r.sql_for, add_sql = r.add_sql,
         mark_new_sql = r.mark_new_sql, mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
     WHERE u.rollup_id = rid;
 END
@@ -284,7 +287,7 @@ DECLARE
     rid integer := TG_ARGV[0]::integer;
     r record;
 BEGIN
-    SELECT c.mode, c.lock_sql, c.add_sql, c.mark_new_sql, c.mark_old_sql,
+    SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql,
            c.sql_for IS DISTINCT FROM format('%s|%s', c.source, c.rollup_table) AS stale INTO r
     FROM counter.rollups c WHERE c.rollup_id = rid;
     IF NOT FOUND THEN
@@ -292,13 +295,12 @@ BEGIN
     END IF;
     IF r.stale THEN
         -- A table was renamed since the SQL was stored: regenerate it.
-        SELECT c.mode, c.lock_sql, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
+        SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
         FROM counter.rollup_sql(rid) c;
     END IF;
     IF TG_OP = 'INSERT' THEN
         IF r.mode = 'trigger' THEN
-            EXECUTE r.lock_sql USING rid;
-            EXECUTE r.add_sql;
+            EXECUTE r.add_sql USING rid;
         ELSE
             EXECUTE r.mark_new_sql USING rid;
         END IF;
