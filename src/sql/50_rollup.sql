@@ -128,7 +128,7 @@ AS $$ SELECT pg_catalog.floor(pg_catalog.date_part('epoch', ts) OPERATOR(pg_cata
 CREATE FUNCTION counter.rollup_hour(ts timestamptz)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT pg_catalog.date_bin('01:00:00'::interval, ts, '2000-01-01 00:00:00+00'::timestamptz) $$;
+AS $$ SELECT pg_catalog.date_bin('01:00:00'::pg_catalog.interval, ts, '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) $$;
 
 -- The schema of the = operator of a type (pg_catalog when none of its own).
 CREATE FUNCTION counter.rollup_eq_schema(typ oid)

@@ -3,7 +3,7 @@
 -- behind pg_stat_user_tables are flushed at transaction end.
 \set ON_ERROR_STOP 1
 SET timezone = 'UTC';
-SELECT plan(27);
+SELECT plan(30);
 
 CREATE TABLE ev (
     event_id    bigint NOT NULL,
@@ -144,6 +144,24 @@ SELECT is((SELECT array_agg(t.count ORDER BY t.period_start) FROM counter.rollup
 SELECT is((SELECT sum((t.sums->>'amount')::numeric) FROM counter.rollup_totals(
                'r_def', '2026-10-05 12:00+00', '2026-10-09 00:00+00', 'UTC', 'total') t),
           (SELECT sum(amount)::numeric FROM ev WHERE occurred_at >= '2026-10-05 12:00+00'), 'sums add up');
+
+-- An explicit retention: hours older than now() - retention are never
+-- recomputed, whatever the partitions say.
+CREATE TABLE recent_ev (event_id bigint NOT NULL, link_id bigint NOT NULL, occurred_at timestamptz NOT NULL);
+INSERT INTO recent_ev VALUES (1, 1, now() - interval '5 hours'), (2, 1, now() - interval '10 minutes');
+SELECT counter.rollup_create('r_recent', 'recent_ev', 'occurred_at', '{link_id}', mode => 'deferred',
+                             retention => '3 hours');
+CALL counter.job_rollup_refresh('r_recent');
+SELECT is((SELECT array_agg(hour ORDER BY hour) FROM r_recent), ARRAY[counter.rollup_hour(now() - interval '10 minutes')],
+          'the job fills the retained hour and leaves the old one');
+INSERT INTO r_recent VALUES (1, counter.rollup_hour(now() - interval '5 hours'), 42);
+CALL counter.rollup_refresh('r_recent', counter.rollup_hour(now() - interval '1 day'), counter.rollup_hour(now()) + interval '1 hour');
+SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour(now() - interval '5 hours')), 42::bigint,
+          'a full recompute leaves an hour outside the retention as it was');
+SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour(now() - interval '10 minutes')), 1::bigint,
+          'and recomputes the retained hours');
+SELECT counter.rollup_drop('r_recent');
+DROP TABLE recent_ev;
 
 -- A refresh runs the rollup's SQL as the rollup's owner, also when a
 -- superuser (the background worker) runs the job: the filter below only
