@@ -51,6 +51,8 @@ SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', sums => 
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', sums => '{nothing}');
 \echo :LAST_ERROR_SQLSTATE
+SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
+\echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_create('r', 'clicks_view', 'occurred_at', '{link_id}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_create(NULL, 'clicks', 'occurred_at', '{link_id}');

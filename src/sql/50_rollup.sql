@@ -207,6 +207,22 @@ BEGIN
         agg_old := agg_old || format(', pg_catalog.max(%I)', 'o$sum_' || g);
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        -- Sketches compare by their text form (the type need not have =).
+        vals := vals || format(', counter.hll_add_agg(%1$I) AS %2$I', g, 'distinct_' || g);
+        cols := cols || format(', %I', 'distinct_' || g);
+        add_set := add_set || format(', %1$I = (SELECT counter.hll_union_agg(v.s) FROM (VALUES (r.%1$I), (EXCLUDED.%1$I)) v(s))',
+                                     'distinct_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::text', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::text', 'distinct_' || g);
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::counter.hll AS %3$I', g, 'w$' || g, 'o$distinct_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'distinct_' || g);
+        agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I) AS %2$I', 'w$' || g, 'distinct_' || g);
+        agg_new := agg_new || format(', counter.hll_add_agg(%I)::text', 'w$' || g);
+        agg_old := agg_old || format(', counter.hll_union_agg(%I)::text', 'o$distinct_' || g);
+    END LOOP;
     where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
 
     -- Trigger mode, per statement: shared hour locks in hour order, then one
@@ -752,11 +768,6 @@ BEGIN
     END LOOP;
     outcols := outcols || seen::text[];
 
-    IF cardinality(distinct_on) > 0 THEN
-        RAISE EXCEPTION 'distinct_on needs the counter.hll sketch type, which this build does not have yet'
-            USING ERRCODE = 'feature_not_supported';
-    END IF;
-
     ddl := ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL';
     seen := '{}';
     FOREACH g IN ARRAY sums LOOP
@@ -786,6 +797,35 @@ BEGIN
         outcols := outcols || ('sum_' || g);
         ddl := ddl || format(', %I %s NOT NULL', 'sum_' || g,
                              CASE WHEN col.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END);
+    END LOOP;
+
+    -- One sketch per distinct_on column: merged across hours, never summed.
+    IF cardinality(distinct_on) > 0 AND to_regtype('counter.hll') IS NULL THEN
+        RAISE EXCEPTION 'distinct_on needs the counter.hll sketch type, which this build does not have yet'
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    seen := '{}';
+    FOREACH g IN ARRAY distinct_on LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'distinct_on must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_attribute a
+                       WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped) THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
+        END IF;
+        IF octet_length('distinct_' || g) > 63 THEN
+            RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
+        END IF;
+        IF 'distinct_' || g = ANY (outcols) THEN
+            RAISE EXCEPTION 'distinct column "distinct_%" collides with a rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        seen := seen || g;
+        outcols := outcols || ('distinct_' || g);
+        ddl := ddl || format(', %I counter.hll', 'distinct_' || g);
     END LOOP;
 
     IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
