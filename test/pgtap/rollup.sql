@@ -3,7 +3,7 @@
 -- behind pg_stat_user_tables are flushed at transaction end.
 \set ON_ERROR_STOP 1
 SET timezone = 'UTC';
-SELECT plan(30);
+SELECT plan(33);
 
 CREATE TABLE ev (
     event_id    bigint NOT NULL,
@@ -144,6 +144,45 @@ SELECT is((SELECT array_agg(t.count ORDER BY t.period_start) FROM counter.rollup
 SELECT is((SELECT sum((t.sums->>'amount')::numeric) FROM counter.rollup_totals(
                'r_def', '2026-10-05 12:00+00', '2026-10-09 00:00+00', 'UTC', 'total') t),
           (SELECT sum(amount)::numeric FROM ev WHERE occurred_at >= '2026-10-05 12:00+00'), 'sums add up');
+
+-- Distinct counts (when the build has the counter.hll sketch type): merged
+-- across hours, never summed, and the same in both modes.
+CREATE FUNCTION pg_temp.distinct_tests() RETURNS SETOF text LANGUAGE plpgsql AS $f$
+DECLARE
+    exact bigint;
+    merged numeric;
+    summed numeric;
+    deferred_merged numeric;
+BEGIN
+    IF to_regtype('counter.hll') IS NULL THEN
+        RETURN NEXT skip('this build has no counter.hll sketch type', 3);
+        RETURN;
+    END IF;
+    CREATE TABLE dv (event_id bigint NOT NULL, link_id bigint NOT NULL, visitor_id bigint NOT NULL,
+                     occurred_at timestamptz NOT NULL, UNIQUE (event_id, occurred_at));
+    PERFORM counter.rollup_create('dv_trig', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
+    PERFORM counter.rollup_create('dv_def', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}',
+                                  mode => 'deferred');
+    -- 6 hours, the same 2,000 visitors coming back every hour.
+    INSERT INTO dv SELECT e, 1, e % 2000, timestamptz '2026-10-06 00:00+00' + make_interval(secs => (e * 7) % 21600)
+    FROM generate_series(1, 30000) e ORDER BY e;
+    PERFORM counter.rollup_refresh_dirty('dv_def');
+    SELECT count(DISTINCT visitor_id) INTO exact FROM dv;
+    EXECUTE $q$SELECT (t.distinct_counts->>'visitor_id')::numeric FROM counter.rollup_totals('dv_trig',
+               '2026-10-06 00:00+00', '2026-10-07 00:00+00') t$q$ INTO merged;
+    EXECUTE $q$SELECT (t.distinct_counts->>'visitor_id')::numeric FROM counter.rollup_totals('dv_def',
+               '2026-10-06 00:00+00', '2026-10-07 00:00+00') t$q$ INTO deferred_merged;
+    EXECUTE $q$SELECT sum((t.distinct_counts->>'visitor_id')::numeric) FROM counter.rollup_totals('dv_trig',
+               '2026-10-06 00:00+00', '2026-10-07 00:00+00', 'UTC', 'hour') t$q$ INTO summed;
+    RETURN NEXT ok(abs(merged - exact) <= exact * 0.03,
+                   format('a day''s distinct count merges the hours'' sketches (%s, exact %s)', merged, exact));
+    RETURN NEXT ok(summed > merged * 2, format('and is not the sum of the hours'' counts (%s)', summed));
+    RETURN NEXT is(deferred_merged, merged, 'deferred mode gives the same distinct count');
+    PERFORM counter.rollup_drop('dv_trig');
+    PERFORM counter.rollup_drop('dv_def');
+    DROP TABLE dv;
+END $f$;
+SELECT * FROM pg_temp.distinct_tests();
 
 -- An explicit retention: hours older than now() - retention are never
 -- recomputed, whatever the partitions say.
