@@ -36,6 +36,9 @@ SHLIB_LINK = -lstdc++
 # need clang++ to see our flags, and JIT inlining of our code buys nothing.
 override with_llvm = no
 
+# Header dependencies (.deps/*.Po), so a changed header rebuilds its users.
+override autodepend = yes
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 

@@ -51,7 +51,9 @@ SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', sums => 
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', sums => '{nothing}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
+SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.rollup_create('r', 'clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor_id, visitor_id}');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_create('r', 'clicks_view', 'occurred_at', '{link_id}');
 \echo :LAST_ERROR_SQLSTATE
@@ -146,15 +148,18 @@ SELECT counter.rollup_recompute('clicks_hourly', '2026-10-06 09:00+00', '2026-10
 
 -- A deferred-mode rollup counts at the next refresh.
 SELECT counter.rollup_create('clicks_deferred', 'clicks', 'occurred_at', '{link_id, kind}', mode => 'deferred',
-                             refresh_every => '5 minutes');
+                             distinct_on => '{visitor_id}', refresh_every => '5 minutes');
+\d clicks_deferred
 SELECT count(*) AS rows_before_refresh FROM clicks_deferred;
 CALL counter.job_rollup_refresh('clicks_deferred');
-SELECT * FROM clicks_deferred ORDER BY link_id, kind, hour;
+SELECT link_id, kind, hour, count, counter.hll_cardinality(distinct_visitor_id) AS visitors
+FROM clicks_deferred ORDER BY link_id, kind, hour;
 INSERT INTO clicks (event_id, link_id, visitor_id, occurred_at) VALUES
     ('00000000-0000-0000-0000-000000000007', 2, 14, '2026-10-06 11:45+00');
 SELECT name, dirty_hours FROM counter.rollup_state ORDER BY name;
 CALL counter.job_rollup_refresh('clicks_deferred');
-SELECT * FROM clicks_deferred WHERE link_id = 2 ORDER BY kind, hour;
+SELECT link_id, kind, hour, count, counter.hll_cardinality(distinct_visitor_id) AS visitors
+FROM clicks_deferred WHERE link_id = 2 ORDER BY kind, hour;
 
 -- Refresh errors.
 CALL counter.rollup_refresh('clicks_hourly', '2026-10-06 09:30+00', '2026-10-06 11:00+00');

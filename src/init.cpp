@@ -1,6 +1,7 @@
 // Library entry: _PG_init and the functions that describe the build.
 #include "counter_ext/wall.hpp"
 #include "counter_ext/guc.hpp"
+#include "counter_ext/hll.hpp"
 
 extern "C" {
 #include "utils/guc.h"
@@ -50,6 +51,7 @@ static void define_core_gucs() {
 static void init_cpp() {
 	ce::loaded_at_startup = process_shared_preload_libraries_in_progress;
 	define_core_gucs();
+	ce::init_hll();
 	MarkGUCPrefixReserved("counter_ext");
 }
 

@@ -45,6 +45,8 @@ void require_arg(FunctionCallInfo fcinfo, int argno, const char *what) {
 
 namespace detail {
 
+Caught caught;
+
 static void copy_text(char *to, size_t size, const char *from) noexcept {
 	std::snprintf(to, size, "%s", from != nullptr ? from : "");
 }
@@ -57,6 +59,7 @@ void Caught::set(int code, const char *message_text, const char *detail_text, co
 }
 
 void Caught::set(const std::exception_ptr &what) noexcept {
+	pg_error = nullptr;
 	try {
 		std::rethrow_exception(what);
 	} catch (const PgError &e) {

@@ -78,21 +78,25 @@ for f in sql/*.sql; do
     wanted "$t" && regress_tests+=("$t")
 done
 if [ ${#regress_tests[@]} -gt 0 ]; then
+    # Each file runs in a fresh database of its own and creates what it needs.
     echo "== pg_regress"
-    "$CE_PGBIN/dropdb" --if-exists counter_regress >/dev/null 2>&1
-    "$CE_PGBIN/createdb" counter_regress
-    "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
-        --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress" --dbname=counter_regress \
-        "${regress_tests[@]}" >"$out/regress.txt" 2>&1
-    cat "$out/regress.txt" | grep -E '\.\.\. ' || cat "$out/regress.txt"
     for t in "${regress_tests[@]}"; do
-        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress.txt"; then
+        db="regress_$t"
+        mkdir -p "$out/regress"
+        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
+        "$CE_PGBIN/createdb" "$db"
+        "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
+            --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress/$t" --dbname="$db" "$t" \
+            >"$out/regress-$t.txt" 2>&1
+        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress-$t.txt"; then
+            grep -E '\.\.\. ' "$out/regress-$t.txt"
             record "regress/$t" 0
         else
+            grep -E '\.\.\. ' "$out/regress-$t.txt" || cat "$out/regress-$t.txt"
+            [ -f "$out/regress/$t/regression.diffs" ] && head -150 "$out/regress/$t/regression.diffs"
             record "regress/$t" 1
         fi
     done
-    [ -f "$out/regress/regression.diffs" ] && head -200 "$out/regress/regression.diffs"
 fi
 
 iso_tests=()
@@ -102,21 +106,25 @@ for f in test/isolation/specs/*.spec; do
     wanted "$t" && iso_tests+=("$t")
 done
 if [ ${#iso_tests[@]} -gt 0 ]; then
+    # Each spec runs in a fresh database of its own.
     echo "== isolation"
-    "$CE_PGBIN/dropdb" --if-exists counter_isolation >/dev/null 2>&1
-    "$CE_PGBIN/createdb" counter_isolation
-    "$CE_PGXS_DIR/src/test/isolation/pg_isolation_regress" --use-existing --host=$PGHOST --port=$PGPORT \
-        --user=$PGUSER --bindir="$CE_PGBIN" --inputdir=test/isolation --outputdir="$out/isolation" \
-        --dbname=counter_isolation "${iso_tests[@]}" >"$out/isolation.txt" 2>&1
-    grep -E '\.\.\. ' "$out/isolation.txt" || cat "$out/isolation.txt"
+    mkdir -p "$out/isolation"
     for t in "${iso_tests[@]}"; do
-        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/isolation.txt"; then
+        db="isolation_$t"
+        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
+        "$CE_PGBIN/createdb" "$db"
+        "$CE_PGXS_DIR/src/test/isolation/pg_isolation_regress" --use-existing --host=$PGHOST --port=$PGPORT \
+            --user=$PGUSER --bindir="$CE_PGBIN" --inputdir=test/isolation --outputdir="$out/isolation/$t" \
+            --dbname="$db" "$t" >"$out/isolation-$t.txt" 2>&1
+        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/isolation-$t.txt"; then
+            grep -E '\.\.\. ' "$out/isolation-$t.txt"
             record "isolation/$t" 0
         else
+            grep -E '\.\.\. ' "$out/isolation-$t.txt" || cat "$out/isolation-$t.txt"
+            [ -f "$out/isolation/$t/regression.diffs" ] && head -150 "$out/isolation/$t/regression.diffs"
             record "isolation/$t" 1
         fi
     done
-    [ -f "$out/isolation/regression.diffs" ] && head -200 "$out/isolation/regression.diffs"
 fi
 
 tap_files=()

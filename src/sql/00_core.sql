@@ -4,6 +4,11 @@
 
 COMMENT ON SCHEMA counter IS 'counter_ext: counters that stay correct next to the rows they count';
 
+-- Every role may reach the schema: the types (hll, pncounter) and tracked
+-- counters on tables a role owns are for everyone. What may harm is revoked
+-- from PUBLIC function by function, and functions check their caller.
+GRANT USAGE ON SCHEMA counter TO PUBLIC;
+
 CREATE FUNCTION counter.version()
 RETURNS text
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE

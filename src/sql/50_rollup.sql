@@ -19,11 +19,6 @@
 --       hour order) before reading the events, so it never overwrites an
 --       increment it could not see.
 
--- Rollups are created and fed by application roles, not only superusers:
--- they need to reach the schema (what they may do is decided per object:
--- row-level security on the catalog, privileges on the tables).
-GRANT USAGE ON SCHEMA counter TO PUBLIC;
-
 CREATE TABLE counter.rollups (
     rollup_id      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name           text NOT NULL UNIQUE,
@@ -208,20 +203,19 @@ BEGIN
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
     FOREACH g IN ARRAY r.distinct_on LOOP
-        -- Sketches compare by their text form (the type need not have =).
+        -- Sketches are canonical (equal sets give equal bytes): compare bytes.
         vals := vals || format(', counter.hll_add_agg(%1$I) AS %2$I', g, 'distinct_' || g);
         cols := cols || format(', %I', 'distinct_' || g);
-        add_set := add_set || format(', %1$I = (SELECT counter.hll_union_agg(v.s) FROM (VALUES (r.%1$I), (EXCLUDED.%1$I)) v(s))',
-                                     'distinct_' || g);
+        add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
         fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
-        old_vals := old_vals || format(', r.%I::text', 'distinct_' || g);
-        new_vals := new_vals || format(', EXCLUDED.%I::text', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
         ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::counter.hll AS %3$I', g, 'w$' || g, 'o$distinct_' || g);
         ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
                                      WHERE a.attrelid = r.source AND a.attname = g), 'distinct_' || g);
         agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I) AS %2$I', 'w$' || g, 'distinct_' || g);
-        agg_new := agg_new || format(', counter.hll_add_agg(%I)::text', 'w$' || g);
-        agg_old := agg_old || format(', counter.hll_union_agg(%I)::text', 'o$distinct_' || g);
+        agg_new := agg_new || format(', counter.hll_add_agg(%I)::bytea', 'w$' || g);
+        agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
     END LOOP;
     where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
 
@@ -800,10 +794,6 @@ BEGIN
     END LOOP;
 
     -- One sketch per distinct_on column: merged across hours, never summed.
-    IF cardinality(distinct_on) > 0 AND to_regtype('counter.hll') IS NULL THEN
-        RAISE EXCEPTION 'distinct_on needs the counter.hll sketch type, which this build does not have yet'
-            USING ERRCODE = 'feature_not_supported';
-    END IF;
     seen := '{}';
     FOREACH g IN ARRAY distinct_on LOOP
         IF g IS NULL THEN
@@ -825,7 +815,7 @@ BEGIN
         END IF;
         seen := seen || g;
         outcols := outcols || ('distinct_' || g);
-        ddl := ddl || format(', %I counter.hll', 'distinct_' || g);
+        ddl := ddl || format(', %I counter.hll NOT NULL', 'distinct_' || g);
     END LOOP;
 
     IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
@@ -987,7 +977,7 @@ BEGIN
     -- Distinct counts merge the hours' sketches (never a sum of counts).
     FOREACH g IN ARRAY r.distinct_on LOOP
         distinct_expr := distinct_expr || sep
-            || format('%L, counter.hll_cardinality(counter.hll_union_agg(%I))', g, 'distinct_' || g);
+            || format('%L, pg_catalog.round(counter.hll_cardinality(counter.hll_union_agg(%I)))::bigint', g, 'distinct_' || g);
         sep := ', ';
     END LOOP;
     RETURN QUERY EXECUTE format(

@@ -13,8 +13,9 @@ FROM generate_series(timestamptz '2026-10-06 09:00+00', timestamptz '2026-10-06 
 \gexec
 CREATE TABLE demo.clicks_default PARTITION OF demo.clicks DEFAULT;
 
--- A trigger-mode rollup: counts land in the writer's own transaction.
-SELECT counter.rollup_create('clicks_hourly', 'demo.clicks', 'occurred_at', '{link_id}');
+-- A trigger-mode rollup: counts (and a distinct-visitor sketch per hour) land
+-- in the writer's own transaction.
+SELECT counter.rollup_create('clicks_hourly', 'demo.clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
 
 -- A batch of 3,000 clicks over three hours, then the same batch re-delivered.
 CREATE TEMP TABLE batch AS SELECT * FROM demo.click_stream(3000, '2026-10-06 09:00+00', 3);
@@ -25,8 +26,9 @@ SELECT sum(count) AS counted, (SELECT count(*) FROM demo.clicks) AS events FROM 
 -- The hottest links per hour.
 SELECT link_id, hour, count FROM demo.clicks_hourly ORDER BY count DESC, link_id, hour LIMIT 5;
 
--- Days assembled from hours in any whole-hour time zone (Taipei: 16:00 to 16:00 UTC).
-SELECT period_start, key->>'link_id' AS link_id, count
+-- Days assembled from hours in any whole-hour time zone (Taipei: 16:00 to 16:00 UTC);
+-- unique visitors merge the hours' sketches (a visitor back every hour counts once).
+SELECT period_start, key->>'link_id' AS link_id, count, distinct_counts->>'visitor_id' AS visitors
 FROM counter.rollup_totals('clicks_hourly', '2026-10-05 16:00+00', '2026-10-07 16:00+00', 'Asia/Taipei')
 ORDER BY count DESC LIMIT 3;
 

@@ -56,6 +56,11 @@ struct Caught {
 	[[noreturn]] void raise() const;
 };
 
+// The one Caught of the backend. A boundary fills it only after its call has
+// ended and raises it at once, so nested boundaries never overlap on it; it
+// lives outside the stack to keep the entry point cheap.
+extern Caught caught;
+
 // Copies the error PostgreSQL is handling into 'context' and flushes it.
 ErrorData *take_error(MemoryContext context);
 
@@ -65,14 +70,12 @@ ErrorData *take_error(MemoryContext context);
 // C++ frames are gone. Use for every entry point PostgreSQL calls.
 template <typename F>
 auto boundary(F &&f) noexcept -> decltype(f()) {
-	detail::Caught caught;
-	caught.pg_error = nullptr;
 	try {
 		return f();
 	} catch (...) {
-		caught.set(std::current_exception());
+		detail::caught.set(std::current_exception());
 	}
-	caught.raise();
+	detail::caught.raise();
 }
 
 // Runs f(), a lambda that calls PostgreSQL and owns nothing; a PostgreSQL

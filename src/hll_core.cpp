@@ -1,0 +1,920 @@
+// counter.hll core: hash, representations, serialization, estimator.
+// Pure C++; the storage format is specified in doc/hll-storage.md.
+#include "counter_ext/cpp_only.hpp"
+#include "counter_ext/hll_core.hpp"
+#include "counter_ext/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ce::hll {
+
+namespace {
+
+[[noreturn]] void bad(const std::string &detail) {
+	throw Error(sqlstate::invalid_binary_representation, "invalid counter.hll value", detail);
+}
+
+} // namespace
+
+uint64_t xxh3::hash_long(const uint8_t *in, size_t len) noexcept {
+	// 64-byte stripes into 8 accumulators, 16 stripes per block, the
+	// accumulators scrambled after each block, then merged.
+	constexpr uint64_t p32_1 = 0x9E3779B1U, p32_2 = 0x85EBCA77U, p32_3 = 0xC2B2AE3DU;
+	constexpr uint64_t p64_4 = 0x85EBCA77C2B2AE63ULL, p64_5 = 0x27D4EB2F165667C5ULL;
+	uint64_t acc[8] = {p32_3, xxh_p1, xxh_p2, xxh_p3, p64_4, p32_2, p64_5, p32_1};
+	const uint8_t *s = secret;
+	auto accumulate = [&acc](const uint8_t *stripe, const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t v = read64(stripe + 8 * i);
+			uint64_t k = v ^ read64(key + 8 * i);
+			acc[i ^ 1] += v;
+			acc[i] += (k & 0xFFFFFFFFULL) * (k >> 32);
+		}
+	};
+	auto scramble = [&acc](const uint8_t *key) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t a = acc[i];
+			a ^= a >> 47;
+			a ^= read64(key + 8 * i);
+			a *= p32_1;
+			acc[i] = a;
+		}
+	};
+	constexpr size_t stripes_per_block = (sizeof(secret) - 64) / 8;
+	constexpr size_t block_len = 64 * stripes_per_block;
+	size_t blocks = (len - 1) / block_len;
+	for (size_t b = 0; b < blocks; b++) {
+		for (size_t n = 0; n < stripes_per_block; n++)
+			accumulate(in + b * block_len + n * 64, s + n * 8);
+		scramble(s + sizeof(secret) - 64);
+	}
+	size_t stripes = ((len - 1) - block_len * blocks) / 64;
+	for (size_t n = 0; n < stripes; n++)
+		accumulate(in + blocks * block_len + n * 64, s + n * 8);
+	accumulate(in + len - 64, s + sizeof(secret) - 64 - 7);
+	uint64_t result = len * xxh_p1;
+	for (int i = 0; i < 4; i++)
+		result += mul128_fold64(acc[2 * i] ^ read64(s + 11 + 16 * i), acc[2 * i + 1] ^ read64(s + 11 + 16 * i + 8));
+	return avalanche(result);
+}
+
+const char *repr_name(Repr r) noexcept {
+	switch (r) {
+		case Repr::empty:
+			return "empty";
+		case Repr::sparse:
+			return "sparse";
+		case Repr::dense:
+			return "dense";
+		case Repr::dense_rice:
+			return "dense_rice";
+	}
+	return "unknown";
+}
+
+// ---- the sparse limit ------------------------------------------------------------
+
+namespace {
+
+constexpr size_t varint_len(size_t v) noexcept {
+	size_t n = 1;
+	while (v >= 128) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+// The low-bit width of d sparse entries: the largest l with d * 2^l <= 2^23.
+constexpr int low_bits_for(size_t d) noexcept {
+	int l = 0;
+	while (l < sparse_bits && (d << (l + 1)) <= (size_t{1} << sparse_bits))
+		l++;
+	return l;
+}
+
+// An upper bound of a sparse sketch's size with d entries: d low-bit fields,
+// a high-bit bitmap of at most (2^23 - 1 >> l) + d bits, and the rho fields
+// expected on d / 2^(23 - p) entries.
+constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
+	int l = low_bits_for(d);
+	size_t bits = d * static_cast<size_t>(l) + (((size_t{1} << sparse_bits) - 1) >> l) + d;
+	bits += (d * 5) >> (sparse_bits - p);
+	return header_bytes + varint_len(d) + (bits + 7) / 8;
+}
+
+constexpr size_t compute_sparse_limit(int p) noexcept {
+	size_t dense = header_bytes + dense_payload_bytes(p); // packed: the largest dense form
+	size_t lo = 0, hi = size_t{1} << (p + 2);
+	while (lo < hi) { // largest d with bound(d) <= dense
+		size_t mid = (lo + hi + 1) / 2;
+		if (sparse_bound_bytes(mid, p) <= dense)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+struct LimitTable {
+	size_t v[max_precision + 1];
+};
+
+constexpr LimitTable make_limits() noexcept {
+	LimitTable t{};
+	for (int p = 0; p <= max_precision; p++)
+		t.v[p] = p >= min_precision ? compute_sparse_limit(p) : 0;
+	return t;
+}
+
+constexpr LimitTable limits = make_limits();
+
+} // namespace
+
+size_t sparse_limit(int p) noexcept {
+	return limits.v[p];
+}
+
+// ---- entries and registers ------------------------------------------------------
+
+namespace {
+
+// Sorts up to 'small_sort_max' entries in O(n) expected time: a counting
+// scatter into 2^k >= n buckets by the top bits (hash bits are uniform), then
+// an insertion sort that only has to fix order inside buckets. Aggregates
+// sort one small buffer per group, so this beats std::sort's mispredictions.
+constexpr size_t small_sort_max = 512;
+
+void small_sort(uint32_t *entries, size_t n) noexcept {
+	uint32_t tmp[small_sort_max];
+	uint16_t start[small_sort_max + 1];
+	int k = 1;
+	while ((size_t{1} << k) < n)
+		k++;
+	size_t buckets = size_t{1} << k;
+	int shift = sparse_bits + 5 - k; // entries are below 2^28
+	memset(start, 0, (buckets + 1) * sizeof(uint16_t));
+	for (size_t i = 0; i < n; i++)
+		start[(entries[i] >> shift) + 1]++;
+	for (size_t b = 0; b < buckets; b++)
+		start[b + 1] = static_cast<uint16_t>(start[b + 1] + start[b]);
+	for (size_t i = 0; i < n; i++)
+		tmp[start[entries[i] >> shift]++] = entries[i];
+	for (size_t i = 1; i < n; i++) {
+		uint32_t x = tmp[i];
+		size_t j = i;
+		while (j > 0 && tmp[j - 1] > x) {
+			tmp[j] = tmp[j - 1];
+			j--;
+		}
+		tmp[j] = x;
+	}
+	memcpy(entries, tmp, n * sizeof(uint32_t));
+}
+
+} // namespace
+
+size_t compact_entries(uint32_t *entries, size_t n) noexcept {
+	if (n == 0)
+		return 0;
+	if (n <= small_sort_max)
+		small_sort(entries, n);
+	else
+		std::sort(entries, entries + n);
+	size_t out = 0;
+	for (size_t i = 0; i < n; i++) {
+		// equal values are adjacent, the largest rho field last
+		if (i + 1 < n && entry_value(entries[i + 1]) == entry_value(entries[i]))
+			continue;
+		entries[out++] = entries[i];
+	}
+	return out;
+}
+
+size_t merge_entries(const uint32_t *a, size_t na, const uint32_t *b, size_t nb, uint32_t *out) noexcept {
+	size_t i = 0, j = 0, k = 0;
+	while (i < na && j < nb) {
+		uint32_t va = entry_value(a[i]), vb = entry_value(b[j]);
+		if (va < vb) {
+			out[k++] = a[i++];
+		} else if (vb < va) {
+			out[k++] = b[j++];
+		} else {
+			out[k++] = std::max(a[i], b[j]);
+			i++;
+			j++;
+		}
+	}
+	while (i < na)
+		out[k++] = a[i++];
+	while (j < nb)
+		out[k++] = b[j++];
+	return k;
+}
+
+void fold_entries(uint32_t *entries, size_t n, int from, int to) noexcept {
+	(void)from;
+	uint32_t low_mask = (1U << (sparse_bits - to)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) != 0)
+			entries[i] &= ~31U;
+}
+
+void dense_add_entries(uint8_t *registers, int p, const uint32_t *entries, size_t n) noexcept {
+	for (size_t i = 0; i < n; i++) {
+		uint32_t index;
+		uint8_t value;
+		entry_register(entries[i], p, index, value);
+		if (registers[index] < value)
+			registers[index] = value;
+	}
+}
+
+void fold_registers(const uint8_t *in, int from, uint8_t *out, int to) noexcept {
+	int shift = from - to;
+	uint32_t low_mask = (1U << shift) - 1;
+	memset(out, 0, size_t{1} << to);
+	for (uint32_t i = 0; i < (1U << from); i++) {
+		uint8_t r = in[i];
+		if (r == 0)
+			continue;
+		uint32_t j = i >> shift;
+		uint32_t low = i & low_mask;
+		int v;
+		if (low != 0)
+			v = __builtin_clz(low) - (32 - shift) + 1;
+		else
+			v = std::min(register_max, static_cast<int>(r) + shift);
+		if (out[j] < v)
+			out[j] = static_cast<uint8_t>(v);
+	}
+}
+
+// ---- estimation -------------------------------------------------------------------
+
+double estimate_sparse(size_t distinct_values) noexcept {
+	if (distinct_values == 0)
+		return 0.0;
+	double m = static_cast<double>(size_t{1} << sparse_bits);
+	double d = static_cast<double>(distinct_values);
+	return std::round(-m * std::log1p(-d / m));
+}
+
+namespace {
+
+double ertl_sigma(double x) noexcept {
+	if (x == 1.0)
+		return std::numeric_limits<double>::infinity();
+	double y = 1.0, z = x, previous;
+	do {
+		x *= x;
+		previous = z;
+		z += x * y;
+		y += y;
+	} while (z != previous);
+	return z;
+}
+
+double ertl_tau(double x) noexcept {
+	if (x == 0.0 || x == 1.0)
+		return 0.0;
+	double y = 1.0, z = 1.0 - x, previous;
+	do {
+		x = std::sqrt(x);
+		previous = z;
+		y *= 0.5;
+		z -= (1.0 - x) * (1.0 - x) * y;
+	} while (z != previous);
+	return z / 3.0;
+}
+
+} // namespace
+
+double estimate_dense(const uint8_t *registers, int p) noexcept {
+	size_t m = size_t{1} << p;
+	uint32_t counts[register_max + 1] = {};
+	for (size_t i = 0; i < m; i++)
+		counts[registers[i]]++;
+	double md = static_cast<double>(m);
+	if (counts[0] == m)
+		return 0.0;
+	double z = md * ertl_tau(1.0 - counts[q_bits + 1] / md);
+	for (int k = q_bits; k >= 1; k--)
+		z = 0.5 * (z + counts[k]);
+	z += md * ertl_sigma(counts[0] / md);
+	const double alpha_inf = 0.5 / std::log(2.0);
+	return alpha_inf * md * md / z;
+}
+
+// ---- bit streams ------------------------------------------------------------------
+
+namespace {
+
+class BitWriter {
+public:
+	explicit BitWriter(uint8_t *out) noexcept : out_(out) {}
+	void put(uint64_t bits, int n) noexcept { // n <= 32
+		acc_ |= (bits & ((uint64_t{1} << n) - 1)) << used_;
+		used_ += n;
+		while (used_ >= 8) {
+			*out_++ = static_cast<uint8_t>(acc_);
+			acc_ >>= 8;
+			used_ -= 8;
+		}
+	}
+	void unary(uint64_t q) noexcept { // q ones, then a zero
+		while (q >= 32) {
+			put(0xFFFFFFFFu, 32);
+			q -= 32;
+		}
+		put((uint64_t{1} << q) - 1, static_cast<int>(q) + 1);
+	}
+	void zeros_then_one(uint64_t q) noexcept { // q zeros, then a one
+		while (q >= 32) {
+			put(0, 32);
+			q -= 32;
+		}
+		put(uint64_t{1} << q, static_cast<int>(q) + 1);
+	}
+	void flush() noexcept {
+		if (used_ > 0)
+			*out_++ = static_cast<uint8_t>(acc_);
+		acc_ = 0;
+		used_ = 0;
+	}
+
+private:
+	uint8_t *out_;
+	uint64_t acc_ = 0;
+	int used_ = 0;
+};
+
+class BitReader {
+public:
+	BitReader(const uint8_t *data, size_t bytes) noexcept : data_(data), bytes_(bytes), bits_(bytes * 8) {}
+
+	// 57 valid bits from the position, when 8 whole bytes remain from it.
+	bool window(uint64_t &w) const noexcept {
+		size_t byte = pos_ >> 3;
+		if (byte + 8 > bytes_)
+			return false;
+		memcpy(&w, data_ + byte, 8);
+		w >>= (pos_ & 7);
+		return true;
+	}
+	void advance(size_t n) noexcept { pos_ += n; }
+
+	size_t remaining() const noexcept { return bits_ - pos_; }
+	size_t position() const noexcept { return pos_; }
+
+	// Reads n <= 32 bits; false when fewer remain.
+	bool get(int n, uint32_t &out) noexcept {
+		if (static_cast<size_t>(n) > remaining())
+			return false;
+		out = static_cast<uint32_t>(peek() & ((uint64_t{1} << n) - 1));
+		pos_ += static_cast<size_t>(n);
+		return true;
+	}
+
+	// Reads a unary number (ones ended by a zero); false when the stream ends
+	// first or the number exceeds 'max'.
+	bool unary(uint64_t max, uint64_t &out) noexcept {
+		uint64_t q = 0;
+		for (;;) {
+			size_t avail = std::min<size_t>(56, remaining());
+			if (avail == 0)
+				return false;
+			uint64_t zeros = ~peek() & ((uint64_t{1} << avail) - 1);
+			if (zeros == 0) {
+				q += avail;
+				pos_ += avail;
+			} else {
+				int t = __builtin_ctzll(zeros);
+				q += static_cast<uint64_t>(t);
+				pos_ += static_cast<size_t>(t) + 1;
+				out = q;
+				return q <= max;
+			}
+			if (q > max)
+				return false;
+		}
+	}
+
+private:
+	// At least 57 bits from pos_ (zeros past the end).
+	uint64_t peek() const noexcept {
+		size_t byte = pos_ >> 3;
+		uint64_t w = 0;
+		if (likely_full(byte))
+			memcpy(&w, data_ + byte, 8);
+		else
+			memcpy(&w, data_ + byte, bytes_ - byte);
+		return w >> (pos_ & 7);
+	}
+
+	bool likely_full(size_t byte) const noexcept { return __builtin_expect(byte + 8 <= bytes_, 1); }
+
+	const uint8_t *data_;
+	size_t bytes_;
+	size_t bits_;
+	size_t pos_ = 0;
+};
+
+size_t write_varint(uint8_t *out, size_t v) noexcept {
+	size_t n = 0;
+	while (v >= 128) {
+		out[n++] = static_cast<uint8_t>(v | 128);
+		v >>= 7;
+	}
+	out[n++] = static_cast<uint8_t>(v);
+	return n;
+}
+
+} // namespace
+
+// ---- serialization -------------------------------------------------------------------
+
+size_t encoded_size_empty() noexcept {
+	return header_bytes;
+}
+
+void encode_empty(int p, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::empty) << 5) | p);
+}
+
+int sparse_low_bits(size_t n) noexcept {
+	return low_bits_for(n);
+}
+
+SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept {
+	int l = low_bits_for(n);
+	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(l) + n;
+	if (n > 0)
+		bits += entry_value(entries[n - 1]) >> l;
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) == 0)
+			bits += 5;
+	return SparsePlan{l, header_bytes + varint_len(n) + static_cast<size_t>((bits + 7) / 8)};
+}
+
+void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::sparse) << 5) | p);
+	size_t off = header_bytes + write_varint(out + header_bytes, n);
+	BitWriter w(out + off);
+	int l = plan.rice;
+	for (size_t i = 0; i < n; i++)
+		w.put(entry_value(entries[i]), l);
+	uint32_t prev_high = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t high = entry_value(entries[i]) >> l;
+		w.zeros_then_one(high - prev_high);
+		prev_high = high;
+	}
+	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	for (size_t i = 0; i < n; i++)
+		if ((entry_value(entries[i]) & low_mask) == 0)
+			w.put(entry_rho(entries[i]), 5);
+	w.flush();
+}
+
+size_t packed_dense_bytes(int p) noexcept {
+	return header_bytes + dense_payload_bytes(p);
+}
+
+namespace {
+
+inline uint32_t zigzag(int d) noexcept {
+	return d >= 0 ? static_cast<uint32_t>(2 * d) : static_cast<uint32_t>(-2 * d - 1);
+}
+
+inline int unzigzag(uint32_t z) noexcept {
+	return (z & 1) ? -static_cast<int>((z + 1) / 2) : static_cast<int>(z / 2);
+}
+
+constexpr int dense_rice_max = 3;
+constexpr size_t dense_rice_header = header_bytes + 2;
+
+} // namespace
+
+DensePlan plan_dense(const uint8_t *registers, int p) noexcept {
+	size_t m = size_t{1} << p;
+	uint64_t hist[register_max + 1] = {};
+	for (size_t i = 0; i < m; i++)
+		hist[registers[i]]++;
+	// The cheapest (base, rice) pair; ties go to the smaller base, then the
+	// smaller parameter.
+	uint64_t best_bits = std::numeric_limits<uint64_t>::max();
+	int best_base = 0, best_rice = 0;
+	for (int base = 0; base <= register_max; base++) {
+		for (int k = 0; k <= dense_rice_max; k++) {
+			uint64_t bits = 0;
+			for (int v = 0; v <= register_max; v++)
+				if (hist[v] != 0)
+					bits += hist[v] * ((zigzag(v - base) >> k) + 1 + static_cast<uint64_t>(k));
+			if (bits < best_bits) {
+				best_bits = bits;
+				best_base = base;
+				best_rice = k;
+			}
+		}
+	}
+	size_t rice_bytes = dense_rice_header + static_cast<size_t>((best_bits + 7) / 8);
+	if (rice_bytes < packed_dense_bytes(p))
+		return DensePlan{Repr::dense_rice, best_base, best_rice, rice_bytes};
+	return DensePlan{Repr::dense, 0, 0, packed_dense_bytes(p)};
+}
+
+void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept {
+	out[0] = format_version;
+	out[1] = static_cast<uint8_t>((static_cast<int>(plan.repr) << 5) | p);
+	size_t m = size_t{1} << p;
+	if (plan.repr == Repr::dense) {
+		BitWriter w(out + header_bytes);
+		for (size_t i = 0; i < m; i++)
+			w.put(registers[i], 5);
+		w.flush();
+		return;
+	}
+	out[2] = static_cast<uint8_t>(plan.base);
+	out[3] = static_cast<uint8_t>(plan.rice);
+	BitWriter w(out + dense_rice_header);
+	int k = plan.rice;
+	for (size_t i = 0; i < m; i++) {
+		uint32_t z = zigzag(static_cast<int>(registers[i]) - plan.base);
+		w.unary(z >> k);
+		if (k > 0)
+			w.put(z, k);
+	}
+	w.flush();
+}
+
+Header parse_header(const uint8_t *data, size_t len) {
+	if (len < header_bytes)
+		bad(format("%zu bytes is shorter than the %zu-byte header", len, header_bytes));
+	if (data[0] != format_version)
+		bad(format("unknown format version %u (this library reads version %u)", data[0], format_version));
+	Header h;
+	h.precision = data[1] & 31;
+	int repr = data[1] >> 5;
+	if (h.precision < min_precision || h.precision > max_precision)
+		bad(format("precision %d is outside %d..%d", h.precision, min_precision, max_precision));
+	if (repr > static_cast<int>(Repr::dense_rice))
+		bad(format("unknown representation %d", repr));
+	h.repr = static_cast<Repr>(repr);
+	switch (h.repr) {
+		case Repr::empty:
+			if (len != header_bytes)
+				bad(format("an empty sketch is %zu bytes, not %zu", header_bytes, len));
+			h.payload = header_bytes;
+			break;
+		case Repr::dense:
+			if (len != packed_dense_bytes(h.precision))
+				bad(format("a dense sketch of precision %d is %zu bytes, not %zu", h.precision,
+				           packed_dense_bytes(h.precision), len));
+			h.payload = header_bytes;
+			break;
+		case Repr::dense_rice:
+			if (len <= dense_rice_header)
+				bad("a dense_rice sketch is truncated before its registers");
+			h.base = data[2];
+			h.rice = data[3];
+			if (h.base > register_max)
+				bad(format("base %d is outside 0..%d", h.base, register_max));
+			if (h.rice > dense_rice_max)
+				bad(format("Rice parameter %d is outside 0..%d", h.rice, dense_rice_max));
+			if (len >= packed_dense_bytes(h.precision))
+				bad(format("a dense_rice sketch of %zu bytes is not smaller than the packed %zu", len,
+				           packed_dense_bytes(h.precision)));
+			h.payload = dense_rice_header;
+			break;
+		case Repr::sparse: {
+			if (len < header_bytes + 1)
+				bad("a sparse sketch is truncated before its entry count");
+			size_t off = header_bytes, count = 0;
+			int shift = 0;
+			for (;;) {
+				if (off >= len)
+					bad("a sparse sketch is truncated inside its entry count");
+				uint8_t byte = data[off++];
+				if (shift > 21)
+					bad("the entry count is too long");
+				count |= static_cast<size_t>(byte & 127) << shift;
+				shift += 7;
+				if ((byte & 128) == 0) {
+					if (byte == 0 && shift > 7)
+						bad("the entry count is not minimally encoded");
+					break;
+				}
+			}
+			if (count == 0)
+				bad("a sparse sketch has no entries (an empty sketch has its own form)");
+			if (count > sparse_limit(h.precision))
+				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d holds", count,
+				           sparse_limit(h.precision), h.precision));
+			h.count = count;
+			h.rice = low_bits_for(count);
+			h.payload = off;
+			break;
+		}
+	}
+	return h;
+}
+
+namespace {
+
+// n bits (n <= 57) at bit position pos of a buffer of 'bytes' bytes; the
+// caller has checked that pos + n is within the buffer.
+inline uint64_t bits_at(const uint8_t *d, size_t bytes, size_t pos, int n) noexcept {
+	size_t byte = pos >> 3;
+	uint64_t w = 0;
+	if (byte + 8 <= bytes)
+		memcpy(&w, d + byte, 8);
+	else
+		memcpy(&w, d + byte, bytes - byte);
+	return (w >> (pos & 7)) & ((uint64_t{1} << n) - 1);
+}
+
+// Decodes the entries of a sparse payload (Elias-Fano: n low-bit fields, a
+// bitmap of the high parts, the rho fields), checking every read, and hands
+// each to 'emit' in increasing order.
+template <typename Emit>
+void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emit &&emit) {
+	const uint8_t *d = data + h.payload;
+	size_t bytes = len - h.payload;
+	size_t total = bytes * 8;
+	size_t n = h.count;
+	int l = h.rice;
+	size_t high_start = n * static_cast<size_t>(l);
+	if (high_start > total)
+		bad("truncated inside the low bits");
+	// The bitmap ends just after its n-th one bit; the rho fields follow.
+	size_t pos = high_start, ones = 0, high_end = 0;
+	for (;;) {
+		if (pos >= total)
+			bad("truncated inside the high bits");
+		int chunk = static_cast<int>(std::min<size_t>(57, total - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		size_t c = static_cast<size_t>(__builtin_popcountll(w));
+		if (ones + c >= n) {
+			for (size_t k = ones + 1; k < n; k++)
+				w &= w - 1;
+			high_end = pos + static_cast<size_t>(__builtin_ctzll(w)) + 1;
+			break;
+		}
+		ones += c;
+		pos += static_cast<size_t>(chunk);
+	}
+	const uint64_t high_limit = uint64_t{1} << (sparse_bits - l);
+	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
+	size_t rho_pos = high_end;
+	int64_t prev = -1;
+	size_t i = 0;
+	pos = high_start;
+	while (i < n) {
+		int chunk = static_cast<int>(std::min<size_t>(57, high_end - pos));
+		uint64_t w = bits_at(d, bytes, pos, chunk);
+		while (w != 0) {
+			uint64_t high = pos + static_cast<uint64_t>(__builtin_ctzll(w)) - high_start - i;
+			w &= w - 1;
+			if (high >= high_limit)
+				bad(format("entry %zu: value out of range", i));
+			uint64_t low = l > 0 ? bits_at(d, bytes, i * static_cast<size_t>(l), l) : 0;
+			int64_t v = static_cast<int64_t>((high << l) | low);
+			if (v <= prev)
+				bad(format("entry %zu: values not increasing", i));
+			uint32_t rho = 0;
+			if ((static_cast<uint32_t>(v) & low_mask) == 0) {
+				if (rho_pos + 5 > total)
+					bad(format("entry %zu: truncated rho field", i));
+				rho = static_cast<uint32_t>(bits_at(d, bytes, rho_pos, 5));
+				rho_pos += 5;
+				if (rho == 0)
+					bad(format("entry %zu: rho field 0", i));
+			}
+			emit(i, (static_cast<uint32_t>(v) << 5) | rho);
+			prev = v;
+			i++;
+		}
+		pos += static_cast<size_t>(chunk);
+	}
+	// What is left is padding to the byte boundary: fewer than 8 bits, zero.
+	size_t rest = total - rho_pos;
+	if (rest >= 8)
+		bad(format("%zu trailing bytes after the last entry", rest / 8));
+	if (rest > 0 && bits_at(d, bytes, rho_pos, static_cast<int>(rest)) != 0)
+		bad("nonzero padding bits");
+}
+
+} // namespace
+
+void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
+	for_each_sparse_entry(data, len, h, [out](size_t i, uint32_t e) { out[i] = e; });
+	if (canonical) {
+		SparsePlan plan = plan_sparse(out, h.count, h.precision);
+		if (plan.bytes != len)
+			bad(format("not the canonical encoding (%zu bytes, canonical %zu)", len, plan.bytes));
+	}
+}
+
+void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, int p) {
+	// An entry carries its rho field whenever precision p <= h.precision needs it.
+	for_each_sparse_entry(data, len, h, [registers, p](size_t, uint32_t e) {
+		uint32_t index;
+		uint8_t value;
+		entry_register(e, p, index, value);
+		if (registers[index] < value)
+			registers[index] = value;
+	});
+}
+
+void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical) {
+	size_t m = size_t{1} << h.precision;
+	bool any = false;
+	if (h.repr == Repr::dense) {
+		// parse_header checked the exact length: 8 registers in every 5 bytes
+		const uint8_t *p = data + h.payload;
+		for (size_t i = 0; i < m; i += 8, p += 5) {
+			uint64_t w = 0;
+			memcpy(&w, p, 5);
+			for (size_t k = 0; k < 8; k++) {
+				registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
+				any = any || registers[i + k] != 0;
+			}
+		}
+	} else {
+		BitReader r(data + h.payload, len - h.payload);
+		int k = h.rice;
+		uint64_t max_q = 63U >> k;
+		for (size_t i = 0; i < m; i++) {
+			uint64_t q;
+			if (!r.unary(max_q, q))
+				bad(format("register %zu: truncated or out of range", i));
+			uint32_t low = 0;
+			if (k > 0 && !r.get(k, low))
+				bad(format("register %zu: truncated", i));
+			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+			if (v < 0 || v > register_max)
+				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+			registers[i] = static_cast<uint8_t>(v);
+			any = any || v != 0;
+		}
+		size_t rest = r.remaining();
+		if (rest >= 8)
+			bad(format("%zu trailing bytes after the last register", rest / 8));
+		uint32_t pad = 0;
+		if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
+			bad("nonzero padding bits");
+	}
+	if (!any)
+		bad("a dense sketch has no register set (an empty sketch has its own form)");
+	if (canonical) {
+		DensePlan plan = plan_dense(registers, h.precision);
+		if (plan.repr != h.repr || plan.bytes != len ||
+		    (h.repr == Repr::dense_rice && (plan.base != h.base || plan.rice != h.rice)))
+			bad(format("not the canonical encoding (canonical: %s, %zu bytes)", repr_name(plan.repr), plan.bytes));
+	}
+}
+
+void validate(const uint8_t *data, size_t len) {
+	Sketch::decode(data, len, true);
+}
+
+// ---- Sketch -----------------------------------------------------------------------
+
+Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
+	Header h = parse_header(data, len);
+	Sketch s(h.precision);
+	if (h.repr == Repr::sparse) {
+		s.entries_.resize(h.count);
+		decode_sparse(data, len, h, s.entries_.data(), canonical);
+	} else if (is_dense(h.repr)) {
+		s.dense_ = true;
+		s.registers_.resize(size_t{1} << h.precision);
+		decode_dense(data, len, h, s.registers_.data(), canonical);
+	}
+	return s;
+}
+
+Repr Sketch::repr() const noexcept {
+	if (dense_)
+		return Repr::dense;
+	return entries_.empty() ? Repr::empty : Repr::sparse;
+}
+
+void Sketch::add_hash(uint64_t hash) {
+	if (dense_) {
+		dense_add_hash(registers_.data(), precision_, hash);
+		return;
+	}
+	entries_.push_back(sparse_entry(hash, precision_));
+	dirty_ = true;
+	if (entries_.size() > 2 * sparse_limit(precision_) + 16)
+		normalize();
+}
+
+void Sketch::normalize() {
+	if (dense_ || !dirty_)
+		return;
+	entries_.resize(compact_entries(entries_.data(), entries_.size()));
+	dirty_ = false;
+	if (entries_.size() > sparse_limit(precision_))
+		to_dense();
+}
+
+void Sketch::to_dense() {
+	registers_.assign(size_t{1} << precision_, 0);
+	dense_add_entries(registers_.data(), precision_, entries_.data(), entries_.size());
+	entries_.clear();
+	entries_.shrink_to_fit();
+	dense_ = true;
+	dirty_ = false;
+}
+
+void Sketch::fold(int to) {
+	if (to >= precision_)
+		return;
+	normalize();
+	if (dense_) {
+		std::vector<uint8_t> folded(size_t{1} << to);
+		fold_registers(registers_.data(), precision_, folded.data(), to);
+		registers_.swap(folded);
+		precision_ = to;
+		return;
+	}
+	fold_entries(entries_.data(), entries_.size(), precision_, to);
+	precision_ = to;
+	dirty_ = true;
+	normalize();
+}
+
+int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept {
+	if (a_empty && !b_empty)
+		return pb;
+	if (b_empty && !a_empty)
+		return pa;
+	return std::min(pa, pb);
+}
+
+void Sketch::merge(const Sketch &other_in) {
+	normalize();
+	int p = union_precision(precision_, empty(), other_in.precision_, other_in.empty());
+	const Sketch *other = &other_in;
+	Sketch folded(0);
+	if (other_in.precision_ != p) {
+		folded = other_in;
+		folded.fold(p);
+		other = &folded;
+	}
+	if (precision_ != p) {
+		if (empty())
+			precision_ = p;
+		else
+			fold(p);
+	}
+	if (other->dense_) {
+		if (!dense_)
+			to_dense();
+		for (size_t i = 0; i < registers_.size(); i++)
+			registers_[i] = std::max(registers_[i], other->registers_[i]);
+		return;
+	}
+	if (dense_) {
+		dense_add_entries(registers_.data(), precision_, other->entries_.data(), other->entries_.size());
+		return;
+	}
+	entries_.insert(entries_.end(), other->entries_.begin(), other->entries_.end());
+	dirty_ = true;
+	normalize();
+}
+
+double Sketch::estimate() {
+	normalize();
+	if (dense_)
+		return estimate_dense(registers_.data(), precision_);
+	return estimate_sparse(entries_.size());
+}
+
+std::vector<uint8_t> Sketch::encode() {
+	normalize();
+	std::vector<uint8_t> out;
+	if (dense_) {
+		DensePlan plan = plan_dense(registers_.data(), precision_);
+		out.resize(plan.bytes);
+		encode_dense(registers_.data(), precision_, plan, out.data());
+	} else if (entries_.empty()) {
+		out.resize(encoded_size_empty());
+		encode_empty(precision_, out.data());
+	} else {
+		SparsePlan plan = plan_sparse(entries_.data(), entries_.size(), precision_);
+		out.resize(plan.bytes);
+		encode_sparse(entries_.data(), entries_.size(), precision_, plan, out.data());
+	}
+	return out;
+}
+
+} // namespace ce::hll

@@ -1,0 +1,875 @@
+-- Tracked counters: a cache of count(*) over a source table's rows per key,
+-- written as small deltas on the hot path and repaired from the rows by
+-- reconciliation (doc/reference/tracked.md).
+--
+-- State of counter N (its id), created by counter.track, owned by the source
+-- table's owner, with the key column's real type:
+--   counter.tracked_N_base   (key PRIMARY KEY, base)          reconciliation's
+--   counter.tracked_N_delta  (key, bucket, shard, delta)      the hot path's
+-- value(key) = base + sum(delta). A delta is attributed to the event-time
+-- bucket of the row it stands for. Reconciliation up to watermark W (a bucket
+-- boundary) sets base to count(rows with time < W) and subtracts from each
+-- delta row with bucket < W exactly the amount its snapshot saw, in the same
+-- statement (one snapshot), so a concurrent write is never overwritten.
+-- Functions generated per counter (same owner, SECURITY DEFINER, no PUBLIC
+-- execute): tracked_N_trigger (TRUNCATE in trigger mode), tracked_N_batch (one
+-- reconciliation batch), tracked_N_check (validates the filter).
+-- The hot paths are C++ (src/tracked.cpp): counter.tracked_fold, the
+-- statement trigger of trigger mode, and counter.add.
+--
+-- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
+-- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
+-- class.
+
+CREATE TABLE counter.tracked (
+    counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name                text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9_.-]{1,63}$'),
+    source              regclass NOT NULL,
+    key_column          name NOT NULL,
+    key_type            regtype NOT NULL,
+    time_column         name NOT NULL,
+    filter              text,
+    mode                text NOT NULL CHECK (mode IN ('trigger', 'application')),
+    watermark_lag       interval NOT NULL CHECK (watermark_lag >= interval '0'),
+    bucket_width        interval NOT NULL,
+    shards              integer NOT NULL CHECK (shards BETWEEN 1 AND 1024),
+    batch_size          integer NOT NULL CHECK (batch_size BETWEEN 1 AND 1000000),
+    drift_log_threshold bigint NOT NULL CHECK (drift_log_threshold >= 0),
+    alert_threshold     bigint NOT NULL CHECK (alert_threshold >= 0),
+    reconcile_every     interval NOT NULL,
+    full_pending        boolean NOT NULL DEFAULT true,
+    last_watermark      timestamptz,
+    owner               regrole NOT NULL,
+    created_at          timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
+SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');
+
+CREATE TABLE counter.tracked_runs (
+    run_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    counter_id      integer NOT NULL REFERENCES counter.tracked ON DELETE CASCADE,
+    started_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    finished_at     timestamptz,
+    watermark       timestamptz NOT NULL,
+    all_keys        boolean NOT NULL,
+    keys_checked    bigint NOT NULL DEFAULT 0,
+    keys_corrected  bigint NOT NULL DEFAULT 0,
+    drift_positive  bigint NOT NULL DEFAULT 0,
+    drift_negative  bigint NOT NULL DEFAULT 0,
+    max_abs_drift   bigint NOT NULL DEFAULT 0,
+    outcome         text NOT NULL DEFAULT 'running'
+                    CHECK (outcome IN ('running', 'ok', 'skipped', 'partial', 'interrupted'))
+);
+CREATE INDEX ON counter.tracked_runs (counter_id, run_id);
+COMMENT ON TABLE counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
+
+CREATE TABLE counter.tracked_key_drift (
+    run_id  bigint NOT NULL REFERENCES counter.tracked_runs ON DELETE CASCADE,
+    key     text NOT NULL,
+    cached  bigint NOT NULL,
+    truth   bigint NOT NULL,
+    drift   bigint NOT NULL
+);
+CREATE INDEX ON counter.tracked_key_drift (run_id);
+COMMENT ON TABLE counter.tracked_key_drift IS
+    'keys whose drift exceeded the counter''s drift_log_threshold in a run (drift = cached - truth)';
+
+CREATE FUNCTION counter.tracked_caller()
+RETURNS regrole
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_tracked_caller';
+
+CREATE FUNCTION counter.tracked_check_filter(filter text)
+RETURNS void
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_tracked_check_filter';
+
+CREATE FUNCTION counter.tracked_compile_filter(source regclass, filter text, as_role regrole)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'counter_tracked_compile_filter';
+REVOKE ALL ON FUNCTION counter.tracked_compile_filter(regclass, text, regrole) FROM PUBLIC;
+
+-- The hot path of trigger mode (src/tracked.cpp): folds a statement's
+-- transition tables into one delta per (key, bucket) and writes them in
+-- order. Only counter.track attaches it.
+CREATE FUNCTION counter.tracked_fold()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_fold';
+REVOKE ALL ON FUNCTION counter.tracked_fold() FROM PUBLIC;
+
+-- The counter row, or an errcode'd error.
+CREATE FUNCTION counter.tracked_get(counter_name text)
+RETURNS counter.tracked
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t counter.tracked;
+BEGIN
+    IF counter_name IS NULL THEN
+        RAISE EXCEPTION 'counter name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT * INTO t FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) counter_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked counter "%" does not exist', counter_name
+            USING ERRCODE = '42704', HINT = 'See counter.tracked for the registered counters.';
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- Raises unless the calling role may manage counter t (owner of the source
+-- table, a member of that role, or a superuser).
+CREATE FUNCTION counter.tracked_require_owner(t counter.tracked, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter.tracked_caller();
+BEGIN
+    IF NOT (pg_catalog.pg_has_role(caller, t.owner, 'USAGE')
+            OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'permission denied to % tracked counter "%"', action, t.name
+            USING ERRCODE = '42501', DETAIL = format('Only the owner of %s (or a superuser) may.', t.source);
+    END IF;
+END
+$$;
+
+-- A key argument converted to the counter's key type: the same type, or one
+-- with an implicit cast to it. NULL keys are refused.
+CREATE FUNCTION counter.tracked_key_check(t counter.tracked, given regtype, is_null boolean)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF is_null THEN
+        RAISE EXCEPTION 'key of tracked counter "%" must not be NULL', t.name USING ERRCODE = '22004';
+    END IF;
+    IF given OPERATOR(pg_catalog.<>) t.key_type AND NOT EXISTS (
+        SELECT FROM pg_catalog.pg_cast c
+        WHERE c.castsource OPERATOR(pg_catalog.=) given AND c.casttarget OPERATOR(pg_catalog.=) t.key_type
+          AND c.castcontext OPERATOR(pg_catalog.=) 'i') THEN
+        RAISE EXCEPTION 'tracked counter "%" has keys of type %, not %', t.name, t.key_type, given
+            USING ERRCODE = '42804', HINT = format('Cast the key: ...::%s', t.key_type);
+    END IF;
+END
+$$;
+
+-- Raises unless the calling role may read the source table of counter t.
+CREATE FUNCTION counter.tracked_require_select(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_catalog.has_table_privilege(counter.tracked_caller(), t.source, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied to read tracked counter "%"', t.name
+            USING ERRCODE = '42501', DETAIL = format('Reading needs SELECT on %s.', t.source);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION counter.tracked_table(t counter.tracked, part text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.format('counter.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
+
+-- Registers a tracked counter. See doc/reference/tracked.md.
+CREATE FUNCTION counter.track(
+    name text,
+    source regclass,
+    key_column name,
+    time_column name,
+    filter text DEFAULT NULL,
+    mode text DEFAULT 'trigger',
+    watermark_lag interval DEFAULT interval '5 seconds',
+    bucket_width interval DEFAULT interval '1 minute',
+    shards integer DEFAULT 16,
+    batch_size integer DEFAULT 1000,
+    drift_log_threshold bigint DEFAULT 0,
+    alert_threshold bigint DEFAULT 1000,
+    reconcile_every interval DEFAULT interval '1 minute')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    caller regrole := counter.tracked_caller();
+    rel record;
+    kcol record;
+    tcol record;
+    t counter.tracked;
+    id integer;
+    base_t text;
+    delta_t text;
+    f text;
+    fn_trigger text;
+    fn_batch text;
+    fn_check text;
+    src text;
+    kc text;
+    tc text;
+    kt text;
+    body text;
+    fold_args text;
+BEGIN
+    IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
+       OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
+       OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL THEN
+        RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid tracked counter name "%"', name
+            USING ERRCODE = '22023', DETAIL = 'A name is 1 to 63 letters, digits, ''_'', ''-'' or ''.''.';
+    END IF;
+    IF mode NOT IN ('trigger', 'application') THEN
+        RAISE EXCEPTION 'invalid mode "%"', mode
+            USING ERRCODE = '22023', HINT = 'mode is ''trigger'' or ''application''.';
+    END IF;
+    IF shards < 1 OR shards > 1024 THEN
+        RAISE EXCEPTION 'shards must be between 1 and 1024' USING ERRCODE = '22023';
+    END IF;
+    IF batch_size < 1 OR batch_size > 1000000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 1000000' USING ERRCODE = '22023';
+    END IF;
+    IF watermark_lag < interval '0' THEN
+        RAISE EXCEPTION 'watermark_lag must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF bucket_width <= interval '0' OR pg_catalog.date_part('month', bucket_width) <> 0
+       OR pg_catalog.date_part('year', bucket_width) <> 0 OR bucket_width > interval '1 day' THEN
+        RAISE EXCEPTION 'bucket_width must be positive, at most 1 day, without months'
+            USING ERRCODE = '22023';
+    END IF;
+    IF reconcile_every <= interval '0' THEN
+        RAISE EXCEPTION 'reconcile_every must be positive' USING ERRCODE = '22023';
+    END IF;
+    IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
+        RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) name) THEN
+        RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
+    END IF;
+
+    SELECT c.oid, c.relkind, c.relowner::regrole AS owner INTO rel
+    FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
+    IF rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '% is not a table', source USING ERRCODE = '42809';
+    END IF;
+    IF NOT (pg_catalog.pg_has_role(caller, rel.owner, 'USAGE')
+            OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'permission denied to track %', source
+            USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
+    END IF;
+
+    SELECT a.attname, a.atttypid::regtype AS typ INTO kcol FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) source AND a.attname OPERATOR(pg_catalog.=) key_column
+      AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', key_column, source USING ERRCODE = '42703';
+    END IF;
+    SELECT a.attname, a.atttypid::regtype AS typ INTO tcol FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) source AND a.attname OPERATOR(pg_catalog.=) time_column
+      AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', time_column, source USING ERRCODE = '42703';
+    END IF;
+    IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
+            USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
+    END IF;
+    IF filter IS NOT NULL THEN
+        PERFORM counter.tracked_check_filter(filter);
+    END IF;
+
+    INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, mode, watermark_lag,
+        bucket_width, shards, batch_size, drift_log_threshold, alert_threshold, reconcile_every, owner)
+    VALUES (name, source, key_column, kcol.typ, time_column, filter, mode, watermark_lag, bucket_width, shards,
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner)
+    RETURNING * INTO t;
+    id := t.counter_id;
+
+    base_t := counter.tracked_table(t, 'base');
+    delta_t := counter.tracked_table(t, 'delta');
+    fn_trigger := format('counter.%I', format('tracked_%s_trigger', id));
+    fn_batch := format('counter.%I', format('tracked_%s_batch', id));
+    fn_check := format('counter.%I', format('tracked_%s_check', id));
+    src := source::text;                       -- regclass output is quoted as needed
+    kc := format('%I', key_column);
+    tc := format('%I', time_column);
+    kt := kcol.typ::text;                      -- regtype output is quoted as needed
+    f := coalesce('(' || filter || E'\n)', 'true');
+
+    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kt);
+    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kt);
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', base_t, rel.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
+    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+
+    -- Filter check: the query shape the trigger and reconciliation use, run
+    -- as the source table's owner.
+    body := format($b$
+BEGIN
+    PERFORM 1 FROM (SELECT * FROM %1$s LIMIT 0) AS ce_new
+    WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s;
+END
+$b$, src, kc, tc, f);
+    EXECUTE format('CREATE FUNCTION %s() RETURNS void LANGUAGE plpgsql SECURITY DEFINER'
+                   ' SET search_path = pg_catalog, pg_temp AS %L', fn_check, body);
+
+    -- One reconciliation batch: the next batch_size keys after ce_after
+    -- (dirty: with deltas before the watermark; all: also every key with a
+    -- base or with source rows), compared and repaired in one statement.
+    body := format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %5$s[];
+    ce_after_key %5$s := ce_after::%5$s;
+BEGIN
+    IF NOT ce_all AND ce_after IS NULL THEN
+        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
+            SELECT DISTINCT d.key AS k FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit) s;
+    ELSIF NOT ce_all THEN
+        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
+            SELECT DISTINCT d.key AS k FROM %7$s d WHERE d.key > ce_after_key AND d.bucket < ce_w
+            ORDER BY 1 LIMIT ce_limit) s;
+    ELSIF ce_after IS NULL THEN
+        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s < ce_w AND %4$s ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    ELSE
+        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b WHERE b.key > ce_after_key ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key > ce_after_key AND d.bucket < ce_w
+                 ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s > ce_after_key AND ce_new.%3$s < ce_w AND %4$s ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    END IF;
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+    -- Lock the delta rows to fold in (key, bucket, shard) order, the order
+    -- writers lock them in, so a reconciler and a writer never deadlock.
+    PERFORM 1 FROM %7$s d WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w
+    ORDER BY d.key, d.bucket, d.shard FOR UPDATE;
+
+    RETURN QUERY
+    WITH seen AS MATERIALIZED (
+        SELECT d.key, d.bucket, d.shard, d.delta FROM %7$s d
+        WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w
+    ), truth AS MATERIALIZED (
+        SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
+        WHERE ce_new.%2$s = ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
+        GROUP BY 1
+    ), cmp AS MATERIALIZED (
+        SELECT k.key, coalesce(b.base, 0) + coalesce(sd.s, 0) AS cached, coalesce(t.n, 0) AS truth
+        FROM pg_catalog.unnest(ce_keys) AS k(key)
+        LEFT JOIN %6$s b ON b.key = k.key
+        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta)::bigint AS s FROM seen GROUP BY 1) sd
+               ON sd.key = k.key
+        LEFT JOIN truth t ON t.key = k.key
+    ), absorbed AS (
+        UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
+        WHERE d.key = seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
+        RETURNING 1
+    ), installed AS (
+        INSERT INTO %6$s AS b (key, base) SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0
+        ON CONFLICT (key) DO UPDATE SET base = excluded.base
+        RETURNING 1
+    ), emptied AS (
+        DELETE FROM %6$s b USING cmp WHERE b.key = cmp.key AND cmp.truth = 0
+        RETURNING 1
+    )
+    SELECT cmp.key::text, cmp.cached, cmp.truth, pg_catalog.row_number() OVER (ORDER BY cmp.key)
+    FROM cmp;
+
+    DELETE FROM %7$s d WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w AND d.delta = 0;
+END
+$b$, src, kc, tc, f, kt, base_t, delta_t);
+    EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_after text, ce_all boolean, ce_limit integer)'
+                   ' RETURNS TABLE (key text, cached bigint, truth bigint, n bigint)'
+                   ' LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
+                   fn_batch, body);
+
+    IF mode = 'trigger' THEN
+        -- TRUNCATE: every row is gone, so is every count. The source table's
+        -- lock keeps reconciliation of this counter out until we commit.
+        body := format($b$
+BEGIN
+    DELETE FROM %1$s;
+    DELETE FROM %2$s;
+    RETURN NULL;
+END
+$b$, delta_t, base_t);
+        EXECUTE format('CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
+                       ' SET search_path = pg_catalog, pg_temp AS %L', fn_trigger, body);
+    END IF;
+
+    EXECUTE format('ALTER FUNCTION %s() OWNER TO %I', fn_check, rel.owner);
+    EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn_check);
+    EXECUTE format('ALTER FUNCTION %s(timestamptz, text, boolean, integer) OWNER TO %I', fn_batch, rel.owner);
+    EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, text, boolean, integer) FROM PUBLIC', fn_batch);
+    IF mode = 'trigger' THEN
+        EXECUTE format('ALTER FUNCTION %s() OWNER TO %I', fn_trigger, rel.owner);
+        EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn_trigger);
+    END IF;
+
+    -- Errors in the filter (missing column, not boolean, a subquery...)
+    -- surface here, with their own SQLSTATE, and roll back everything above.
+    EXECUTE format('SELECT %s()', fn_check);
+    IF filter IS NOT NULL THEN
+        PERFORM counter.tracked_compile_filter(source, filter, rel.owner);
+    END IF;
+
+    IF mode = 'trigger' THEN
+        -- counter.tracked_fold's arguments: see src/tracked.cpp.
+        fold_args := format('%L, %L, %L, %L, %L, %L, %L', id, delta_t, rel.owner::oid, key_column, time_column,
+                            (pg_catalog.date_part('epoch', bucket_width) * 1000000)::bigint, shards)
+                     || coalesce(', ' || pg_catalog.quote_literal(filter), '');
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_ins', id), src, fold_args);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_del', id), src, fold_args);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
+                       format('counter_%s_upd', id), src, fold_args);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_trunc', id), src, fn_trigger);
+    END IF;
+
+    PERFORM counter.job_register('reconcile', name, reconcile_every);
+    RETURN id;
+END
+$fn$;
+COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
+    bigint, bigint, interval) IS 'registers a tracked counter of count(*) per key of a source table';
+
+-- Removes a tracked counter and every object track created for it.
+CREATE FUNCTION counter.untrack(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter.tracked_get(name);
+    src regclass;
+    trg text;
+BEGIN
+    PERFORM counter.tracked_require_owner(t, 'untrack');
+    PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
+    src := pg_catalog.to_regclass(t.source::oid::regclass::text);
+    IF t.mode = 'trigger' AND src IS NOT NULL THEN
+        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd', 'trunc'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
+        END LOOP;
+    END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_trigger', t.counter_id));
+    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_check', t.counter_id));
+    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I(timestamptz, text, boolean, integer)',
+                   format('tracked_%s_batch', t.counter_id));
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'));
+    DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    PERFORM counter.job_unregister('reconcile', name);
+END
+$fn$;
+COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its state, triggers, history and job';
+
+-- Application mode: adds delta to key, attributed to event time 'at'
+-- (src/tracked.cpp: the counter is looked up and its delta written with
+-- plans kept per backend; INSERT on the source is checked for the caller).
+CREATE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
+                            at timestamptz DEFAULT pg_catalog.now())
+RETURNS void
+LANGUAGE c VOLATILE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'counter_tracked_add';
+COMMENT ON FUNCTION counter.add(text, anyelement, bigint, timestamptz) IS
+    'application mode: adds delta (default 1) to a key of a tracked counter at event time "at"';
+
+-- Value of one key: base + every delta; 0 for a key never seen.
+CREATE FUNCTION counter.value(name text, key anyelement)
+RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter.tracked_get(name);
+    v bigint;
+BEGIN
+    PERFORM counter.tracked_key_check(t, pg_catalog.pg_typeof(key), key IS NULL);
+    PERFORM counter.tracked_require_select(t);
+    EXECUTE format('SELECT coalesce((SELECT b.base FROM %s b WHERE b.key = $1::%s), 0)'
+                   ' + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key = $1::%s), 0)',
+                   counter.tracked_table(t, 'base'), t.key_type, counter.tracked_table(t, 'delta'), t.key_type)
+    INTO v USING key;
+    RETURN v;
+END
+$fn$;
+COMMENT ON FUNCTION counter.value(text, anyelement) IS 'value of one key of a tracked counter (0 when never seen)';
+
+-- Values of many keys, one row per distinct key given.
+CREATE FUNCTION counter.values_of(name text, keys anyarray)
+RETURNS TABLE (key anyelement, value bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter.tracked_get(name);
+    elem regtype;
+BEGIN
+    IF keys IS NULL THEN
+        RAISE EXCEPTION 'keys must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    elem := (SELECT ty.typelem::regtype FROM pg_catalog.pg_type ty
+             WHERE ty.oid OPERATOR(pg_catalog.=) pg_catalog.pg_typeof(keys));
+    PERFORM counter.tracked_key_check(t, elem, pg_catalog.array_position(keys, NULL) IS NOT NULL);
+    PERFORM counter.tracked_require_select(t);
+    RETURN QUERY EXECUTE format(
+        'SELECT k.k, coalesce(b.base, 0) + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d'
+        '  WHERE d.key = k.k::%s), 0)::bigint'
+        ' FROM (SELECT DISTINCT u.k FROM pg_catalog.unnest($1) AS u(k)) k'
+        ' LEFT JOIN %s b ON b.key = k.k::%s ORDER BY 1',
+        counter.tracked_table(t, 'delta'), t.key_type, counter.tracked_table(t, 'base'), t.key_type)
+    USING keys;
+END
+$fn$;
+COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of a tracked counter';
+
+-- Every key with state of every tracked counter the caller may read.
+CREATE FUNCTION counter.tracked_all_values()
+RETURNS TABLE (counter text, key text, value bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked;
+    caller regrole := counter.tracked_caller();
+BEGIN
+    FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
+        CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
+        RETURN QUERY EXECUTE format(
+            'SELECT %L::text, k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0))::bigint'
+            ' FROM (SELECT key FROM %s UNION SELECT key FROM %s) k'
+            ' LEFT JOIN %s b ON b.key = k.key'
+            ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %s GROUP BY key) d ON d.key = k.key'
+            ' ORDER BY k.key',
+            t.name, counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'),
+            counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'));
+    END LOOP;
+END
+$fn$;
+
+CREATE VIEW counter.tracked_values AS SELECT * FROM counter.tracked_all_values();
+COMMENT ON VIEW counter.tracked_values IS 'every key with state of every tracked counter the caller may read';
+
+-- The watermark a run uses: the given one (or now - lag), down to a bucket
+-- boundary.
+CREATE FUNCTION counter.tracked_watermark(t counter.tracked, w timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.date_bin(t.bucket_width, coalesce(w, pg_catalog.now() OPERATOR(pg_catalog.-) t.watermark_lag),
+                               '2000-01-01 00:00:00+00'::timestamptz)
+$$;
+
+-- One batch of a run, inside the caller's transaction: takes the counter's
+-- advisory lock (false when another reconciler holds it), runs the counter's
+-- batch function, records drifted keys; 'after' moves to the batch's last key.
+CREATE FUNCTION counter.tracked_run_batch(t counter.tracked, run bigint, w timestamptz, all_keys boolean,
+    INOUT after text, OUT locked boolean, OUT checked bigint, OUT corrected bigint, OUT pos bigint,
+    OUT neg bigint, OUT max_abs bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    locked := pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id);
+    IF NOT locked THEN
+        RETURN;
+    END IF;
+    <<retry>>
+    FOR attempt IN 1..3 LOOP
+    BEGIN
+    EXECUTE format(
+        'WITH r AS MATERIALIZED (SELECT * FROM counter.%I($1, $2, $3, $4)),'
+        ' logged AS (INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)'
+        '   SELECT $5, r.key, r.cached, r.truth, r.cached - r.truth FROM r'
+        '   WHERE r.cached <> r.truth AND abs(r.cached - r.truth) > $6)'
+        ' SELECT count(*), count(*) FILTER (WHERE r.cached <> r.truth),'
+        '   coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached > r.truth), 0),'
+        '   coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached < r.truth), 0),'
+        '   coalesce(max(abs(r.cached - r.truth)), 0),'
+        '   (SELECT r2.key FROM r r2 ORDER BY r2.n DESC LIMIT 1)'
+        ' FROM r', format('tracked_%s_batch', t.counter_id))
+    INTO checked, corrected, pos, neg, max_abs, after
+    USING w, after, all_keys, t.batch_size, run, t.drift_log_threshold;
+    EXIT retry;
+    EXCEPTION WHEN deadlock_detected THEN
+        -- a writer's transaction locked delta rows out of order; try again
+        IF attempt = 3 THEN
+            RAISE;
+        END IF;
+    END;
+    END LOOP;
+END
+$fn$;
+
+-- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
+-- counter_ext_drift) when total |drift| exceeds the counter's threshold.
+CREATE FUNCTION counter.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
+RETURNS counter.tracked_runs
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    r counter.tracked_runs;
+BEGIN
+    UPDATE counter.tracked_runs x SET finished_at = pg_catalog.clock_timestamp(), outcome = run_outcome
+    WHERE x.run_id OPERATOR(pg_catalog.=) run RETURNING * INTO r;
+    IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
+        RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
+            r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
+            USING DETAIL = format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark);
+        PERFORM pg_catalog.pg_notify('counter_ext_drift', pg_catalog.json_build_object(
+            'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
+            'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
+            'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
+            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold)::text);
+    END IF;
+    RETURN r;
+END
+$fn$;
+
+-- Starts a run. Watermarks never go back: a base holds the truth before the
+-- watermark its key was last reconciled at, and the deltas before it are
+-- gone, so a run uses the greatest watermark ever used for the counter.
+CREATE FUNCTION counter.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
+    OUT run bigint, OUT run_watermark timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
+    WHERE c.counter_id = t.counter_id
+    RETURNING c.last_watermark INTO run_watermark;
+    UPDATE counter.tracked_runs x SET outcome = 'interrupted'
+    WHERE x.counter_id = t.counter_id AND x.outcome = 'running';
+    INSERT INTO counter.tracked_runs AS x (counter_id, watermark, all_keys)
+    VALUES (t.counter_id, run_watermark, all_keys)
+    RETURNING x.run_id INTO run;
+END
+$fn$;
+
+CREATE FUNCTION counter.tracked_add_batch(run bigint, checked bigint, corrected bigint, pos bigint, neg bigint,
+    max_abs bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.tracked_runs x SET keys_checked = x.keys_checked OPERATOR(pg_catalog.+) checked,
+        keys_corrected = x.keys_corrected OPERATOR(pg_catalog.+) corrected,
+        drift_positive = x.drift_positive OPERATOR(pg_catalog.+) pos,
+        drift_negative = x.drift_negative OPERATOR(pg_catalog.+) neg,
+        max_abs_drift = GREATEST(x.max_abs_drift, max_abs)
+    WHERE x.run_id OPERATOR(pg_catalog.=) run
+$$;
+
+-- Reconciles a tracked counter up to watermark W (default now() - lag, down
+-- to a bucket boundary), in the caller's transaction: dirty keys, or every
+-- key when all_keys (or after registration, until one full run finished).
+CREATE TYPE counter.reconcile_result AS (
+    counter text, run_id bigint, watermark timestamptz, all_keys boolean, keys_checked bigint,
+    keys_corrected bigint, drift_positive bigint, drift_negative bigint, max_abs_drift bigint,
+    duration interval, outcome text);
+
+CREATE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
+RETURNS counter.reconcile_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter.tracked_get(name);
+    w timestamptz;
+    every_key boolean;
+    run bigint;
+    after text;
+    b record;
+    r counter.tracked_runs;
+BEGIN
+    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    IF all_keys IS NULL THEN
+        RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    w := counter.tracked_watermark(t, watermark);
+    every_key := all_keys OR t.full_pending;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
+            0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
+    END IF;
+    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
+    LOOP
+        b := counter.tracked_run_batch(t, run, w, every_key, after);
+        EXIT WHEN b.checked IS NULL OR b.checked = 0;
+        PERFORM counter.tracked_add_batch(run, b.checked, b.corrected, b.pos, b.neg, b.max_abs);
+        after := b.after;
+    END LOOP;
+    IF every_key AND t.full_pending THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    END IF;
+    r := counter.tracked_finish_run(t, run, 'ok');
+    RETURN ROW(t.name, r.run_id, r.watermark, r.all_keys, r.keys_checked, r.keys_corrected,
+        r.drift_positive, r.drift_negative, r.max_abs_drift, r.finished_at - r.started_at,
+        r.outcome)::counter.reconcile_result;
+END
+$fn$;
+COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
+    'reconciles a tracked counter from its source rows up to a watermark; one summary row';
+
+-- The job the background worker (or pg_cron) runs: reconcile the named
+-- counter with the default watermark, dirty keys (every key while a full run
+-- is pending), one transaction per batch. rows_affected = keys corrected.
+-- A procedure that COMMITs may have neither SECURITY DEFINER nor SET, so it
+-- only loops (operators schema-qualified); the steps are functions.
+CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter.tracked_get(target);
+BEGIN
+    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                             '2000-01-01 00:00:00+00'::timestamptz);
+    every_key := t.full_pending;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        RETURN;
+    END IF;
+    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
+END
+$fn$;
+
+CREATE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
+    INOUT after text, OUT locked boolean, OUT checked bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter.tracked_get(target);
+    b record;
+BEGIN
+    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    b := counter.tracked_run_batch(t, run, w, every_key, after);
+    locked := b.locked;
+    checked := coalesce(b.checked, 0);
+    IF checked > 0 THEN
+        PERFORM counter.tracked_add_batch(run, b.checked, b.corrected, b.pos, b.neg, b.max_abs);
+        after := b.after;
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION counter.tracked_job_end(target text, run bigint, run_outcome text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter.tracked_get(target);
+    r counter.tracked_runs;
+BEGIN
+    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    IF run_outcome = 'ok' AND (SELECT x.all_keys FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
+    END IF;
+    r := counter.tracked_finish_run(t, run, run_outcome);
+    RETURN r.keys_corrected;
+END
+$fn$;
+
+CREATE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    s record;
+    b record;
+    after text;
+    run_outcome text := 'ok';
+BEGIN
+    s := counter.tracked_job_begin(target);
+    IF s.run IS NULL THEN
+        rows_affected := 0;
+        RETURN;
+    END IF;
+    COMMIT;
+    LOOP
+        b := counter.tracked_job_step(target, s.run, s.w, s.every_key, after);
+        IF NOT b.locked THEN
+            run_outcome := 'partial';
+            EXIT;
+        END IF;
+        EXIT WHEN b.checked OPERATOR(pg_catalog.=) 0;
+        after := b.after;
+        COMMIT;
+    END LOOP;
+    rows_affected := counter.tracked_job_end(target, s.run, run_outcome);
+    COMMIT;
+END
+$fn$;
+COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
+    'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
+
+CREATE VIEW counter.tracked_history AS
+SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
+       r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
+       r.outcome
+FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
+
+CREATE VIEW counter.tracked_drift AS
+SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run,
+       coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
+       coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
+       (SELECT x.drift_positive - x.drift_negative FROM counter.tracked_runs x
+        WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift
+FROM counter.tracked c LEFT JOIN counter.tracked_runs r ON r.counter_id = c.counter_id AND r.outcome <> 'running'
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
+GROUP BY c.counter_id, c.name;
+COMMENT ON VIEW counter.tracked_drift IS 'per tracked counter: runs and total drift found';
+
+CREATE VIEW counter.tracked_key_drift_history AS
+SELECT c.name AS counter, r.run_id, r.started_at, k.key, k.cached, k.truth, k.drift
+FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past their counter''s drift_log_threshold';
+
+-- The views show the counters of the roles the reader belongs to.
+GRANT SELECT ON counter.tracked_values, counter.tracked_history, counter.tracked_drift,
+    counter.tracked_key_drift_history TO PUBLIC;
+REVOKE ALL ON FUNCTION counter.tracked_run_batch(counter.tracked, bigint, timestamptz, boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.tracked_finish_run(counter.tracked, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.tracked_start_run(counter.tracked, timestamptz, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.tracked_add_batch(bigint, bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set-up as a non-root user on a machine missing packages: prints the exact
+# apt-get line, fails, and installs nothing.
+set -uo pipefail
+source "$(dirname "$0")/../lib.sh"
+if ! ce_is_root; then
+    echo "needs root to switch to an unprivileged user; skipped as not applicable"
+    exit 0
+fi
+missing=counter-ext-no-such-package
+out=$(runuser -u nobody -- bash -c "source '$CE_TOP/test/lib.sh'; ce_require_packages make $missing" 2>&1)
+st=$?
+echo "$out"
+[ $st -ne 0 ] || { echo "expected a non-zero exit"; exit 1; }
+echo "$out" | grep -qx "run as root:  apt-get update && apt-get install -y $missing" ||
+    { echo "the exact apt-get line is missing"; exit 1; }
+dpkg-query -W "$missing" >/dev/null 2>&1 && { echo "something was installed"; exit 1; }
+echo ok
