@@ -1,0 +1,1029 @@
+-- Hourly rollups: one row per group key per UTC hour, next to an event table,
+-- exact under re-delivery (only rows a statement really inserted are added),
+-- late commits (no high-water mark: hours are recomputed from raw events) and
+-- rule changes (a recompute of any retained hour).
+--
+-- Catalog
+--   counter.rollups        one row per rollup (configuration; dumped by pg_dump)
+--   counter.rollup_dirty   append-only log of (rollup, hour) pairs to recompute
+--   counter.rollup_status  outcome of each rollup's last refresh
+--   counter.rollup_state   view: newest hours, pending dirty hours, last refresh
+--
+-- Advisory locks (transaction level, two-int key space):
+--   (1380928579 = 'ROLC', counter.rollup_lock_key(rollup_id, UTC day number))
+--       one refresh chunk (a UTC day) of one rollup; a routine refresh
+--       (dirty hours, the job) tries and skips, a full recompute waits.
+--   (1380928584 = 'ROLH', counter.rollup_lock_key(rollup_id, UTC hour number))
+--       one hour of a trigger-mode rollup: writers take it shared (in hour
+--       order) before adding to the rollup, a recompute takes it exclusive (in
+--       hour order) before reading the events, so it never overwrites an
+--       increment it could not see.
+
+CREATE TABLE counter.rollups (
+    rollup_id      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name           text NOT NULL UNIQUE,
+    source         regclass NOT NULL,
+    rollup_table   regclass NOT NULL,
+    time_column    name NOT NULL,
+    group_by       name[] NOT NULL,
+    distinct_on    name[] NOT NULL DEFAULT '{}',
+    sums           name[] NOT NULL DEFAULT '{}',
+    mode           text NOT NULL CHECK (mode IN ('trigger', 'deferred')),
+    filter         text,
+    retention      interval CHECK (retention > interval '0'),
+    refresh_every  interval NOT NULL CHECK (refresh_every > interval '0'),
+    owner          regrole NOT NULL DEFAULT (current_user::regrole),
+    created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- SQL generated from the columns above by counter.rollup_sql(), for the
+    -- source and rollup table names in sql_for (a rename makes it stale)
+    sql_for        text,
+    add_sql        text,
+    mark_new_sql   text,
+    mark_old_sql   text,
+    refresh_sql    text
+);
+COMMENT ON TABLE counter.rollups IS 'hourly rollups of counter_ext (see counter.rollup_create)';
+SELECT pg_catalog.pg_extension_config_dump('counter.rollups', '');
+
+CREATE TABLE counter.rollup_dirty (
+    rollup_id  integer NOT NULL,
+    hour       timestamptz NOT NULL
+);
+-- No primary key on purpose: a writer whose transaction is still open must
+-- keep its own row, so a refresh that ran before its commit cannot consume it.
+CREATE INDEX rollup_dirty_rollup_hour ON counter.rollup_dirty (rollup_id, hour);
+COMMENT ON TABLE counter.rollup_dirty IS 'hours of a rollup to recompute from the events (append-only log)';
+
+CREATE TABLE counter.rollup_status (
+    rollup_id       integer PRIMARY KEY,
+    last_refresh_at timestamptz,
+    last_outcome    text,
+    last_duration   interval,
+    last_rows       bigint,
+    last_error      text
+);
+COMMENT ON TABLE counter.rollup_status IS 'outcome of the last refresh of each rollup';
+
+-- Who may change a rollup: members of its owner role. Readers see everything
+-- (writers' triggers read the catalog); the dirty log accepts any writer.
+CREATE FUNCTION counter.rollup_owned(rollup_id integer)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT pg_catalog.pg_has_role(r.owner, 'USAGE')
+                     FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_owned.rollup_id), false)
+$$;
+
+ALTER TABLE counter.rollups ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rollups_read ON counter.rollups FOR SELECT USING (true);
+CREATE POLICY rollups_insert ON counter.rollups FOR INSERT
+    WITH CHECK (pg_catalog.pg_has_role(owner, 'USAGE')
+                AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                                            WHERE c.oid OPERATOR(pg_catalog.=) source), 'USAGE'));
+CREATE POLICY rollups_update ON counter.rollups FOR UPDATE
+    USING (pg_catalog.pg_has_role(owner, 'USAGE')) WITH CHECK (pg_catalog.pg_has_role(owner, 'USAGE'));
+CREATE POLICY rollups_delete ON counter.rollups FOR DELETE USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT, INSERT, UPDATE, DELETE ON counter.rollups TO PUBLIC;
+
+ALTER TABLE counter.rollup_dirty ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rollup_dirty_insert ON counter.rollup_dirty FOR INSERT WITH CHECK (true);
+CREATE POLICY rollup_dirty_owner ON counter.rollup_dirty FOR ALL USING (counter.rollup_owned(rollup_id));
+GRANT SELECT, INSERT, DELETE ON counter.rollup_dirty TO PUBLIC;
+
+ALTER TABLE counter.rollup_status ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rollup_status_read ON counter.rollup_status FOR SELECT USING (true);
+CREATE POLICY rollup_status_owner ON counter.rollup_status FOR ALL
+    USING (counter.rollup_owned(rollup_id)) WITH CHECK (counter.rollup_owned(rollup_id));
+GRANT SELECT, INSERT, UPDATE, DELETE ON counter.rollup_status TO PUBLIC;
+
+-- The second int of an advisory lock key: rollup id and a day or hour number
+-- folded into 32 bits (collisions only make two chunks wait for each other).
+CREATE FUNCTION counter.rollup_lock_key(rollup_id integer, n bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+    SELECT (((rollup_id::bigint OPERATOR(pg_catalog.*) 1048576
+              OPERATOR(pg_catalog.+) (n OPERATOR(pg_catalog.%) 1048576))
+             OPERATOR(pg_catalog.%) 4294967296) OPERATOR(pg_catalog.-) 2147483648)::integer
+$$;
+
+-- Hour and day numbers (since 1970-01-01 00:00 UTC) of an instant.
+CREATE FUNCTION counter.rollup_hour_number(ts timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT pg_catalog.floor(pg_catalog.date_part('epoch', ts) OPERATOR(pg_catalog./) 3600)::bigint $$;
+
+CREATE FUNCTION counter.rollup_day_number(ts timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT pg_catalog.floor(pg_catalog.date_part('epoch', ts) OPERATOR(pg_catalog./) 86400)::bigint $$;
+
+-- The UTC hour an instant belongs to (date_bin needs no time zone).
+CREATE FUNCTION counter.rollup_hour(ts timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT pg_catalog.date_bin('01:00:00'::pg_catalog.interval, ts, '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) $$;
+
+-- The schema of the = operator of a type (pg_catalog when none of its own).
+CREATE FUNCTION counter.rollup_eq_schema(typ oid)
+RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT n.nspname::text FROM pg_catalog.pg_operator o
+                     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace
+                     WHERE o.oprname OPERATOR(pg_catalog.=) '=' AND o.oprleft OPERATOR(pg_catalog.=) typ
+                       AND o.oprright OPERATOR(pg_catalog.=) typ
+                     ORDER BY n.nspname OPERATOR(pg_catalog.<>) 'pg_catalog', n.nspname LIMIT 1), 'pg_catalog')
+$$;
+
+-- The SQL a rollup runs, generated from its catalog row with the current
+-- names of its tables (regclass output under a pinned search_path is
+-- always schema-qualified).
+CREATE FUNCTION counter.rollup_sql(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    hour_expr text;
+    keys text := '';        -- "g1, g2, "
+    ev_vals text;           -- 1, x, NULL::bigint, NULL::bigint (events branch)
+    ro_vals text;           -- 0, NULL::int4, r.count, r.sum_x (rollup branch)
+    agg_vals text;          -- sum(n)::bigint AS count, coalesce(sum(x), 0) AS sum_x, max(oc), ...
+    agg_new text;           -- ROW of the fresh values
+    agg_old text;           -- ROW of the old values
+    keys_ddr text := '';    -- "d.g1 OPERATOR(..) r.g1 AND "
+    st text;                -- type of a sum column
+    vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
+    cols text;              -- count, sum_x
+    add_set text;
+    fresh_set text;
+    old_vals text;
+    new_vals text;
+    g name;
+    t oid;
+    where_filter text;
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
+                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    FOREACH g IN ARRAY r.group_by LOOP
+        SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        keys := keys || format('%I, ', g);
+        keys_ddr := keys_ddr || format('d.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
+    END LOOP;
+    vals := 'pg_catalog.count(*) AS count';
+    cols := 'count';
+    add_set := 'count = r.count + EXCLUDED.count';
+    fresh_set := 'count = EXCLUDED.count';
+    old_vals := 'r.count';
+    ev_vals := '1 AS "n$", NULL::bigint AS "o$count"';
+    ro_vals := '0, r.count';
+    agg_vals := 'pg_catalog.sum("n$")::bigint AS count';
+    agg_new := 'pg_catalog.sum("n$")::bigint';
+    agg_old := 'pg_catalog.max("o$count")';
+    new_vals := 'EXCLUDED.count';
+    FOREACH g IN ARRAY r.sums LOOP
+        vals := vals || format(', coalesce(pg_catalog.sum(%1$I), 0) AS %2$I', g, 'sum_' || g);
+        cols := cols || format(', %I', 'sum_' || g);
+        add_set := add_set || format(', %1$I = r.%1$I + EXCLUDED.%1$I', 'sum_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
+        old_vals := old_vals || format(', r.%I', 'sum_' || g);
+        SELECT CASE WHEN a.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END
+        INTO STRICT st FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::%3$s AS %4$I', g, 'v$' || g, st, 'o$sum_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'sum_' || g);
+        agg_vals := agg_vals || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s AS %3$I', 'v$' || g, st, 'sum_' || g);
+        agg_new := agg_new || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s', 'v$' || g, st);
+        agg_old := agg_old || format(', pg_catalog.max(%I)', 'o$sum_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
+    END LOOP;
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        -- Sketches are canonical (equal sets give equal bytes): compare bytes.
+        vals := vals || format(', counter.hll_add_agg(%1$I) AS %2$I', g, 'distinct_' || g);
+        cols := cols || format(', %I', 'distinct_' || g);
+        add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::counter.hll AS %3$I', g, 'w$' || g, 'o$distinct_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'distinct_' || g);
+        agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I) AS %2$I', 'w$' || g, 'distinct_' || g);
+        agg_new := agg_new || format(', counter.hll_add_agg(%I)::bytea', 'w$' || g);
+        agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
+    END LOOP;
+    where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
+
+    -- Trigger mode, per statement: shared hour locks in hour order, then one
+    -- upsert per (key, hour) in (key, hour) order.
+    -- (One statement: the hour locks are an InitPlan, taken before the
+    -- first row reaches the upsert.)
+    r.add_sql := format($f$
+        WITH l AS MATERIALIZED (
+            SELECT pg_catalog.count(*) AS n
+            FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
+                             1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
+                  FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
+        INSERT INTO %1$s AS r (%2$shour, %3$s)
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0 AND %6$s
+        GROUP BY %2$s%4$s ORDER BY %2$s%4$s
+        ON CONFLICT (%2$shour) DO UPDATE SET %7$s$f$,
+        r.rollup_table, keys, cols, hour_expr, vals, where_filter, add_set);
+    r.mark_new_sql := format($f$
+        INSERT INTO counter.rollup_dirty (rollup_id, hour)
+        SELECT DISTINCT $1, %s FROM new_rows$f$, hour_expr);
+    r.mark_old_sql := format($f$
+        INSERT INTO counter.rollup_dirty (rollup_id, hour)
+        SELECT DISTINCT $1, %s FROM old_rows$f$, hour_expr);
+    -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
+    -- events and the rollup rows of those hours together finds the rows that
+    -- differ (no join, no per-row lock or probe of unchanged rows); write only
+    -- those, and delete rows whose hour has no events any more (count 0).
+    r.refresh_sql := format($f$
+        WITH diff AS MATERIALIZED (
+            SELECT %2$shour, %5$s
+            FROM (SELECT %2$s%4$s AS hour, %6$s FROM %8$s
+                  WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %7$s
+                  UNION ALL
+                  SELECT %2$shour, %10$s FROM %1$s r
+                  WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))) u
+            GROUP BY %2$shour
+            HAVING ROW(%11$s) IS DISTINCT FROM ROW(%12$s)),
+        up AS (
+            INSERT INTO %1$s AS r (%2$shour, %3$s)
+            SELECT %2$shour, %3$s FROM diff d WHERE d.count > 0
+            ON CONFLICT (%2$shour) DO UPDATE SET %13$s
+            WHERE ROW(%14$s) IS DISTINCT FROM ROW(%15$s)
+            RETURNING 1),
+        del AS (
+            DELETE FROM %1$s AS r USING diff d
+            WHERE d.count = 0 AND %16$sd.hour OPERATOR(pg_catalog.=) r.hour
+            RETURNING 1)
+        SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
+        r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
+        ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
+    r.sql_for := format('%s|%s', r.source, r.rollup_table);
+    RETURN r;
+END
+$$;
+
+-- Stores the trigger's SQL in the catalog (at creation and rule changes).
+CREATE FUNCTION counter.rollup_build_sql(rid integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter.rollup_sql(rid);
+BEGIN
+    UPDATE counter.rollups u SET sql_for = r.sql_for, add_sql = r.add_sql,
+        mark_new_sql = r.mark_new_sql, mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
+    WHERE u.rollup_id = rid;
+END
+$$;
+
+-- The statement-level trigger on the source (argument: rollup id).
+CREATE FUNCTION counter.rollup_trigger()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rid integer := TG_ARGV[0]::integer;
+    r record;
+BEGIN
+    SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql,
+           c.sql_for IS DISTINCT FROM format('%s|%s', c.source, c.rollup_table) AS stale INTO r
+    FROM counter.rollups c WHERE c.rollup_id = rid;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF r.stale THEN
+        -- A table was renamed since the SQL was stored: regenerate it.
+        SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
+        FROM counter.rollup_sql(rid) c;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        IF r.mode = 'trigger' THEN
+            EXECUTE r.add_sql USING rid;
+        ELSE
+            EXECUTE r.mark_new_sql USING rid;
+        END IF;
+    ELSIF TG_OP = 'DELETE' THEN
+        EXECUTE r.mark_old_sql USING rid;
+    ELSIF TG_OP = 'UPDATE' THEN
+        EXECUTE r.mark_old_sql USING rid;
+        EXECUTE r.mark_new_sql USING rid;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Registers or removes the job of a rollup so it mirrors counter.rollups
+-- (counter.job_register is not for PUBLIC; this only follows the catalog).
+CREATE FUNCTION counter.rollup_job_sync(rollup_name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    every interval;
+BEGIN
+    SELECT r.refresh_every INTO every FROM counter.rollups r WHERE r.name = rollup_name;
+    IF FOUND THEN
+        PERFORM counter.job_register('rollup_refresh', rollup_name, every);
+    ELSE
+        PERFORM counter.job_unregister('rollup_refresh', rollup_name);
+    END IF;
+END
+$$;
+
+-- The oldest hour of a rollup that may be recomputed: hours before the lowest
+-- range partition of the source (older partitions may have been dropped) and
+-- before now() - retention are outside the source's retention.
+CREATE FUNCTION counter.rollup_horizon(rid integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    lowest timestamptz;
+    bound text;
+    h timestamptz := '-infinity';
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    IF EXISTS (SELECT FROM pg_partitioned_table p
+               JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+               WHERE p.partrelid = r.source AND p.partstrat = 'r' AND p.partnatts = 1
+                 AND a.attname = r.time_column) THEN
+        FOR bound IN
+            SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM '^FOR VALUES FROM \(''([^'']*)''\)')
+            FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = r.source
+        LOOP
+            IF bound IS NOT NULL AND (lowest IS NULL OR bound::timestamptz < lowest) THEN
+                lowest := bound::timestamptz;
+            END IF;
+        END LOOP;
+        IF lowest IS NOT NULL THEN
+            h := lowest;
+        END IF;
+    END IF;
+    IF r.retention IS NOT NULL THEN
+        h := greatest(h, now() - r.retention);
+    END IF;
+    IF isfinite(h) AND counter.rollup_hour(h) <> h THEN
+        h := counter.rollup_hour(h) + interval '1 hour';  -- a partial hour is outside
+    END IF;
+    RETURN h;
+END
+$$;
+
+-- Recomputes hours of one chunk (one UTC day) of a rollup from the events:
+-- all hours in [from_h, to_h), or only those in hours. wait = false skips a
+-- chunk another session is refreshing (returns NULL). Returns the rollup rows
+-- written or deleted. Needs READ COMMITTED: each step must see what the
+-- previous step waited for.
+CREATE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
+                                             hours timestamptz[], wait boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    n bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    r := counter.rollup_sql(rid);
+    -- The rollup's SQL (its filter, the source's types) is code of the
+    -- rollup's owner: run it as the owner, also when the background worker
+    -- (a superuser) refreshes. The SET clause of this function confines the
+    -- role change to this call.
+    IF current_user::regrole <> r.owner THEN
+        EXECUTE format('SET LOCAL ROLE %I', r.owner::text);
+    END IF;
+    IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
+        RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF wait THEN
+        PERFORM pg_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
+    ELSIF NOT pg_try_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        RETURN NULL;
+    END IF;
+    IF r.mode = 'trigger' THEN
+        -- Wait for writers still adding to these hours; later ones wait for us.
+        PERFORM pg_advisory_xact_lock(1380928584, counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
+              WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
+    END IF;
+    -- Consume the dirty marks first: a mark committed after this point
+    -- survives, so its events are recomputed by the next refresh.
+    DELETE FROM counter.rollup_dirty d
+    WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
+    EXECUTE r.refresh_sql INTO n USING from_h, to_h, hours;
+    RETURN n;
+END
+$$;
+
+CREATE FUNCTION counter.rollup_id(rollup_name text)
+RETURNS integer
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rid integer;
+BEGIN
+    SELECT r.rollup_id INTO rid FROM counter.rollups r WHERE r.name = rollup_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup "%" does not exist', rollup_name USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN rid;
+END
+$$;
+
+-- The chunks (UTC days, clamped to the source's retention) of a full
+-- recompute of [from_ts, to_ts).
+CREATE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rid integer;
+    horizon timestamptz;
+    a timestamptz := from_ts;
+BEGIN
+    IF rollup_name IS NULL OR from_ts IS NULL OR to_ts IS NULL THEN
+        RAISE EXCEPTION 'rollup name and range must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    rid := counter.rollup_id(rollup_name);
+    IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
+       OR counter.rollup_hour(to_ts) <> to_ts THEN
+        RAISE EXCEPTION 'a refresh range must be whole UTC hours: % to %', from_ts, to_ts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF to_ts < from_ts THEN
+        RAISE EXCEPTION 'a refresh range must not end before it starts' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    horizon := counter.rollup_horizon(rid);
+    IF a < horizon THEN
+        RAISE NOTICE 'rollup "%": % hours before % are outside the source''s retention and were left as they were',
+            rollup_name, (extract(epoch FROM least(horizon, to_ts) - a) / 3600)::bigint, horizon;
+        a := least(horizon, to_ts);
+    END IF;
+    WHILE a < to_ts LOOP
+        rollup_id := rid;
+        from_h := a;
+        to_h := least(to_ts, date_trunc('day', a, 'UTC') + interval '1 day');
+        RETURN NEXT;
+        a := to_h;
+    END LOOP;
+END
+$$;
+
+-- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
+-- hours outside the source's retention are dropped from the log (they can
+-- never be recomputed into a smaller number).
+CREATE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rid integer := counter.rollup_id(rollup_name);
+    horizon timestamptz := counter.rollup_horizon(rid);
+    dropped bigint;
+BEGIN
+    WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
+    SELECT count(DISTINCT hour) INTO dropped FROM gone;
+    IF dropped > 0 THEN
+        RAISE WARNING 'rollup "%": % dirty hours before % are outside the source''s retention and were left as they were',
+            rollup_name, dropped, horizon;
+    END IF;
+    RETURN QUERY
+        SELECT rid, min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
+        FROM counter.rollup_dirty d
+        WHERE d.rollup_id = rid
+        GROUP BY counter.rollup_day_number(d.hour)
+        ORDER BY 2;
+END
+$$;
+
+-- Records the outcome of a refresh. A status row another refresh is still
+-- writing is left to that refresh (never wait for it: the job must not
+-- block behind a long recompute it skipped).
+CREATE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.rollup_status s
+    SET last_refresh_at = started, last_outcome = outcome,
+        last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
+    WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
+      AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
+                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED)
+$$;
+
+-- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
+-- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
+CREATE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    total bigint := 0;
+    started timestamptz := clock_timestamp();
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
+        total := total + counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
+    RETURN total;
+END
+$$;
+
+-- Recomputes the dirty hours of a rollup in the caller's transaction,
+-- skipping chunks another session is refreshing. Returns the rollup rows
+-- written or deleted.
+CREATE FUNCTION counter.rollup_refresh_dirty(name text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    n bigint;
+    total bigint := 0;
+    skipped integer := 0;
+    started timestamptz := clock_timestamp();
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(name) LOOP
+        n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+        IF n IS NULL THEN
+            skipped := skipped + 1;
+            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', name, c.from_h;
+        ELSE
+            total := total + n;
+        END IF;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started,
+                                  CASE WHEN skipped = 0 THEN 'ok' ELSE format('skipped %s locked chunks', skipped) END,
+                                  total, NULL);
+    RETURN total;
+END
+$$;
+
+-- Procedure forms: one transaction per chunk (a UTC day at most). No SET
+-- clause is allowed on a procedure that commits, so these only call the
+-- functions above, schema-qualified.
+CREATE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;
+    n pg_catalog.int8;
+    total pg_catalog.int8 := 0;
+    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    st pg_catalog.text;
+    msg pg_catalog.text;
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
+        BEGIN
+            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+        END;
+        IF st IS NOT NULL THEN
+            PERFORM counter.rollup_record(c.rollup_id, started, 'error', total, msg);
+            COMMIT;
+            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
+        END IF;
+        total := pg_catalog.int8pl(total, n);
+        COMMIT;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
+    COMMIT;
+END
+$$;
+
+-- The job the background worker (or counter.run_jobs(), or pg_cron) runs:
+-- recompute the dirty hours of one rollup, one UTC day per transaction,
+-- skipping chunks another session is refreshing.
+CREATE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;
+    n pg_catalog.int8;
+    skipped pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    st pg_catalog.text;
+    msg pg_catalog.text;
+BEGIN
+    rows_affected := 0;
+    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(target) LOOP
+        BEGIN
+            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+        END;
+        IF st IS NOT NULL THEN
+            PERFORM counter.rollup_record(c.rollup_id, started, 'error', rows_affected, msg);
+            COMMIT;
+            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
+        END IF;
+        IF n IS NULL THEN
+            skipped := pg_catalog.int4pl(skipped, 1);
+            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, c.from_h;
+        ELSE
+            rows_affected := pg_catalog.int8pl(rows_affected, n);
+        END IF;
+        COMMIT;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(target), started,
+        CASE WHEN skipped OPERATOR(pg_catalog.=) 0 THEN 'ok' ELSE pg_catalog.format('skipped %s locked chunks', skipped) END,
+        rows_affected, NULL);
+    COMMIT;
+END
+$$;
+
+-- Creates a rollup: its table, its triggers on the source, its catalog row
+-- and its refresh job, and marks every hour that already has events dirty
+-- (the job fills them in). Nothing is created when any argument is wrong.
+CREATE FUNCTION counter.rollup_create(
+    name text,
+    source regclass,
+    time_column name,
+    group_by name[],
+    distinct_on name[] DEFAULT '{}',
+    mode text DEFAULT 'trigger',
+    sums name[] DEFAULT '{}',
+    filter text DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    refresh_every interval DEFAULT '1 minute')
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    col record;
+    g name;
+    seen name[] := '{}';
+    outcols text[] := ARRAY['hour', 'count'];
+    ddl text := '';
+    keys text := '';
+    tbl regclass;
+    rid integer;
+BEGIN
+    IF name IS NULL OR source IS NULL OR time_column IS NULL OR group_by IS NULL OR distinct_on IS NULL
+       OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL THEN
+        RAISE EXCEPTION 'only filter and retention of counter.rollup_create may be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name = '' OR octet_length(name) > 63 THEN
+        RAISE EXCEPTION 'a rollup name must be 1 to 63 bytes long' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF mode NOT IN ('trigger', 'deferred') THEN
+        RAISE EXCEPTION 'unknown rollup mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'use ''trigger'' or ''deferred''';
+    END IF;
+    IF refresh_every <= interval '0' OR retention <= interval '0' THEN
+        RAISE EXCEPTION 'refresh_every and retention must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
+        RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    SELECT c.relkind, c.relowner, c.relnamespace::regnamespace::text AS nsp INTO rel
+    FROM pg_class c WHERE c.oid = source;
+    IF rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', source USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT pg_has_role(rel.relowner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    SELECT a.atttypid, a.attnotnull INTO col FROM pg_attribute a
+    WHERE a.attrelid = source AND a.attname = time_column AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', time_column, source USING ERRCODE = 'undefined_column';
+    END IF;
+    IF col.atttypid <> 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
+            USING ERRCODE = 'datatype_mismatch',
+                  HINT = 'UTC hours need instants; a timestamp without time zone depends on the TimeZone setting';
+    END IF;
+    IF NOT col.attnotnull THEN
+        RAISE EXCEPTION 'time column "%" must be NOT NULL', time_column USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOREACH g IN ARRAY group_by LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'group_by must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = time_column THEN
+            RAISE EXCEPTION 'group column "%" is the time column', g USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'the rollup groups by the UTC hour of the time column already';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in group_by', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        IF g = ANY (outcols) THEN
+            RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        SELECT a.atttypid, a.atttypmod, a.attnotnull, a.attcollation INTO col FROM pg_attribute a
+        WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
+        END IF;
+        IF NOT col.attnotnull THEN
+            RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'the group columns form the primary key of the rollup';
+        END IF;
+        seen := seen || g;
+        ddl := ddl || format('%I %s%s NOT NULL, ', g, format_type(col.atttypid, col.atttypmod),
+            (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
+             JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
+        keys := keys || format('%I, ', g);
+    END LOOP;
+    outcols := outcols || seen::text[];
+
+    ddl := ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL';
+    seen := '{}';
+    FOREACH g IN ARRAY sums LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'sums must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in sums', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        SELECT a.atttypid INTO col FROM pg_attribute a
+        WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
+        END IF;
+        IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype) THEN
+            RAISE EXCEPTION 'cannot sum column "%" of type %', g, format_type(col.atttypid, NULL)
+                USING ERRCODE = 'datatype_mismatch', HINT = 'sums are exact: smallint, integer, bigint or numeric';
+        END IF;
+        IF octet_length('sum_' || g) > 63 THEN
+            RAISE EXCEPTION 'sum column name "sum_%" is too long', g USING ERRCODE = 'name_too_long';
+        END IF;
+        IF 'sum_' || g = ANY (outcols) THEN
+            RAISE EXCEPTION 'sum column "sum_%" collides with a rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        seen := seen || g;
+        outcols := outcols || ('sum_' || g);
+        ddl := ddl || format(', %I %s NOT NULL', 'sum_' || g,
+                             CASE WHEN col.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END);
+    END LOOP;
+
+    -- One sketch per distinct_on column: merged across hours, never summed.
+    seen := '{}';
+    FOREACH g IN ARRAY distinct_on LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'distinct_on must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        IF NOT EXISTS (SELECT FROM pg_attribute a
+                       WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped) THEN
+            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
+        END IF;
+        IF octet_length('distinct_' || g) > 63 THEN
+            RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
+        END IF;
+        IF 'distinct_' || g = ANY (outcols) THEN
+            RAISE EXCEPTION 'distinct column "distinct_%" collides with a rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        seen := seen || g;
+        outcols := outcols || ('distinct_' || g);
+        ddl := ddl || format(', %I counter.hll NOT NULL', 'distinct_' || g);
+    END LOOP;
+
+    IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%.%" already exists', rel.nsp, name USING ERRCODE = 'duplicate_table',
+            HINT = 'the rollup table is created in the schema of the source, named after the rollup';
+    END IF;
+    IF filter IS NOT NULL THEN
+        -- Parsed and planned once here (a parameter forbids several commands).
+        EXECUTE format('SELECT FROM %s WHERE $1 AND (%s) LIMIT 0', source, filter) USING true;
+    END IF;
+
+    EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour))', rel.nsp, name, ddl, keys);
+    tbl := format('%I.%I', rel.nsp, name)::regclass;
+    EXECUTE format('CREATE INDEX ON %s (hour)', tbl);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', tbl,
+                   format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode));
+
+    INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
+                                 filter, retention, refresh_every)
+    VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, filter, retention, refresh_every)
+    RETURNING rollup_id INTO rid;
+    PERFORM counter.rollup_build_sql(rid);
+    INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
+
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_insert', source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_delete', source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_update', source, rid);
+
+    -- CREATE TRIGGER waited for every open writer of the source and holds
+    -- them off until commit, so these are all the events the triggers miss.
+    EXECUTE format('INSERT INTO counter.rollup_dirty (rollup_id, hour) SELECT DISTINCT $1, counter.rollup_hour(%I) FROM %s',
+                   time_column, source) USING rid;
+    PERFORM counter.rollup_job_sync(name);
+    RETURN tbl;
+END
+$$;
+
+-- Drops a rollup: its triggers, its table, its catalog rows and its job.
+CREATE FUNCTION counter.rollup_drop(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    op text;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.name = rollup_drop.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup "%" does not exist', name USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT pg_has_role(r.owner, 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of rollup "%"', name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.source) THEN
+        FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'counter_rollup_' || r.rollup_id || '_' || op, r.source);
+        END LOOP;
+    END IF;
+    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
+        EXECUTE format('DROP TABLE %s', r.rollup_table);
+    END IF;
+    DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+    DELETE FROM counter.rollup_status s WHERE s.rollup_id = r.rollup_id;
+    DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
+    PERFORM counter.rollup_job_sync(name);
+END
+$$;
+
+-- Changes the rule of a rollup (which events count). Existing hours keep
+-- their numbers until recomputed: CALL counter.rollup_refresh(name, from, to).
+CREATE FUNCTION counter.rollup_set_filter(name text, filter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rid integer := counter.rollup_id(name);
+    src regclass;
+BEGIN
+    IF NOT counter.rollup_owned(rid) THEN
+        RAISE EXCEPTION 'must be owner of rollup "%"', name USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT r.source INTO src FROM counter.rollups r WHERE r.rollup_id = rid;
+    IF filter IS NOT NULL THEN
+        EXECUTE format('SELECT FROM %s WHERE $1 AND (%s) LIMIT 0', src, filter) USING true;
+    END IF;
+    UPDATE counter.rollups r SET filter = rollup_set_filter.filter WHERE r.rollup_id = rid;
+    PERFORM counter.rollup_build_sql(rid);
+END
+$$;
+
+-- Totals per group and period (hour, day, week, month, year or total) in a
+-- time zone, over the whole UTC hours [from_ts, to_ts). Periods must start on
+-- whole UTC hours in that zone (zones with half-hour offsets cannot be
+-- assembled from hours and are refused).
+CREATE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
+                                      time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
+RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    period text;
+    key_expr text := 'jsonb_build_object(';
+    grp text := '';
+    sums_expr text := 'jsonb_build_object(';
+    distinct_expr text := 'jsonb_build_object(';
+    bad timestamptz;
+    g name;
+    sep text := '';
+BEGIN
+    IF name IS NULL OR from_ts IS NULL OR to_ts IS NULL OR time_zone IS NULL OR per IS NULL THEN
+        RAISE EXCEPTION 'arguments of counter.rollup_totals must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id = counter.rollup_id(rollup_totals.name);
+    IF per NOT IN ('hour', 'day', 'week', 'month', 'year', 'total') THEN
+        RAISE EXCEPTION 'unknown period "%"', per USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'use hour, day, week, month, year or total';
+    END IF;
+    PERFORM now() AT TIME ZONE time_zone;  -- 22023 for an unknown zone
+    IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
+       OR counter.rollup_hour(to_ts) <> to_ts OR to_ts < from_ts THEN
+        RAISE EXCEPTION 'a totals range must be whole UTC hours, from before to: % to %', from_ts, to_ts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF per <> 'total' THEN
+        SELECT p INTO bad FROM (
+            SELECT date_trunc(per, h, time_zone) AS p
+            FROM generate_series(from_ts, to_ts - interval '1 hour', interval '1 hour') h) s
+        WHERE counter.rollup_hour(p) <> p LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a % in time zone "%" starts at %, which is not a whole UTC hour', per, time_zone, bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'hourly rollups assemble periods of zones with whole-hour offsets only';
+        END IF;
+        period := format('pg_catalog.date_trunc(%L, hour, %L)', per, time_zone);
+    ELSE
+        period := format('%L::timestamptz', from_ts);
+    END IF;
+    FOREACH g IN ARRAY r.group_by LOOP
+        key_expr := key_expr || sep || format('%L, %I', g, g);
+        grp := grp || format(', %I', g);
+        sep := ', ';
+    END LOOP;
+    sep := '';
+    FOREACH g IN ARRAY r.sums LOOP
+        sums_expr := sums_expr || sep || format('%L, pg_catalog.sum(%I)', g, 'sum_' || g);
+        sep := ', ';
+    END LOOP;
+    sep := '';
+    -- Distinct counts merge the hours' sketches (never a sum of counts).
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        distinct_expr := distinct_expr || sep
+            || format('%L, pg_catalog.round(counter.hll_cardinality(counter.hll_union_agg(%I)))::bigint', g, 'distinct_' || g);
+        sep := ', ';
+    END LOOP;
+    RETURN QUERY EXECUTE format(
+        'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s), %6$s) FROM %4$s '
+        'WHERE hour >= $1 AND hour < $2 GROUP BY 1%5$s ORDER BY 1%5$s',
+        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr) USING from_ts, to_ts;
+END
+$$;
+
+-- Newest hour the rollup knows of (its table and its dirty log).
+CREATE FUNCTION counter.rollup_newest_hour(rid integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    h timestamptz;
+BEGIN
+    SELECT r.rollup_table INTO t FROM counter.rollups r WHERE r.rollup_id = rid;
+    IF t IS NULL OR NOT has_table_privilege(t, 'SELECT') THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('SELECT max(hour) FROM %s', t) INTO h;
+    RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
+END
+$$;
+
+CREATE VIEW counter.rollup_state AS
+SELECT r.name,
+       r.mode,
+       r.source,
+       r.rollup_table,
+       counter.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
+       least(pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') OPERATOR(pg_catalog.-) interval '1 hour',
+             d.oldest_dirty OPERATOR(pg_catalog.-) interval '1 hour') AS newest_complete_hour,
+       coalesce(d.dirty_hours, 0) AS dirty_hours,
+       s.last_refresh_at,
+       s.last_outcome,
+       s.last_duration,
+       s.last_rows,
+       s.last_error
+FROM counter.rollups r
+LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty
+           FROM counter.rollup_dirty dd GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
+LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup_id;
+COMMENT ON VIEW counter.rollup_state IS 'per rollup: newest hours, dirty hours pending, last refresh';
+GRANT SELECT ON counter.rollup_state TO PUBLIC;
+
