@@ -1,4 +1,8 @@
 -- Demo: Jobs run by themselves: the background worker runs due jobs, records every run, backs off a failing one.
+-- The worker was off while the sections above ran; switch it on (a reload is enough).
+ALTER SYSTEM SET counter_ext.enabled = on;
+SELECT pg_reload_conf();
+
 -- A job kind of the demo's own (the counters, rollups and partitioned tables
 -- of the other sections register theirs the same way): totals per link.
 CREATE TABLE demo.job_clicks AS SELECT * FROM demo.click_stream(20000, date_trunc('hour', now()) - interval '1 hour', 1);

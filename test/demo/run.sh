@@ -10,7 +10,9 @@ trap ce_cluster_stop_all EXIT INT TERM
 ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
 echo "building and installing counter_ext..."
 ce_build_and_stage || exit 1
-ce_cluster_start demo || exit 1
+# The worker stays off until its own section, so the sections before it show
+# their manual calls without the worker running their jobs in between.
+ce_cluster_start demo "counter_ext.enabled = off" || exit 1
 ce_cluster_use demo
 "$CE_PGBIN/createdb" clicks || exit 1
 export PGDATABASE=clicks
