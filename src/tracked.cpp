@@ -325,6 +325,16 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 	});
 }
 
+// A plan kept for the life of the backend (SPI_keepplan).
+SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types) {
+	SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+	if (plan == nullptr)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
+	SPI_keepplan(plan);
+	return plan;
+}
+
 SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 	char *sql;
 	Oid types[4];
@@ -346,12 +356,7 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 		types[3] = INT8ARRAYOID;
 	}
 	types[2] = INT2OID;
-	SPIPlanPtr plan = SPI_prepare(sql, 4, types);
-	if (plan == nullptr)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
-	SPI_keepplan(plan);
-	return plan;
+	return prepare_kept(sql, 4, types);
 }
 
 // Owns nothing C++: inside pg_guard. Sorts the deltas in (key, bucket) order
@@ -545,12 +550,7 @@ SPIPlanPtr add_prepare(const Counter &c) {
 	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
 	                     quote_identifier(psprintf("tracked_%d_delta", c.id)));
 	Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
-	SPIPlanPtr plan = SPI_prepare(sql, 4, types);
-	if (plan == nullptr)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
-	SPI_keepplan(plan);
-	return plan;
+	return prepare_kept(sql, 4, types);
 }
 
 } // namespace

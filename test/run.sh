@@ -77,25 +77,30 @@ for f in sql/*.sql; do
     t=$(basename "$f" .sql)
     wanted "$t" && regress_tests+=("$t")
 done
+# run_regress KIND TOOL INPUTDIR TEST: one pg_regress-style file in a fresh
+# database of its own (the file creates what it needs).
+run_regress() {
+    local kind=$1 tool=$2 inputdir=$3 t=$4
+    local db="${kind}_$t"
+    mkdir -p "$out/$kind"
+    "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
+    "$CE_PGBIN/createdb" "$db"
+    "$tool" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER --bindir="$CE_PGBIN" \
+        --inputdir="$inputdir" --outputdir="$out/$kind/$t" --dbname="$db" "$t" >"$out/$kind-$t.txt" 2>&1
+    if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/$kind-$t.txt"; then
+        grep -E '\.\.\. ' "$out/$kind-$t.txt"
+        record "$kind/$t" 0
+    else
+        grep -E '\.\.\. ' "$out/$kind-$t.txt" || cat "$out/$kind-$t.txt"
+        [ -f "$out/$kind/$t/regression.diffs" ] && head -150 "$out/$kind/$t/regression.diffs"
+        record "$kind/$t" 1
+    fi
+}
+
 if [ ${#regress_tests[@]} -gt 0 ]; then
-    # Each file runs in a fresh database of its own and creates what it needs.
     echo "== pg_regress"
     for t in "${regress_tests[@]}"; do
-        db="regress_$t"
-        mkdir -p "$out/regress"
-        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
-        "$CE_PGBIN/createdb" "$db"
-        "$CE_PGXS_DIR/src/test/regress/pg_regress" --use-existing --host=$PGHOST --port=$PGPORT --user=$PGUSER \
-            --bindir="$CE_PGBIN" --inputdir=. --outputdir="$out/regress/$t" --dbname="$db" "$t" \
-            >"$out/regress-$t.txt" 2>&1
-        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/regress-$t.txt"; then
-            grep -E '\.\.\. ' "$out/regress-$t.txt"
-            record "regress/$t" 0
-        else
-            grep -E '\.\.\. ' "$out/regress-$t.txt" || cat "$out/regress-$t.txt"
-            [ -f "$out/regress/$t/regression.diffs" ] && head -150 "$out/regress/$t/regression.diffs"
-            record "regress/$t" 1
-        fi
+        run_regress regress "$CE_PGXS_DIR/src/test/regress/pg_regress" . "$t"
     done
 fi
 
@@ -106,24 +111,9 @@ for f in test/isolation/specs/*.spec; do
     wanted "$t" && iso_tests+=("$t")
 done
 if [ ${#iso_tests[@]} -gt 0 ]; then
-    # Each spec runs in a fresh database of its own.
     echo "== isolation"
-    mkdir -p "$out/isolation"
     for t in "${iso_tests[@]}"; do
-        db="isolation_$t"
-        "$CE_PGBIN/dropdb" --if-exists "$db" >/dev/null 2>&1
-        "$CE_PGBIN/createdb" "$db"
-        "$CE_PGXS_DIR/src/test/isolation/pg_isolation_regress" --use-existing --host=$PGHOST --port=$PGPORT \
-            --user=$PGUSER --bindir="$CE_PGBIN" --inputdir=test/isolation --outputdir="$out/isolation/$t" \
-            --dbname="$db" "$t" >"$out/isolation-$t.txt" 2>&1
-        if grep -Eq "^(test )?[[:space:]]*$t[[:space:]]+\.\.\. ok" "$out/isolation-$t.txt"; then
-            grep -E '\.\.\. ' "$out/isolation-$t.txt"
-            record "isolation/$t" 0
-        else
-            grep -E '\.\.\. ' "$out/isolation-$t.txt" || cat "$out/isolation-$t.txt"
-            [ -f "$out/isolation/$t/regression.diffs" ] && head -150 "$out/isolation/$t/regression.diffs"
-            record "isolation/$t" 1
-        fi
+        run_regress isolation "$CE_PGXS_DIR/src/test/isolation/pg_isolation_regress" test/isolation "$t"
     done
 fi
 
