@@ -9,6 +9,26 @@ COMMENT ON SCHEMA counter IS 'counter_ext: counters that stay correct next to th
 -- from PUBLIC function by function, and functions check their caller.
 GRANT USAGE ON SCHEMA counter TO PUBLIC;
 
+-- The catalog row of a user column of a table, or undefined_column (42703):
+-- the one check every feature makes of the columns it is given.
+CREATE FUNCTION counter.column_of(rel regclass, col name)
+RETURNS pg_catalog.pg_attribute
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    att pg_catalog.pg_attribute;
+BEGIN
+    SELECT * INTO att FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) rel AND a.attname OPERATOR(pg_catalog.=) col
+      AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of % does not exist', col, rel USING ERRCODE = 'undefined_column';
+    END IF;
+    RETURN att;
+END
+$$;
+
 CREATE FUNCTION counter.version()
 RETURNS text
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE

@@ -267,18 +267,8 @@ BEGIN
             USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
     END IF;
 
-    SELECT a.attname, a.atttypid::regtype AS typ INTO kcol FROM pg_catalog.pg_attribute a
-    WHERE a.attrelid OPERATOR(pg_catalog.=) source AND a.attname OPERATOR(pg_catalog.=) key_column
-      AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of % does not exist', key_column, source USING ERRCODE = '42703';
-    END IF;
-    SELECT a.attname, a.atttypid::regtype AS typ INTO tcol FROM pg_catalog.pg_attribute a
-    WHERE a.attrelid OPERATOR(pg_catalog.=) source AND a.attname OPERATOR(pg_catalog.=) time_column
-      AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of % does not exist', time_column, source USING ERRCODE = '42703';
-    END IF;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter.column_of(source, key_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter.column_of(source, time_column) c;
     IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';

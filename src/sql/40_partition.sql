@@ -687,10 +687,7 @@ BEGIN
         RAISE EXCEPTION '% is not partitioned by range over one column', parent
             USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
     END IF;
-    SELECT * INTO att FROM pg_attribute a WHERE a.attrelid = parent AND a.attname = control AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of table % does not exist', control, parent USING ERRCODE = 'undefined_column';
-    END IF;
+    att := counter.column_of(parent, control);
     IF att.attnum <> pt.partattrs[0] THEN
         RAISE EXCEPTION 'column "%" is not the partition key of %', control, parent
             USING ERRCODE = 'invalid_parameter_value';

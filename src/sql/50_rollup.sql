@@ -716,11 +716,7 @@ BEGIN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
 
-    SELECT a.atttypid, a.attnotnull INTO col FROM pg_attribute a
-    WHERE a.attrelid = source AND a.attname = time_column AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'column "%" of % does not exist', time_column, source USING ERRCODE = 'undefined_column';
-    END IF;
+    SELECT c.atttypid, c.attnotnull INTO col FROM counter.column_of(source, time_column) c;
     IF col.atttypid <> 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
             USING ERRCODE = 'datatype_mismatch',
@@ -745,11 +741,7 @@ BEGIN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT a.atttypid, a.atttypmod, a.attnotnull, a.attcollation INTO col FROM pg_attribute a
-        WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
-        END IF;
+        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter.column_of(source, g) c;
         IF NOT col.attnotnull THEN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
@@ -771,11 +763,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in sums', g USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT a.atttypid INTO col FROM pg_attribute a
-        WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
-        END IF;
+        SELECT c.atttypid INTO col FROM counter.column_of(source, g) c;
         IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype) THEN
             RAISE EXCEPTION 'cannot sum column "%" of type %', g, format_type(col.atttypid, NULL)
                 USING ERRCODE = 'datatype_mismatch', HINT = 'sums are exact: smallint, integer, bigint or numeric';
@@ -802,10 +790,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
         END IF;
-        IF NOT EXISTS (SELECT FROM pg_attribute a
-                       WHERE a.attrelid = source AND a.attname = g AND a.attnum > 0 AND NOT a.attisdropped) THEN
-            RAISE EXCEPTION 'column "%" of % does not exist', g, source USING ERRCODE = 'undefined_column';
-        END IF;
+        PERFORM counter.column_of(source, g);
         IF octet_length('distinct_' || g) > 63 THEN
             RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
         END IF;
