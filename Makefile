@@ -18,10 +18,13 @@ OBJS = $(SRCS:.cpp=.o)
 
 # The install script of the current version is assembled from the pieces in
 # src/sql/ (one per feature, applied in name order). Upgrade scripts from
-# released versions live in src/sql/upgrade/ and are installed as they are.
+# released versions live in src/sql/upgrade/, and the install scripts of
+# released versions, frozen, in src/sql/released/ (so that an installation
+# can start at an old version and be updated, as the upgrade test does); both
+# are installed as they are.
 SQL_PIECES := $(sort $(wildcard src/sql/*.sql))
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
-DATA = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
+DATA = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql) $(wildcard src/sql/released/$(EXTENSION)--*.sql)
 
 # pg_regress files: sql/NAME.sql with expected/NAME.out
 REGRESS := $(basename $(notdir $(wildcard sql/*.sql)))
@@ -41,6 +44,9 @@ override autodepend = yes
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The version is compiled in (COUNTER_EXT_VERSION): a new one rebuilds.
+$(OBJS): counter_ext.control
 
 
 $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PIECES) Makefile counter_ext.control

@@ -16,6 +16,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "libpq/pqformat.h"
+#include "nodes/primnodes.h"
 #include "utils/array.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -70,7 +71,7 @@ struct State {
 	uint8 precision;
 	bool dense;
 	uint8 pending; // entries in 'slots' (only while sparse)
-	uint8 unused;
+	uint8 width;   // sparse entry width (hll::sparse_bits, or 23 after a version 1 input)
 	uint32 slots[state_slots];
 };
 static_assert(sizeof(State) == 64, "a state header is one cache line");
@@ -80,6 +81,7 @@ State *state_new(MemoryContext context, int precision) {
 	State *st = reinterpret_cast<State *>(TYPEALIGN(64, raw));
 	st->context = context;
 	st->precision = static_cast<uint8>(precision);
+	st->width = hll::sparse_bits;
 	return st;
 }
 
@@ -114,8 +116,8 @@ void state_absorb_slots(State *st) {
 
 void state_to_dense(State *st) {
 	st->registers = static_cast<uint8 *>(MemoryContextAllocZero(st->context, size_t{1} << st->precision));
-	hll::dense_add_entries(st->registers, st->precision, st->entries, st->n);
-	hll::dense_add_entries(st->registers, st->precision, st->slots, st->pending);
+	hll::dense_add_entries(st->registers, st->precision, st->width, st->entries, st->n);
+	hll::dense_add_entries(st->registers, st->precision, st->width, st->slots, st->pending);
 	if (st->entries != nullptr)
 		pfree(st->entries);
 	st->entries = nullptr;
@@ -129,8 +131,8 @@ void state_compact(State *st) {
 	if (st->dense)
 		return;
 	state_absorb_slots(st);
-	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
-	if (st->n > hll::sparse_limit(st->precision))
+	st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n, st->width));
+	if (st->n > hll::sparse_limit(st->precision, st->width))
 		state_to_dense(st);
 }
 
@@ -146,8 +148,8 @@ void state_make_room(State *st, uint32 extra) {
 		// larger ones are compacted first (the buffer itself, so that it does
 		// not grow for the slots), so repeated values cost no memory and a set
 		// past the sparse limit goes dense.
-		st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n));
-		if (st->n > hll::sparse_limit(st->precision)) {
+		st->n = static_cast<uint32>(hll::compact_entries(st->entries, st->n, st->width));
+		if (st->n > hll::sparse_limit(st->precision, st->width)) {
 			state_to_dense(st); // takes the slots too
 			return;
 		}
@@ -162,7 +164,7 @@ void state_make_room(State *st, uint32 extra) {
 
 inline void state_add_hash(State *st, uint64 hash) {
 	if (likely(!st->dense)) {
-		uint32 e = hll::sparse_entry(hash, st->precision);
+		uint32 e = hll::sparse_entry(hash, st->precision, st->width);
 		if (unlikely(st->pending == state_slots)) {
 			state_make_room(st, 0);
 			if (st->dense) {
@@ -180,7 +182,7 @@ void state_add_entries(State *st, const uint32 *entries, uint32 count) {
 	if (!st->dense)
 		state_make_room(st, count);
 	if (st->dense) {
-		hll::dense_add_entries(st->registers, st->precision, entries, count);
+		hll::dense_add_entries(st->registers, st->precision, st->width, entries, count);
 		return;
 	}
 	memcpy(st->entries + st->n, entries, count * sizeof(uint32));
@@ -213,9 +215,24 @@ void state_fold(State *st, int to) {
 		return;
 	}
 	state_absorb_slots(st);
-	hll::fold_entries(st->entries, st->n, st->precision, to);
+	hll::fold_entries(st->entries, st->n, st->precision, to, st->width);
 	st->precision = static_cast<uint8>(to);
 	state_compact(st);
+}
+
+// Lowers the state's sparse entry width to 'to' (a union with a version 1
+// sparse sketch, whose entries are narrower).
+void state_narrow(State *st, int to) {
+	if (to >= st->width)
+		return;
+	if (!st->dense) {
+		state_absorb_slots(st);
+		hll::narrow_entries(st->entries, st->n, st->precision, st->width, to);
+		st->width = static_cast<uint8>(to);
+		state_compact(st);
+		return;
+	}
+	st->width = static_cast<uint8>(to);
 }
 
 // Gives the state the precision of a union: an empty state simply takes it
@@ -244,11 +261,17 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 		return;
 	}
 	if (h.repr == hll::Repr::sparse) {
+		state_narrow(st, hll::union_width(st->width, h.width, h.repr));
 		uint32 *entries = static_cast<uint32 *>(palloc(h.count * sizeof(uint32)));
 		hll::decode_sparse(data, len, h, entries, canonical);
 		if (h.precision > p)
-			hll::fold_entries(entries, h.count, h.precision, p);
-		state_add_entries(st, entries, static_cast<uint32>(h.count));
+			hll::fold_entries(entries, h.count, h.precision, p, h.width);
+		uint32 count = static_cast<uint32>(h.count);
+		if (h.width > st->width) {
+			hll::narrow_entries(entries, h.count, p, h.width, st->width);
+			count = static_cast<uint32>(hll::compact_entries(entries, h.count, st->width));
+		}
+		state_add_entries(st, entries, count);
 		pfree(entries);
 		return;
 	}
@@ -270,6 +293,10 @@ void state_merge_state(State *st, State *other) {
 	state_set_precision(st, p);
 	if (state_empty(other))
 		return;
+	if (!other->dense) {
+		state_narrow(st, other->width);
+		state_narrow(other, st->width);
+	}
 	if (other->dense) {
 		if (other->precision == p) {
 			state_max_registers(st, other->registers);
@@ -287,7 +314,7 @@ void state_merge_state(State *st, State *other) {
 	}
 	uint32 *copy = static_cast<uint32 *>(palloc(other->n * sizeof(uint32)));
 	memcpy(copy, other->entries, other->n * sizeof(uint32));
-	hll::fold_entries(copy, other->n, other->precision, p);
+	hll::fold_entries(copy, other->n, other->precision, p, other->width);
 	state_add_entries(st, copy, other->n);
 	pfree(copy);
 }
@@ -308,10 +335,10 @@ bytea *state_to_varlena(State *st) {
 		SET_VARSIZE(out, VARHDRSZ + size);
 		hll::encode_empty(st->precision, reinterpret_cast<uint8 *>(VARDATA(out)));
 	} else {
-		hll::SparsePlan plan = hll::plan_sparse(st->entries, st->n, st->precision);
+		hll::SparsePlan plan = hll::plan_sparse(st->entries, st->n, st->precision, st->width);
 		out = static_cast<bytea *>(palloc(VARHDRSZ + plan.bytes));
 		SET_VARSIZE(out, VARHDRSZ + plan.bytes);
-		hll::encode_sparse(st->entries, st->n, st->precision, plan, reinterpret_cast<uint8 *>(VARDATA(out)));
+		hll::encode_sparse(st->entries, st->n, st->precision, st->width, plan, reinterpret_cast<uint8 *>(VARDATA(out)));
 	}
 	return out;
 }
@@ -320,7 +347,7 @@ double state_estimate(State *st) {
 	state_compact(st);
 	if (st->dense)
 		return hll::estimate_dense(st->registers, st->precision);
-	return hll::estimate_sparse(st->n);
+	return hll::estimate_sparse(st->n, st->width);
 }
 
 // ---- values ---------------------------------------------------------------------------
@@ -401,15 +428,15 @@ struct Hasher {
 	FmgrInfo send;
 };
 
-Hasher *hasher_for(FunctionCallInfo fcinfo, int argno) {
-	// A call site's argument types never change: the first call decides.
-	Hasher *hs = static_cast<Hasher *>(fcinfo->flinfo->fn_extra);
-	if (likely(hs != nullptr))
+// The hasher of values of 'type', kept in the call site's fn_extra (a call
+// site's argument types never change: the first call decides).
+Hasher *hasher_for_type(FmgrInfo *flinfo, Oid type) {
+	Hasher *hs = static_cast<Hasher *>(flinfo->fn_extra);
+	if (likely(hs != nullptr && hs->type == type))
 		return hs;
-	Oid type = get_fn_expr_argtype(fcinfo->flinfo, argno);
 	if (!OidIsValid(type))
 		throw ce::Error(ce::sqlstate::datatype_mismatch, "could not determine the type of the value to hash");
-	hs = static_cast<Hasher *>(MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Hasher)));
+	hs = static_cast<Hasher *>(MemoryContextAllocZero(flinfo->fn_mcxt, sizeof(Hasher)));
 	hs->type = type;
 	Oid base = getBaseType(type);
 	switch (base) {
@@ -462,13 +489,20 @@ Hasher *hasher_for(FunctionCallInfo fcinfo, int argno) {
 			Oid send_fn;
 			bool varlena;
 			getTypeBinaryOutputInfo(base, &send_fn, &varlena);
-			fmgr_info_cxt(send_fn, &hs->send, fcinfo->flinfo->fn_mcxt);
+			fmgr_info_cxt(send_fn, &hs->send, flinfo->fn_mcxt);
 			hs->kind = Kind::send;
 			break;
 		}
 	}
-	fcinfo->flinfo->fn_extra = hs;
+	flinfo->fn_extra = hs;
 	return hs;
+}
+
+Hasher *hasher_for(FunctionCallInfo fcinfo, int argno) {
+	Hasher *hs = static_cast<Hasher *>(fcinfo->flinfo->fn_extra);
+	if (likely(hs != nullptr))
+		return hs;
+	return hasher_for_type(fcinfo->flinfo, get_fn_expr_argtype(fcinfo->flinfo, argno));
 }
 
 uint64 hash_be(uint64 v, int bytes) {
@@ -707,6 +741,30 @@ CE_FUNCTION(counter_hll_add) {
 	PG_RETURN_BYTEA_P(state_to_varlena(st));
 }
 
+// counter.hll_add_array(counter.hll, anyarray): every non-NULL element added
+// (any number of dimensions); a NULL array leaves the sketch as it is.
+CE_FUNCTION(counter_hll_add_array) {
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	if (PG_ARGISNULL(1))
+		PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+	ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
+	Hasher *hs = hasher_for_type(fcinfo->flinfo, ARR_ELEMTYPE(array));
+	State *st = state_from_arg(fcinfo, 0);
+	ArrayIterator it = array_create_iterator(array, 0, nullptr);
+	Datum value;
+	bool isnull;
+	uint32 seen = 0;
+	while (array_iterate(it, &value, &isnull)) {
+		if (!isnull)
+			state_add_hash(st, hash_value(hs, value));
+		if ((++seen & 0xFFFF) == 0)
+			ce::check_for_interrupts();
+	}
+	array_free_iterator(it);
+	PG_RETURN_BYTEA_P(state_to_varlena(st));
+}
+
 // counter.hll_union(counter.hll, counter.hll): folds to the lower precision.
 CE_FUNCTION(counter_hll_union) {
 	State *st = state_from_arg(fcinfo, 0);
@@ -723,7 +781,7 @@ CE_FUNCTION(counter_hll_cardinality) {
 		case hll::Repr::empty:
 			PG_RETURN_FLOAT8(0.0);
 		case hll::Repr::sparse:
-			PG_RETURN_FLOAT8(hll::estimate_sparse(h.count));
+			PG_RETURN_FLOAT8(hll::estimate_sparse(h.count, h.width));
 		case hll::Repr::dense:
 		case hll::Repr::dense_rice:
 			break;
@@ -896,9 +954,22 @@ CE_FUNCTION(counter_hll_deserialize) {
 
 // Final functions: an aggregate over no rows (or only NULLs) gives the empty
 // sketch, never NULL.
+// The precision of an aggregate over no rows (no transition call saw its
+// precision argument): the argument when it is a constant, as in
+// hll_add_agg(x, 12), else the default.
+int empty_aggregate_precision(FunctionCallInfo fcinfo) {
+	Aggref *ref = AggGetAggref(fcinfo);
+	if (ref != nullptr && list_length(ref->args) == 2) {
+		Expr *arg = static_cast<TargetEntry *>(lsecond(ref->args))->expr;
+		if (IsA(arg, Const) && !castNode(Const, arg)->constisnull)
+			return checked_precision(DatumGetInt32(castNode(Const, arg)->constvalue));
+	}
+	return default_precision();
+}
+
 CE_FUNCTION(counter_hll_final) {
 	if (PG_ARGISNULL(0))
-		PG_RETURN_BYTEA_P(state_to_varlena(state_new(CurrentMemoryContext, default_precision())));
+		PG_RETURN_BYTEA_P(state_to_varlena(state_new(CurrentMemoryContext, empty_aggregate_precision(fcinfo))));
 	PG_RETURN_BYTEA_P(state_to_varlena(reinterpret_cast<State *>(PG_GETARG_POINTER(0))));
 }
 

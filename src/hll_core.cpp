@@ -87,30 +87,31 @@ constexpr size_t varint_len(size_t v) noexcept {
 	return n;
 }
 
-// The low-bit width of d sparse entries: the largest l with d * 2^l <= 2^23.
-constexpr int low_bits_for(size_t d) noexcept {
+// The low-bit width of d sparse entries of width w: the largest l with
+// d * 2^l <= 2^w.
+constexpr int low_bits_for(size_t d, int w) noexcept {
 	int l = 0;
-	while (l < sparse_bits && (d << (l + 1)) <= (size_t{1} << sparse_bits))
+	while (l < w && (d << (l + 1)) <= (size_t{1} << w))
 		l++;
 	return l;
 }
 
-// An upper bound of a sparse sketch's size with d entries: d low-bit fields,
-// a high-bit bitmap of at most (2^23 - 1 >> l) + d bits, and the rho fields
-// expected on d / 2^(23 - p) entries.
-constexpr size_t sparse_bound_bytes(size_t d, int p) noexcept {
-	int l = low_bits_for(d);
-	size_t bits = d * static_cast<size_t>(l) + (((size_t{1} << sparse_bits) - 1) >> l) + d;
-	bits += (d * 5) >> (sparse_bits - p);
+// An upper bound of a sparse sketch's size with d entries of width w: d
+// low-bit fields, a high-bit bitmap of at most (2^w - 1 >> l) + d bits, and
+// the rho fields expected on d / 2^(w - p) entries.
+constexpr size_t sparse_bound_bytes(size_t d, int p, int w) noexcept {
+	int l = low_bits_for(d, w);
+	size_t bits = d * static_cast<size_t>(l) + (((size_t{1} << w) - 1) >> l) + d;
+	bits += (d * 5) >> (w - p);
 	return header_bytes + varint_len(d) + (bits + 7) / 8;
 }
 
-constexpr size_t compute_sparse_limit(int p) noexcept {
+constexpr size_t compute_sparse_limit(int p, int w) noexcept {
 	size_t dense = header_bytes + dense_payload_bytes(p); // packed: the largest dense form
 	size_t lo = 0, hi = size_t{1} << (p + 2);
 	while (lo < hi) { // largest d with bound(d) <= dense
 		size_t mid = (lo + hi + 1) / 2;
-		if (sparse_bound_bytes(mid, p) <= dense)
+		if (sparse_bound_bytes(mid, p, w) <= dense)
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -119,13 +120,16 @@ constexpr size_t compute_sparse_limit(int p) noexcept {
 }
 
 struct LimitTable {
-	size_t v[max_precision + 1];
+	size_t v1[max_precision + 1]; // width 23
+	size_t v2[max_precision + 1]; // width 26
 };
 
 constexpr LimitTable make_limits() noexcept {
 	LimitTable t{};
-	for (int p = 0; p <= max_precision; p++)
-		t.v[p] = p >= min_precision ? compute_sparse_limit(p) : 0;
+	for (int p = 0; p <= max_precision; p++) {
+		t.v1[p] = p >= min_precision ? compute_sparse_limit(p, sparse_bits_v1) : 0;
+		t.v2[p] = p >= min_precision ? compute_sparse_limit(p, sparse_bits) : 0;
+	}
 	return t;
 }
 
@@ -133,8 +137,8 @@ constexpr LimitTable limits = make_limits();
 
 } // namespace
 
-size_t sparse_limit(int p) noexcept {
-	return limits.v[p];
+size_t sparse_limit(int p, int w) noexcept {
+	return w == sparse_bits_v1 ? limits.v1[p] : limits.v2[p];
 }
 
 // ---- entries and registers ------------------------------------------------------
@@ -147,14 +151,14 @@ namespace {
 // sort one small buffer per group, so this beats std::sort's mispredictions.
 constexpr size_t small_sort_max = 512;
 
-void small_sort(uint32_t *entries, size_t n) noexcept {
+void small_sort(uint32_t *entries, size_t n, int w) noexcept {
 	uint32_t tmp[small_sort_max];
 	uint16_t start[small_sort_max + 1];
 	int k = 1;
 	while ((size_t{1} << k) < n)
 		k++;
 	size_t buckets = size_t{1} << k;
-	int shift = sparse_bits + 5 - k; // entries are below 2^28
+	int shift = w + 5 - k; // entries are below 2^(w + 5)
 	memset(start, 0, (buckets + 1) * sizeof(uint16_t));
 	for (size_t i = 0; i < n; i++)
 		start[(entries[i] >> shift) + 1]++;
@@ -176,11 +180,11 @@ void small_sort(uint32_t *entries, size_t n) noexcept {
 
 } // namespace
 
-size_t compact_entries(uint32_t *entries, size_t n) noexcept {
+size_t compact_entries(uint32_t *entries, size_t n, int w) noexcept {
 	if (n == 0)
 		return 0;
 	if (n <= small_sort_max)
-		small_sort(entries, n);
+		small_sort(entries, n, w);
 	else
 		std::sort(entries, entries + n);
 	size_t out = 0;
@@ -214,19 +218,41 @@ size_t merge_entries(const uint32_t *a, size_t na, const uint32_t *b, size_t nb,
 	return k;
 }
 
-void fold_entries(uint32_t *entries, size_t n, int from, int to) noexcept {
+void fold_entries(uint32_t *entries, size_t n, int from, int to, int w) noexcept {
 	(void)from;
-	uint32_t low_mask = (1U << (sparse_bits - to)) - 1;
+	uint32_t low_mask = (1U << (w - to)) - 1;
 	for (size_t i = 0; i < n; i++)
 		if ((entry_value(entries[i]) & low_mask) != 0)
 			entries[i] &= ~31U;
 }
 
-void dense_add_entries(uint8_t *registers, int p, const uint32_t *entries, size_t n) noexcept {
+void narrow_entries(uint32_t *entries, size_t n, int p, int from_w, int to_w) noexcept {
+	int drop = from_w - to_w;
+	uint32_t drop_mask = (1U << drop) - 1;
+	uint32_t low_mask = (1U << (to_w - p)) - 1;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = entry_value(entries[i]);
+		uint32_t narrow = v >> drop;
+		uint32_t r = 0;
+		if ((narrow & low_mask) == 0) {
+			// rho of the hash bits after the first to_w: from the dropped
+			// bits, or past them from the wide entry's own rho field (which
+			// it has, as its w - p low bits are zero too).
+			uint32_t dropped = v & drop_mask;
+			if (dropped != 0)
+				r = static_cast<uint32_t>(__builtin_clz(dropped) - (32 - drop) + 1);
+			else
+				r = std::min<uint32_t>(register_max, static_cast<uint32_t>(drop) + entry_rho(entries[i]));
+		}
+		entries[i] = (narrow << 5) | r;
+	}
+}
+
+void dense_add_entries(uint8_t *registers, int p, int w, const uint32_t *entries, size_t n) noexcept {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t index;
 		uint8_t value;
-		entry_register(entries[i], p, index, value);
+		entry_register(entries[i], p, w, index, value);
 		if (registers[index] < value)
 			registers[index] = value;
 	}
@@ -254,10 +280,10 @@ void fold_registers(const uint8_t *in, int from, uint8_t *out, int to) noexcept 
 
 // ---- estimation -------------------------------------------------------------------
 
-double estimate_sparse(size_t distinct_values) noexcept {
+double estimate_sparse(size_t distinct_values, int w) noexcept {
 	if (distinct_values == 0)
 		return 0.0;
-	double m = static_cast<double>(size_t{1} << sparse_bits);
+	double m = static_cast<double>(size_t{1} << w);
 	double d = static_cast<double>(distinct_values);
 	return std::round(-m * std::log1p(-d / m));
 }
@@ -441,45 +467,45 @@ size_t encoded_size_empty() noexcept {
 }
 
 void encode_empty(int p, uint8_t *out) noexcept {
-	out[0] = format_version;
+	out[0] = format_v1;
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::empty) << 5) | p);
 }
 
-int sparse_low_bits(size_t n) noexcept {
-	return low_bits_for(n);
+int sparse_low_bits(size_t n, int w) noexcept {
+	return low_bits_for(n, w);
 }
 
-SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept {
-	int l = low_bits_for(n);
+SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p, int w) noexcept {
+	int l = low_bits_for(n, w);
 	uint64_t bits = static_cast<uint64_t>(n) * static_cast<uint64_t>(l) + n;
 	if (n > 0)
 		bits += entry_value(entries[n - 1]) >> l;
-	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	uint32_t low_mask = (1U << (w - p)) - 1;
 	for (size_t i = 0; i < n; i++)
 		if ((entry_value(entries[i]) & low_mask) == 0)
 			bits += 5;
 	return SparsePlan{l, header_bytes + varint_len(n) + static_cast<size_t>((bits + 7) / 8)};
 }
 
-void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept {
-	out[0] = format_version;
+void encode_sparse(const uint32_t *entries, size_t n, int p, int w, const SparsePlan &plan, uint8_t *out) noexcept {
+	out[0] = sparse_version_of(w);
 	out[1] = static_cast<uint8_t>((static_cast<int>(Repr::sparse) << 5) | p);
 	size_t off = header_bytes + write_varint(out + header_bytes, n);
-	BitWriter w(out + off);
+	BitWriter bw(out + off);
 	int l = plan.rice;
 	for (size_t i = 0; i < n; i++)
-		w.put(entry_value(entries[i]), l);
+		bw.put(entry_value(entries[i]), l);
 	uint32_t prev_high = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t high = entry_value(entries[i]) >> l;
-		w.zeros_then_one(high - prev_high);
+		bw.zeros_then_one(high - prev_high);
 		prev_high = high;
 	}
-	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
+	uint32_t low_mask = (1U << (w - p)) - 1;
 	for (size_t i = 0; i < n; i++)
 		if ((entry_value(entries[i]) & low_mask) == 0)
-			w.put(entry_rho(entries[i]), 5);
-	w.flush();
+			bw.put(entry_rho(entries[i]), 5);
+	bw.flush();
 }
 
 size_t packed_dense_bytes(int p) noexcept {
@@ -530,7 +556,7 @@ DensePlan plan_dense(const uint8_t *registers, int p) noexcept {
 }
 
 void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept {
-	out[0] = format_version;
+	out[0] = format_v1;
 	out[1] = static_cast<uint8_t>((static_cast<int>(plan.repr) << 5) | p);
 	size_t m = size_t{1} << p;
 	if (plan.repr == Repr::dense) {
@@ -556,9 +582,11 @@ void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_
 Header parse_header(const uint8_t *data, size_t len) {
 	if (len < header_bytes)
 		bad(format("%zu bytes is shorter than the %zu-byte header", len, header_bytes));
-	if (data[0] != format_version)
-		bad(format("unknown format version %u (this library reads version %u)", data[0], format_version));
+	if (data[0] != format_v1 && data[0] != format_v2)
+		bad(format("unknown format version %u (this library reads versions %u and %u)", data[0], format_v1, format_v2));
 	Header h;
+	h.version = data[0];
+	h.width = sparse_width_of(data[0]);
 	h.precision = data[1] & 31;
 	int repr = data[1] >> 5;
 	if (h.precision < min_precision || h.precision > max_precision)
@@ -566,6 +594,8 @@ Header parse_header(const uint8_t *data, size_t len) {
 	if (repr > static_cast<int>(Repr::dense_rice))
 		bad(format("unknown representation %d", repr));
 	h.repr = static_cast<Repr>(repr);
+	if (h.version == format_v2 && h.repr != Repr::sparse)
+		bad(format("format version %u holds sparse sketches only (this one is %s)", format_v2, repr_name(h.repr)));
 	switch (h.repr) {
 		case Repr::empty:
 			if (len != header_bytes)
@@ -613,11 +643,11 @@ Header parse_header(const uint8_t *data, size_t len) {
 			}
 			if (count == 0)
 				bad("a sparse sketch has no entries (an empty sketch has its own form)");
-			if (count > sparse_limit(h.precision))
-				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d holds", count,
-				           sparse_limit(h.precision), h.precision));
+			if (count > sparse_limit(h.precision, h.width))
+				bad(format("%zu sparse entries exceed the %zu a sketch of precision %d and version %d holds", count,
+				           sparse_limit(h.precision, h.width), h.precision, h.version));
 			h.count = count;
-			h.rice = low_bits_for(count);
+			h.rice = low_bits_for(count, h.width);
 			h.payload = off;
 			break;
 		}
@@ -669,8 +699,8 @@ void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emi
 		ones += c;
 		pos += static_cast<size_t>(chunk);
 	}
-	const uint64_t high_limit = uint64_t{1} << (sparse_bits - l);
-	uint32_t low_mask = (1U << (sparse_bits - h.precision)) - 1;
+	const uint64_t high_limit = uint64_t{1} << (h.width - l);
+	uint32_t low_mask = (1U << (h.width - h.precision)) - 1;
 	size_t rho_pos = high_end;
 	int64_t prev = -1;
 	size_t i = 0;
@@ -715,7 +745,7 @@ void for_each_sparse_entry(const uint8_t *data, size_t len, const Header &h, Emi
 void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *out, bool canonical) {
 	for_each_sparse_entry(data, len, h, [out](size_t i, uint32_t e) { out[i] = e; });
 	if (canonical) {
-		SparsePlan plan = plan_sparse(out, h.count, h.precision);
+		SparsePlan plan = plan_sparse(out, h.count, h.precision, h.width);
 		if (plan.bytes != len)
 			bad(format("not the canonical encoding (%zu bytes, canonical %zu)", len, plan.bytes));
 	}
@@ -723,10 +753,10 @@ void decode_sparse(const uint8_t *data, size_t len, const Header &h, uint32_t *o
 
 void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, int p) {
 	// An entry carries its rho field whenever precision p <= h.precision needs it.
-	for_each_sparse_entry(data, len, h, [registers, p](size_t, uint32_t e) {
+	for_each_sparse_entry(data, len, h, [registers, p, w = h.width](size_t, uint32_t e) {
 		uint32_t index;
 		uint8_t value;
-		entry_register(e, p, index, value);
+		entry_register(e, p, w, index, value);
 		if (registers[index] < value)
 			registers[index] = value;
 	});
@@ -790,6 +820,7 @@ Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
 	Header h = parse_header(data, len);
 	Sketch s(h.precision);
 	if (h.repr == Repr::sparse) {
+		s.width_ = h.width;
 		s.entries_.resize(h.count);
 		decode_sparse(data, len, h, s.entries_.data(), canonical);
 	} else if (is_dense(h.repr)) {
@@ -811,24 +842,24 @@ void Sketch::add_hash(uint64_t hash) {
 		dense_add_hash(registers_.data(), precision_, hash);
 		return;
 	}
-	entries_.push_back(sparse_entry(hash, precision_));
+	entries_.push_back(sparse_entry(hash, precision_, width_));
 	dirty_ = true;
-	if (entries_.size() > 2 * sparse_limit(precision_) + 16)
+	if (entries_.size() > 2 * sparse_limit(precision_, width_) + 16)
 		normalize();
 }
 
 void Sketch::normalize() {
 	if (dense_ || !dirty_)
 		return;
-	entries_.resize(compact_entries(entries_.data(), entries_.size()));
+	entries_.resize(compact_entries(entries_.data(), entries_.size(), width_));
 	dirty_ = false;
-	if (entries_.size() > sparse_limit(precision_))
+	if (entries_.size() > sparse_limit(precision_, width_))
 		to_dense();
 }
 
 void Sketch::to_dense() {
 	registers_.assign(size_t{1} << precision_, 0);
-	dense_add_entries(registers_.data(), precision_, entries_.data(), entries_.size());
+	dense_add_entries(registers_.data(), precision_, width_, entries_.data(), entries_.size());
 	entries_.clear();
 	entries_.shrink_to_fit();
 	dense_ = true;
@@ -846,8 +877,18 @@ void Sketch::fold(int to) {
 		precision_ = to;
 		return;
 	}
-	fold_entries(entries_.data(), entries_.size(), precision_, to);
+	fold_entries(entries_.data(), entries_.size(), precision_, to, width_);
 	precision_ = to;
+	dirty_ = true;
+	normalize();
+}
+
+void Sketch::narrow(int to_width) {
+	if (to_width >= width_)
+		return;
+	if (!dense_)
+		narrow_entries(entries_.data(), entries_.size(), precision_, width_, to_width);
+	width_ = to_width;
 	dirty_ = true;
 	normalize();
 }
@@ -876,6 +917,16 @@ void Sketch::merge(const Sketch &other_in) {
 		else
 			fold(p);
 	}
+	int w = union_width(width_, other->width_, other->repr());
+	if (w < width_)
+		narrow(w);
+	if (other->width_ > width_ && !other->dense_ && !other->empty()) {
+		if (other != &folded) {
+			folded = other_in;
+			other = &folded;
+		}
+		folded.narrow(width_);
+	}
 	if (other->dense_) {
 		if (!dense_)
 			to_dense();
@@ -884,7 +935,7 @@ void Sketch::merge(const Sketch &other_in) {
 		return;
 	}
 	if (dense_) {
-		dense_add_entries(registers_.data(), precision_, other->entries_.data(), other->entries_.size());
+		dense_add_entries(registers_.data(), precision_, width_, other->entries_.data(), other->entries_.size());
 		return;
 	}
 	entries_.insert(entries_.end(), other->entries_.begin(), other->entries_.end());
@@ -896,7 +947,7 @@ double Sketch::estimate() {
 	normalize();
 	if (dense_)
 		return estimate_dense(registers_.data(), precision_);
-	return estimate_sparse(entries_.size());
+	return estimate_sparse(entries_.size(), width_);
 }
 
 std::vector<uint8_t> Sketch::encode() {
@@ -910,9 +961,9 @@ std::vector<uint8_t> Sketch::encode() {
 		out.resize(encoded_size_empty());
 		encode_empty(precision_, out.data());
 	} else {
-		SparsePlan plan = plan_sparse(entries_.data(), entries_.size(), precision_);
+		SparsePlan plan = plan_sparse(entries_.data(), entries_.size(), precision_, width_);
 		out.resize(plan.bytes);
-		encode_sparse(entries_.data(), entries_.size(), precision_, plan, out.data());
+		encode_sparse(entries_.data(), entries_.size(), precision_, width_, plan, out.data());
 	}
 	return out;
 }

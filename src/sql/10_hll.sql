@@ -54,6 +54,11 @@ LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'counter_hll_add';
 COMMENT ON FUNCTION counter.hll_add(counter.hll, anyelement) IS
     'the sketch with one value added (a NULL value leaves it unchanged)';
 
+CREATE FUNCTION counter.hll_add_array(counter.hll, anyarray) RETURNS counter.hll
+LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'counter_hll_add_array';
+COMMENT ON FUNCTION counter.hll_add_array(counter.hll, anyarray) IS
+    'the sketch with every non-NULL element of the array added (a NULL array leaves it unchanged)';
+
 CREATE FUNCTION counter.hll_union(counter.hll, counter.hll) RETURNS counter.hll
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'counter_hll_union';
 COMMENT ON FUNCTION counter.hll_union(counter.hll, counter.hll) IS

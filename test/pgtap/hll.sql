@@ -15,8 +15,10 @@ SELECT is((SELECT count(*) FROM small_trials WHERE n <= 300 AND estimate <> n), 
           'exact at n = 10, 100, 300 in all 60 trials');
 SELECT ok((SELECT max(abs(estimate - n)) FROM small_trials WHERE n = 1000) <= 2,
           'never off by more than 2 at n = 1000');
-SELECT ok((SELECT count(*) FROM small_trials WHERE n = 1000 AND estimate = n) >= 16,
-          'exact at n = 1000 in at least 16 of 20 trials (a 23-bit collision costs one)');
+-- A collision of two 26-bit sparse entries (probability 0.74% per set of
+-- 1,000) costs one; the hashes are pinned, so the verdict is fixed.
+SELECT ok((SELECT count(*) FROM small_trials WHERE n = 1000 AND estimate = n) >= 19,
+          'exact at n = 1000 in at least 19 of 20 trials');
 
 -- Dense: relative error at 14 bits (theory 0.81%) over 20 trials at 10^5.
 CREATE TEMP TABLE big_trials AS
@@ -79,9 +81,9 @@ SELECT is_empty($$
     SELECT l FROM pg_temp.plan_lines('SELECT link, counter.hll_add_agg(visitor) FROM visits GROUP BY link') l
     WHERE l ~ 'Disk Usage|Batches: [2-9]'
 $$, '100,000 groups of 20 values: no batches spilled to disk at work_mem = 64MB');
--- A 23-bit collision inside one group of 20 has probability 2.4e-5: about
--- 2.4 of the 100,000 groups count 19.
-SELECT ok((SELECT count(*) FILTER (WHERE e <> 20) <= 10 AND min(e) >= 19 AND max(e) <= 20
+-- A 26-bit collision inside one group of 20 has probability 2.8e-6: about
+-- 0.3 of the 100,000 groups count 19.
+SELECT ok((SELECT count(*) FILTER (WHERE e <> 20) <= 3 AND min(e) >= 19 AND max(e) <= 20
            FROM (SELECT counter.hll_cardinality(counter.hll_add_agg(visitor)) e FROM visits GROUP BY link) x),
           'every group counts its 20 visitors, off by one in a handful of 100,000');
 

@@ -168,18 +168,32 @@ inline uint64_t hash_bytes(const void *data, size_t len) noexcept {
 
 // ---- parameters ---------------------------------------------------------------
 
-inline constexpr uint8_t format_version = 1;
+// Format versions 1 and 2 differ only in the width of sparse entries: 23
+// bits in version 1 (counter_ext 1.0), 26 bits in version 2. Empty and dense
+// sketches have the same bytes in both and are always written as version 1,
+// so their bytes never depend on the release that wrote them.
+inline constexpr uint8_t format_v1 = 1;
+inline constexpr uint8_t format_v2 = 2;
 inline constexpr int min_precision = 4;
 inline constexpr int max_precision = 18;
 inline constexpr int default_precision = 14;
-// Sparse entries keep the top 23 bits of the hash.
-inline constexpr int sparse_bits = 23;
+// Sparse entries keep the top w bits of the hash: w = 26 for new sketches
+// (exact up to about 1,000 values in 99% of sets), 23 for version 1 ones.
+inline constexpr int sparse_bits_v1 = 23;
+inline constexpr int sparse_bits = 26;
+
+inline constexpr int sparse_width_of(uint8_t version) noexcept {
+	return version == format_v1 ? sparse_bits_v1 : sparse_bits;
+}
+inline constexpr uint8_t sparse_version_of(int width) noexcept {
+	return width == sparse_bits_v1 ? format_v1 : format_v2;
+}
 // Registers (and sparse rho fields) are 5 bits: rho is clamped at 31, which
 // is HyperLogLog over the top p + 30 bits of the hash (Ertl's q = 30).
 inline constexpr int register_max = 31;
 inline constexpr int q_bits = 30;
 
-// empty; sparse (23-bit entries, Elias-Fano coded); dense (5-bit registers, packed);
+// empty; sparse (w-bit entries, Elias-Fano coded); dense (5-bit registers, packed);
 // dense_rice (the same registers Rice-coded around a base: about 3 bits each
 // once n is well above the register count). The canonical form of a dense
 // sketch is the smaller of the two dense encodings (packed on a tie).
@@ -196,10 +210,10 @@ inline constexpr size_t dense_payload_bytes(int p) noexcept {
 }
 inline constexpr size_t header_bytes = 2;
 
-// The most distinct sparse entries a sketch of precision p holds; one more
-// makes it dense. Chosen so that a sparse sketch is never larger than the
-// dense one (doc/hll-storage.md).
-size_t sparse_limit(int p) noexcept;
+// The most distinct sparse entries of width w a sketch of precision p holds;
+// one more makes it dense. Chosen so that a sparse sketch is never larger
+// than the dense one (doc/hll-storage.md).
+size_t sparse_limit(int p, int w) noexcept;
 
 // ---- entries and registers ------------------------------------------------------
 
@@ -211,14 +225,14 @@ inline int rho_clamped(uint64_t w) noexcept {
 	return r < register_max ? r : register_max;
 }
 
-// A sparse entry: (top 23 bits of the hash) << 5 | rho field. The rho field
-// (rho of the hash bits after the first 23, clamped at 31) is kept only when
-// the 23 - p bits below the register index are all zero, i.e. only when the
-// dense register needs it; otherwise it is 0.
-inline uint32_t sparse_entry(uint64_t hash, int p) noexcept {
-	uint32_t v = static_cast<uint32_t>(hash >> (64 - sparse_bits));
-	uint32_t low_mask = (1U << (sparse_bits - p)) - 1;
-	uint32_t r = (v & low_mask) == 0 ? static_cast<uint32_t>(rho_clamped(hash << sparse_bits)) : 0U;
+// A sparse entry of width w: (top w bits of the hash) << 5 | rho field (below
+// 2^31). The rho field (rho of the hash bits after the first w, clamped at
+// 31) is kept only when the w - p bits below the register index are all zero,
+// i.e. only when the dense register needs it; otherwise it is 0.
+inline uint32_t sparse_entry(uint64_t hash, int p, int w) noexcept {
+	uint32_t v = static_cast<uint32_t>(hash >> (64 - w));
+	uint32_t low_mask = (1U << (w - p)) - 1;
+	uint32_t r = (v & low_mask) == 0 ? static_cast<uint32_t>(rho_clamped(hash << w)) : 0U;
 	return (v << 5) | r;
 }
 
@@ -229,10 +243,11 @@ inline uint32_t entry_rho(uint32_t e) noexcept {
 	return e & 31U;
 }
 
-// The dense register index and value an entry stands for at precision p.
-inline void entry_register(uint32_t e, int p, uint32_t &index, uint8_t &value) noexcept {
+// The dense register index and value an entry of width w stands for at
+// precision p.
+inline void entry_register(uint32_t e, int p, int w, uint32_t &index, uint8_t &value) noexcept {
 	uint32_t v = entry_value(e);
-	int low_bits = sparse_bits - p;
+	int low_bits = w - p;
 	index = v >> low_bits;
 	uint32_t low = v & ((1U << low_bits) - 1);
 	if (low != 0) {
@@ -252,18 +267,23 @@ inline void dense_add_hash(uint8_t *registers, int p, uint64_t hash) noexcept {
 }
 
 // Sorts entries and keeps one per value (the one with the largest rho field).
-// Returns the new count.
-size_t compact_entries(uint32_t *entries, size_t n) noexcept;
+// Returns the new count. Entries are of width w.
+size_t compact_entries(uint32_t *entries, size_t n, int w) noexcept;
 
 // Merges sorted canonical lists a and b into out (room for na + nb); returns
 // the count.
 size_t merge_entries(const uint32_t *a, size_t na, const uint32_t *b, size_t nb, uint32_t *out) noexcept;
 
-// Rewrites canonical entries of precision 'from' as entries of precision
-// 'to' < 'from' (rho fields the lower precision does not need are dropped).
-void fold_entries(uint32_t *entries, size_t n, int from, int to) noexcept;
+// Rewrites canonical entries of width w and precision 'from' as entries of
+// precision 'to' < 'from' (rho fields the lower precision does not need are
+// dropped).
+void fold_entries(uint32_t *entries, size_t n, int from, int to, int w) noexcept;
 
-void dense_add_entries(uint8_t *registers, int p, const uint32_t *entries, size_t n) noexcept;
+// Rewrites entries of width 'from_w' as entries of the smaller width 'to_w'
+// (at precision p); the result needs compact_entries (values may coincide).
+void narrow_entries(uint32_t *entries, size_t n, int p, int from_w, int to_w) noexcept;
+
+void dense_add_entries(uint8_t *registers, int p, int w, const uint32_t *entries, size_t n) noexcept;
 
 // Folds registers of precision 'from' into 'to' (to < from); 'out' has 2^to
 // bytes and is overwritten.
@@ -271,8 +291,8 @@ void fold_registers(const uint8_t *in, int from, uint8_t *out, int to) noexcept;
 
 // ---- estimation -------------------------------------------------------------------
 
-// Sparse: linear counting over the 2^23 entry values, rounded to an integer.
-double estimate_sparse(size_t distinct_values) noexcept;
+// Sparse: linear counting over the 2^w entry values, rounded to an integer.
+double estimate_sparse(size_t distinct_values, int w) noexcept;
 // Dense: Ertl's improved raw estimator over 2^p registers of 0..31.
 double estimate_dense(const uint8_t *registers, int p) noexcept;
 
@@ -283,6 +303,8 @@ double estimate_dense(const uint8_t *registers, int p) noexcept;
 struct Header {
 	int precision = 0;
 	Repr repr = Repr::empty;
+	int version = 0;    // the version byte
+	int width = 0;      // sparse: entry width (23 in version 1, 26 in 2)
 	size_t count = 0;   // sparse: number of entries
 	int rice = 0;       // sparse: low-bit width; dense_rice: Rice parameter
 	int base = 0;       // dense_rice: the register value coded as 0
@@ -314,16 +336,16 @@ void validate(const uint8_t *data, size_t len);
 size_t encoded_size_empty() noexcept;
 void encode_empty(int p, uint8_t *out) noexcept;
 
-// The low-bit width of n sparse entries (Elias-Fano): the largest l with
-// n * 2^l <= 2^23.
-int sparse_low_bits(size_t n) noexcept;
+// The low-bit width of n sparse entries of width w (Elias-Fano): the largest
+// l with n * 2^l <= 2^w.
+int sparse_low_bits(size_t n, int w) noexcept;
 
 struct SparsePlan {
 	int rice; // the low-bit width
 	size_t bytes;
 };
-SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p) noexcept;
-void encode_sparse(const uint32_t *entries, size_t n, int p, const SparsePlan &plan, uint8_t *out) noexcept;
+SparsePlan plan_sparse(const uint32_t *entries, size_t n, int p, int w) noexcept;
+void encode_sparse(const uint32_t *entries, size_t n, int p, int w, const SparsePlan &plan, uint8_t *out) noexcept;
 
 struct DensePlan {
 	Repr repr; // dense or dense_rice
@@ -344,12 +366,14 @@ public:
 	static Sketch decode(const uint8_t *data, size_t len, bool canonical);
 
 	int precision() const noexcept { return precision_; }
+	int width() const noexcept { return width_; }
 	Repr repr() const noexcept;
 	bool empty() const noexcept { return !dense_ && entries_.empty(); }
 
 	void add_hash(uint64_t hash);
 	void merge(const Sketch &other); // folds to the lower precision
 	void fold(int to);
+	void narrow(int to_width); // lowers the sparse entry width
 	double estimate();
 	std::vector<uint8_t> encode();
 	void normalize(); // sorts buffered entries and goes dense past the limit
@@ -358,6 +382,7 @@ private:
 	void to_dense();
 
 	int precision_;
+	int width_ = sparse_bits;
 	bool dense_ = false;
 	std::vector<uint32_t> entries_;  // canonical when sparse and not dirty
 	std::vector<uint8_t> registers_; // 2^p when dense
@@ -367,5 +392,11 @@ private:
 // The precision an empty sketch takes when merged with another: an empty
 // sketch never lowers the precision of a non-empty one.
 int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept;
+
+// The sparse width of a union: only a sparse input of a narrower width
+// lowers it (empty and dense sketches carry no entries).
+inline int union_width(int wa, int wb, Repr b) noexcept {
+	return b == Repr::sparse && wb < wa ? wb : wa;
+}
 
 } // namespace ce::hll
