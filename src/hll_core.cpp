@@ -519,11 +519,55 @@ inline uint32_t zigzag(int d) noexcept {
 }
 
 inline int unzigzag(uint32_t z) noexcept {
-	return (z & 1) ? -static_cast<int>((z + 1) / 2) : static_cast<int>(z / 2);
+	// branch-free: the parity of z is random in a register stream
+	return static_cast<int>(z >> 1) ^ -static_cast<int>(z & 1);
 }
 
 constexpr int dense_rice_max = 3;
 constexpr size_t dense_rice_header = header_bytes + 2;
+
+// Table-driven Rice decoding: for each 12-bit window, the codes (with
+// parameter k) that lie wholly inside it, up to 8: the differences from the
+// base they stand for (0 in unused lanes) and the bits they take. Registers
+// sit within a few values of the base, so a window holds about four codes.
+constexpr int rice_table_bits = 12;
+constexpr int rice_table_codes = 8;
+
+struct RiceStep {
+	uint8_t codes; // 0: the first code is longer than the window
+	uint8_t bits;
+	int8_t d[rice_table_codes];
+};
+
+struct RiceTable {
+	RiceStep step[size_t{1} << rice_table_bits];
+};
+
+RiceTable make_rice_table(int k) noexcept {
+	RiceTable t{};
+	for (uint32_t x = 0; x < (1U << rice_table_bits); x++) {
+		RiceStep &st = t.step[x];
+		int pos = 0;
+		while (st.codes < rice_table_codes) {
+			int q = 0;
+			while (pos + q < rice_table_bits && ((x >> (pos + q)) & 1U) != 0)
+				q++;
+			if (pos + q + 1 + k > rice_table_bits)
+				break;
+			uint32_t low = (x >> (pos + q + 1)) & ((1U << k) - 1);
+			st.d[st.codes++] = static_cast<int8_t>(unzigzag((static_cast<uint32_t>(q) << k) | low));
+			pos += q + 1 + k;
+		}
+		st.bits = static_cast<uint8_t>(pos);
+	}
+	return t;
+}
+
+const RiceTable &rice_table(int k) noexcept {
+	static const RiceTable tables[dense_rice_max + 1] = {make_rice_table(0), make_rice_table(1), make_rice_table(2),
+	                                                     make_rice_table(3)};
+	return tables[k];
+}
 
 } // namespace
 
@@ -764,7 +808,6 @@ void decode_sparse_to_registers(const uint8_t *data, size_t len, const Header &h
 
 void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *registers, bool canonical) {
 	size_t m = size_t{1} << h.precision;
-	bool any = false;
 	if (h.repr == Repr::dense) {
 		// parse_header checked the exact length: 8 registers in every 5 bytes
 		const uint8_t *p = data + h.payload;
@@ -773,14 +816,68 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 			memcpy(&w, p, 5);
 			for (size_t k = 0; k < 8; k++) {
 				registers[i + k] = static_cast<uint8_t>((w >> (5 * k)) & 31);
-				any = any || registers[i + k] != 0;
 			}
 		}
 	} else {
 		BitReader r(data + h.payload, len - h.payload);
 		int k = h.rice;
 		uint64_t max_q = 63U >> k;
-		for (size_t i = 0; i < m; i++) {
+		uint64_t low_mask = (uint64_t{1} << k) - 1;
+		size_t i = 0;
+		// Fast paths, while 8 whole bytes remain: the codes of a 12-bit
+		// window from a table; or, for a code longer than that, one 57-bit
+		// window, in which a code (unary part, zero-bit, k low bits) fits
+		// whenever the window holds a zero-bit. Else the checked path below.
+		const RiceTable &table = rice_table(k);
+		for (uint64_t w; i + rice_table_codes <= m && r.window(w);) {
+			const RiceStep &st = table.step[w & ((1U << rice_table_bits) - 1)];
+			if (st.codes == 0) {
+				uint64_t zeros = ~w & ((uint64_t{1} << 57) - 1);
+				if (zeros == 0)
+					break;
+				uint64_t q = static_cast<uint64_t>(__builtin_ctzll(zeros));
+				if (q > max_q || q + 1 + static_cast<uint64_t>(k) > 57)
+					break;
+				uint32_t low = static_cast<uint32_t>((w >> (q + 1)) & low_mask);
+				int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+				if (v < 0 || v > register_max)
+					bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+				registers[i++] = static_cast<uint8_t>(v);
+				r.advance(static_cast<size_t>(q) + 1 + static_cast<size_t>(k));
+				continue;
+			}
+			// All 8 lanes (unused ones hold the base, in range, and are
+			// overwritten by the next step): a fixed-width loop the compiler
+			// vectorizes.
+			uint32_t out_of_range = 0;
+			for (int j = 0; j < rice_table_codes; j++) {
+				int v = h.base + st.d[j];
+				out_of_range |= static_cast<uint32_t>(v) > static_cast<uint32_t>(register_max);
+				registers[i + static_cast<size_t>(j)] = static_cast<uint8_t>(v);
+			}
+			if (out_of_range != 0)
+				for (int j = 0; j < st.codes; j++)
+					if (h.base + st.d[j] < 0 || h.base + st.d[j] > register_max)
+						bad(format("register %zu: value %d is outside 0..%d", i + static_cast<size_t>(j),
+						           h.base + st.d[j], register_max));
+			i += st.codes;
+			r.advance(st.bits);
+		}
+		for (uint64_t w; i < m && r.window(w); i++) {
+			uint64_t zeros = ~w & ((uint64_t{1} << 57) - 1);
+			if (zeros == 0)
+				break;
+			uint64_t q = static_cast<uint64_t>(__builtin_ctzll(zeros));
+			if (q > max_q || q + 1 + static_cast<uint64_t>(k) > 57)
+				break;
+			uint32_t low = static_cast<uint32_t>((w >> (q + 1)) & low_mask);
+			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+			if (v < 0 || v > register_max)
+				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+			registers[i] = static_cast<uint8_t>(v);
+			r.advance(static_cast<size_t>(q) + 1 + static_cast<size_t>(k));
+		}
+		for (; i < m; i++) {
 			uint64_t q;
 			if (!r.unary(max_q, q))
 				bad(format("register %zu: truncated or out of range", i));
@@ -791,7 +888,6 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 			if (v < 0 || v > register_max)
 				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
 			registers[i] = static_cast<uint8_t>(v);
-			any = any || v != 0;
 		}
 		size_t rest = r.remaining();
 		if (rest >= 8)
@@ -800,7 +896,10 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 		if (rest > 0 && (!r.get(static_cast<int>(rest), pad) || pad != 0))
 			bad("nonzero padding bits");
 	}
-	if (!any)
+	uint8_t any = 0;
+	for (size_t i = 0; i < m; i++)
+		any |= registers[i];
+	if (any == 0)
 		bad("a dense sketch has no register set (an empty sketch has its own form)");
 	if (canonical) {
 		DensePlan plan = plan_dense(registers, h.precision);
