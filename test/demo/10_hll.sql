@@ -50,3 +50,8 @@ SELECT counter.hll_add(counter.hll_empty(), 5::smallint)
        OPERATOR(counter.=) counter.hll_add(counter.hll_empty(), 5::bigint) AS widths_agree,
        (SELECT counter.hll_add_agg(visitor_id ORDER BY random()) FROM demo.hll_clicks)
        OPERATOR(counter.=) (SELECT counter.hll_union_agg(visitors) FROM demo.link_hourly) AS same_bytes_however_merged;
+
+-- Many values at once (a batch from an API, say): one call per array.
+SELECT counter.hll_cardinality(counter.hll_add_array(visitors, ARRAY[900001, 900002, 900003]::bigint[]))
+       - counter.hll_cardinality(visitors) AS three_new_visitors
+FROM demo.link_hourly ORDER BY link_id, hour LIMIT 1;

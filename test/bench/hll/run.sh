@@ -178,6 +178,19 @@ for mode in serial parallel; do
         "union_ours_$mode" "SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM sk_ours" \
         "union_pghll_$mode" "SELECT hll_cardinality(hll_union_agg(s)) FROM sk_pghll"
 done
+log "union-aggregate over 1,000 dense sketches"
+q <<SQL
+SET max_parallel_workers_per_gather = 0;
+CREATE TABLE dk_ours AS SELECT id % 1000 AS k, counter.hll_add_agg(id) AS s FROM bench_big GROUP BY 1;
+CREATE TABLE dk_pghll AS SELECT id % 1000 AS k, hll_add_agg(hll_hash_bigint(id), 14) AS s FROM bench_big GROUP BY 1;
+VACUUM ANALYZE dk_ours, dk_pghll;
+SQL
+res dk_ours_repr "$(q -c "SELECT string_agg(DISTINCT (counter.hll_info(s)).representation, ',') FROM dk_ours")"
+res dk_ours_bytes "$(q -c "SELECT round(avg(pg_column_size(s))) FROM dk_ours")"
+res dk_pghll_bytes "$(q -c "SELECT round(avg(pg_column_size(s))) FROM dk_pghll")"
+timeq "$SERIAL" \
+    "dunion_ours_serial" "SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM dk_ours" \
+    "dunion_pghll_serial" "SELECT hll_cardinality(hll_union_agg(s)) FROM dk_pghll"
 res union_estimates "$(q -c "SELECT round(counter.hll_cardinality(counter.hll_union_agg(s))) FROM sk_ours") / $(q -c "SELECT round(hll_cardinality(hll_union_agg(s))) FROM sk_pghll") (true $ROWS)"
 
 log "accuracy"
