@@ -11,6 +11,7 @@
 // with more rights than that owner has). It must be one boolean expression,
 // nothing that could close the expression and add clauses or statements.
 #include "counter_ext/wall.hpp"
+#include "counter_ext/spi.hpp"
 #include "counter_ext/tracked_fold.hpp"
 
 extern "C" {
@@ -44,6 +45,16 @@ extern "C" {
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+
+// A plan kept for the life of the backend (SPI_keepplan).
+SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
+	SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+	if (plan == nullptr)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
+	SPI_keepplan(plan);
+	return plan;
+}
 
 // counter.tracked_caller(): the role that called the outermost function.
 CE_FUNCTION(counter_tracked_caller) {
@@ -325,16 +336,6 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 	});
 }
 
-// A plan kept for the life of the backend (SPI_keepplan).
-SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types) {
-	SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-	if (plan == nullptr)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
-	SPI_keepplan(plan);
-	return plan;
-}
-
 SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 	char *sql;
 	Oid types[4];
@@ -356,7 +357,7 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 		types[3] = INT8ARRAYOID;
 	}
 	types[2] = INT2OID;
-	return prepare_kept(sql, 4, types);
+	return ce::prepare_kept(sql, 4, types);
 }
 
 // Owns nothing C++: inside pg_guard. Sorts the deltas in (key, bucket) order
@@ -514,15 +515,11 @@ char *qualified_name(Oid relid) {
 Counter add_find_counter(text *name) {
 	if (add_lookup_plan == nullptr) {
 		Oid types[1] = {TEXTOID};
-		SPIPlanPtr plan =
-		    SPI_prepare("SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application',"
-		                " t.shards, t.bucket_width, t.source::oid FROM counter.tracked t"
-		                " WHERE t.name OPERATOR(pg_catalog.=) $1",
-		                1, types);
-		if (plan == nullptr)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_prepare failed")));
-		SPI_keepplan(plan);
-		add_lookup_plan = plan;
+		add_lookup_plan =
+		    ce::prepare_kept("SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application',"
+		                     " t.shards, t.bucket_width, t.source::oid FROM counter.tracked t"
+		                     " WHERE t.name OPERATOR(pg_catalog.=) $1",
+		                     1, types);
 	}
 	Datum args[1] = {PointerGetDatum(name)};
 	int rc = SPI_execute_plan(add_lookup_plan, args, nullptr, true, 1);
@@ -550,7 +547,7 @@ SPIPlanPtr add_prepare(const Counter &c) {
 	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
 	                     quote_identifier(psprintf("tracked_%d_delta", c.id)));
 	Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
-	return prepare_kept(sql, 4, types);
+	return ce::prepare_kept(sql, 4, types);
 }
 
 } // namespace

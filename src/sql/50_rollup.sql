@@ -287,42 +287,15 @@ BEGIN
 END
 $$;
 
--- The statement-level trigger on the source (argument: rollup id).
+-- The statement-level trigger on the source (argument: rollup id), in C++
+-- (src/rollup.cpp): runs the catalog row's add_sql (trigger mode) or its
+-- dirty marks with plans kept per backend, made again when the stored SQL
+-- changes; regenerates the SQL when a table was renamed since it was stored.
 CREATE FUNCTION counter.rollup_trigger()
 RETURNS trigger
-LANGUAGE plpgsql VOLATILE
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    rid integer := TG_ARGV[0]::integer;
-    r record;
-BEGIN
-    SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql,
-           c.sql_for IS DISTINCT FROM format('%s|%s', c.source, c.rollup_table) AS stale INTO r
-    FROM counter.rollups c WHERE c.rollup_id = rid;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF r.stale THEN
-        -- A table was renamed since the SQL was stored: regenerate it.
-        SELECT c.mode, c.add_sql, c.mark_new_sql, c.mark_old_sql INTO r
-        FROM counter.rollup_sql(rid) c;
-    END IF;
-    IF TG_OP = 'INSERT' THEN
-        IF r.mode = 'trigger' THEN
-            EXECUTE r.add_sql USING rid;
-        ELSE
-            EXECUTE r.mark_new_sql USING rid;
-        END IF;
-    ELSIF TG_OP = 'DELETE' THEN
-        EXECUTE r.mark_old_sql USING rid;
-    ELSIF TG_OP = 'UPDATE' THEN
-        EXECUTE r.mark_old_sql USING rid;
-        EXECUTE r.mark_new_sql USING rid;
-    END IF;
-    RETURN NULL;
-END
-$$;
+AS 'MODULE_PATHNAME', 'counter_rollup_trigger';
 
 -- Registers or removes the job of a rollup so it mirrors counter.rollups
 -- (counter.job_register is not for PUBLIC; this only follows the catalog).
@@ -812,7 +785,9 @@ BEGIN
         EXECUTE format('SELECT FROM %s WHERE $1 AND (%s) LIMIT 0', source, filter) USING true;
     END IF;
 
-    EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour))', rel.nsp, name, ddl, keys);
+    -- fillfactor: each row is updated many times in its hour; room on its
+    -- page keeps those updates HOT (no index entries, pruned in place).
+    EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys);
     tbl := format('%I.%I', rel.nsp, name)::regclass;
     EXECUTE format('CREATE INDEX ON %s (hour)', tbl);
     EXECUTE format('COMMENT ON TABLE %s IS %L', tbl,

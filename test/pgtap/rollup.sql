@@ -3,7 +3,7 @@
 -- behind pg_stat_user_tables are flushed at transaction end.
 \set ON_ERROR_STOP 1
 SET timezone = 'UTC';
-SELECT plan(35);
+SELECT plan(37);
 
 CREATE TABLE ev (
     event_id    bigint NOT NULL,
@@ -204,6 +204,24 @@ SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour(now() - i
           'and recomputes the retained hours');
 SELECT counter.rollup_drop('r_recent');
 DROP TABLE recent_ev;
+
+-- Updates of rollup rows touch no index (HOT): the trigger changes counts
+-- and sums only, and the table leaves room on its pages for the new versions.
+CREATE TABLE hot_ev (event_id bigint NOT NULL, link_id bigint NOT NULL, occurred_at timestamptz NOT NULL);
+SELECT counter.rollup_create('r_hot', 'hot_ev', 'occurred_at', '{link_id}');
+SELECT is((SELECT reloptions FROM pg_class WHERE oid = 'r_hot'::regclass), '{fillfactor=60}'::text[],
+          'the rollup table is created with fillfactor 60');
+DO $$
+BEGIN
+    FOR i IN 1..10 LOOP
+        INSERT INTO hot_ev SELECT i * 100 + l, l, '2026-10-06 09:00+00' FROM generate_series(1, 10) l;
+    END LOOP;
+END $$;
+SELECT pg_stat_force_next_flush();
+SELECT is(pg_temp.tup('r_hot'), ARRAY[10, 90, 0, 90]::bigint[],
+          'ten statements on ten keys: ten rows inserted, then updated in place (HOT)');
+SELECT counter.rollup_drop('r_hot');
+DROP TABLE hot_ev;
 
 -- A refresh runs the rollup's SQL as the rollup's owner, also when a
 -- superuser (the background worker) runs the job: the filter below only

@@ -8,11 +8,14 @@
 #           GROUP BY over the same rows, and vs the seed's hand-written
 #           INSERT ... GROUP BY ... ON CONFLICT DO UPDATE ... WHERE IS DISTINCT FROM.
 # Data: EVENTS events (default 3,000,000) over one UTC day and LINKS links
-# (default 10,000), in time order. Prints a table and the ratios; the numbers
-# in doc/bench/rollup.md come from this script.
+# (default 10,000), in time order: uniform over the links, or with HOT_LINKS=N
+# skewed (90% of the events on N hot links, the rest uniform over all links).
+# STEPS=insert runs only the ingest steps. Prints a table and the ratios; the
+# numbers in doc/bench/rollup.md come from this script.
 #
 #   bash test/bench/rollup/run.sh            # full size
-#   EVENTS=300000 bash test/bench/rollup/run.sh
+#   EVENTS=300000 ROUNDS=2 bash test/bench/rollup/run.sh
+#   HOT_LINKS=100 STEPS=insert bash test/bench/rollup/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -20,6 +23,9 @@ trap 'ce_cluster_stop_all; rm -rf "${tmp:-}"' EXIT INT TERM
 EVENTS=${EVENTS:-3000000}
 LINKS=${LINKS:-10000}
 ROUNDS=${ROUNDS:-1}
+HOT_LINKS=${HOT_LINKS:-0}
+STEPS=${STEPS:-all}
+case $STEPS in all | insert) ;; *) echo "STEPS must be all or insert" >&2; exit 2 ;; esac
 
 ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
 ce_build_and_stage || exit 1
@@ -31,14 +37,19 @@ export PGDATABASE=bench
 
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GB RAM"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "events: $EVENTS over $LINKS links in one UTC day"
+if [ "$HOT_LINKS" -gt 0 ]; then
+    echo "events: $EVENTS over $LINKS links in one UTC day, 90% of them on $HOT_LINKS hot links"
+else
+    echo "events: $EVENTS over $LINKS links (uniform) in one UTC day"
+fi
 
 ce_psql <<SQL
 CREATE EXTENSION counter_ext;
 SELECT setseed(0.6);
 CREATE UNLOGGED TABLE staging AS
 SELECT row_number() OVER (ORDER BY occurred_at) AS seq, event_id, link_id, occurred_at
-FROM (SELECT gen_random_uuid() AS event_id, 1 + floor($LINKS * random())::bigint AS link_id,
+FROM (SELECT gen_random_uuid() AS event_id,
+             1 + floor(CASE WHEN random() < 0.9 AND $HOT_LINKS > 0 THEN $HOT_LINKS ELSE $LINKS END * random())::bigint AS link_id,
              timestamptz '2026-10-06 00:00+00' + random() * interval '1 day' AS occurred_at
       FROM generate_series(1, $EVENTS)) s;
 ALTER TABLE staging ADD PRIMARY KEY (seq);
@@ -106,32 +117,39 @@ SQL
 for round in $(seq 1 "$ROUNDS"); do
     for batch in 1000 100; do
         ce_psql -c "TRUNCATE ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" \
-            -c "VACUUM ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" >/dev/null
+            -c "VACUUM ev_plain, ev_rollup, bench_hourly, ev_deferred, counter.rollup_dirty" \
+            -c "SELECT pg_stat_reset_single_table_counters('bench_hourly'::regclass)" >/dev/null
         timed "insert_plain_$batch" "$round" "CALL load('ev_plain', $batch)"
         timed "insert_rollup_$batch" "$round" "CALL load('ev_rollup', $batch)"
         timed "insert_deferred_$batch" "$round" "CALL load('ev_deferred', $batch)"
+        ce_psql -At -c "SELECT pg_sleep(0.5)" -c "SELECT format('rollup table after $batch-row batches: %s rows, %s updates, %s%% HOT, %s pages',
+                                      n_live_tup, n_tup_upd, round(100.0 * n_tup_hot_upd / nullif(n_tup_upd, 0), 1),
+                                      pg_relation_size(relid) / 8192)
+                        FROM pg_stat_user_tables WHERE relname = 'bench_hourly'" | grep -v '^$'
     done
     ce_psql -c "VACUUM ANALYZE ev_plain, ev_rollup, bench_hourly" >/dev/null
     ce_psql -At -c "SELECT 'rollup equals GROUP BY: ' || (count(*) = 0) FROM ((SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2 EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly EXCEPT SELECT link_id, counter.rollup_hour(occurred_at), count(*) FROM ev_rollup GROUP BY 1, 2)) d"
 
-    hour="'2026-10-06 12:00+00', '2026-10-06 13:00+00'"
-    day="'2026-10-06 00:00+00', '2026-10-07 00:00+00'"
-    groupby() { echo "SELECT count(*) FROM (SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) FROM ev_rollup WHERE occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2) s"; }
-    seed() { echo "INSERT INTO seed_hourly SELECT link_id, date_trunc('hour', occurred_at, 'UTC'), count(*) FROM ev_rollup WHERE occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ON CONFLICT (link_id, hour) DO UPDATE SET count = EXCLUDED.count WHERE seed_hourly.count IS DISTINCT FROM EXCLUDED.count"; }
-    for what in hour day; do
-        range=${!what}
-        from=${range%%, *}; to=${range##*, }
-        timed "groupby_$what" "$round" "$(groupby "$from" "$to")"
-        ce_psql -c "TRUNCATE seed_hourly" >/dev/null
-        timed "seed_upsert_${what}_empty" "$round" "$(seed "$from" "$to")"
-        timed "seed_upsert_${what}_unchanged" "$round" "$(seed "$from" "$to")"
-        timed "refresh_${what}_unchanged" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
-        ce_psql -c "CREATE TABLE keep AS SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to" \
-            -c "DELETE FROM bench_hourly WHERE hour >= $from AND hour < $to" -c "VACUUM bench_hourly" >/dev/null
-        timed "refresh_${what}_empty" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
-        ce_psql -At -c "SELECT 'refreshed rows equal the kept ones: ' || (count(*) = 0) FROM ((TABLE keep EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to EXCEPT TABLE keep)) d" \
-            -c "DROP TABLE keep"
-    done
+    if [ "$STEPS" = all ]; then
+        hour="'2026-10-06 12:00+00', '2026-10-06 13:00+00'"
+        day="'2026-10-06 00:00+00', '2026-10-07 00:00+00'"
+        groupby() { echo "SELECT count(*) FROM (SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) FROM ev_rollup WHERE occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2) s"; }
+        seed() { echo "INSERT INTO seed_hourly SELECT link_id, date_trunc('hour', occurred_at, 'UTC'), count(*) FROM ev_rollup WHERE occurred_at >= $1 AND occurred_at < $2 GROUP BY 1, 2 ON CONFLICT (link_id, hour) DO UPDATE SET count = EXCLUDED.count WHERE seed_hourly.count IS DISTINCT FROM EXCLUDED.count"; }
+        for what in hour day; do
+            range=${!what}
+            from=${range%%, *}; to=${range##*, }
+            timed "groupby_$what" "$round" "$(groupby "$from" "$to")"
+            ce_psql -c "TRUNCATE seed_hourly" >/dev/null
+            timed "seed_upsert_${what}_empty" "$round" "$(seed "$from" "$to")"
+            timed "seed_upsert_${what}_unchanged" "$round" "$(seed "$from" "$to")"
+            timed "refresh_${what}_unchanged" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
+            ce_psql -c "CREATE TABLE keep AS SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to" \
+                -c "DELETE FROM bench_hourly WHERE hour >= $from AND hour < $to" -c "VACUUM bench_hourly" >/dev/null
+            timed "refresh_${what}_empty" "$round" "SELECT counter.rollup_recompute('bench_hourly', $range)"
+            ce_psql -At -c "SELECT 'refreshed rows equal the kept ones: ' || (count(*) = 0) FROM ((TABLE keep EXCEPT SELECT * FROM bench_hourly) UNION ALL (SELECT * FROM bench_hourly WHERE hour >= $from AND hour < $to EXCEPT TABLE keep)) d" \
+                -c "DROP TABLE keep"
+        done
+    fi
 done
 
 echo
