@@ -828,22 +828,29 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 		// window from a table; or, for a code longer than that, one 57-bit
 		// window, in which a code (unary part, zero-bit, k low bits) fits
 		// whenever the window holds a zero-bit. Else the checked path below.
+		// One register from a 57-bit window; false when its code does not fit.
+		auto windowed = [&](uint64_t w) {
+			uint64_t zeros = ~w & ((uint64_t{1} << 57) - 1);
+			if (zeros == 0)
+				return false;
+			uint64_t q = static_cast<uint64_t>(__builtin_ctzll(zeros));
+			if (q > max_q || q + 1 + static_cast<uint64_t>(k) > 57)
+				return false;
+			uint32_t low = static_cast<uint32_t>((w >> (q + 1)) & low_mask);
+			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
+			if (v < 0 || v > register_max)
+				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
+			registers[i] = static_cast<uint8_t>(v);
+			r.advance(static_cast<size_t>(q) + 1 + static_cast<size_t>(k));
+			return true;
+		};
 		const RiceTable &table = rice_table(k);
 		for (uint64_t w; i + rice_table_codes <= m && r.window(w);) {
 			const RiceStep &st = table.step[w & ((1U << rice_table_bits) - 1)];
 			if (st.codes == 0) {
-				uint64_t zeros = ~w & ((uint64_t{1} << 57) - 1);
-				if (zeros == 0)
+				if (!windowed(w))
 					break;
-				uint64_t q = static_cast<uint64_t>(__builtin_ctzll(zeros));
-				if (q > max_q || q + 1 + static_cast<uint64_t>(k) > 57)
-					break;
-				uint32_t low = static_cast<uint32_t>((w >> (q + 1)) & low_mask);
-				int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
-				if (v < 0 || v > register_max)
-					bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
-				registers[i++] = static_cast<uint8_t>(v);
-				r.advance(static_cast<size_t>(q) + 1 + static_cast<size_t>(k));
+				i++;
 				continue;
 			}
 			// All 8 lanes (unused ones hold the base, in range, and are
@@ -863,20 +870,8 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 			i += st.codes;
 			r.advance(st.bits);
 		}
-		for (uint64_t w; i < m && r.window(w); i++) {
-			uint64_t zeros = ~w & ((uint64_t{1} << 57) - 1);
-			if (zeros == 0)
-				break;
-			uint64_t q = static_cast<uint64_t>(__builtin_ctzll(zeros));
-			if (q > max_q || q + 1 + static_cast<uint64_t>(k) > 57)
-				break;
-			uint32_t low = static_cast<uint32_t>((w >> (q + 1)) & low_mask);
-			int v = h.base + unzigzag(static_cast<uint32_t>((q << k) | low));
-			if (v < 0 || v > register_max)
-				bad(format("register %zu: value %d is outside 0..%d", i, v, register_max));
-			registers[i] = static_cast<uint8_t>(v);
-			r.advance(static_cast<size_t>(q) + 1 + static_cast<size_t>(k));
-		}
+		for (uint64_t w; i < m && r.window(w) && windowed(w);)
+			i++;
 		for (; i < m; i++) {
 			uint64_t q;
 			if (!r.unary(max_q, q))
