@@ -261,17 +261,16 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 		return;
 	}
 	if (h.repr == hll::Repr::sparse) {
-		state_narrow(st, hll::union_width(st->width, h.width, h.repr));
+		// The union has the narrower entry width of the two (the state's
+		// compaction merges entries that narrowing made equal).
+		state_narrow(st, h.width);
 		uint32 *entries = static_cast<uint32 *>(palloc(h.count * sizeof(uint32)));
 		hll::decode_sparse(data, len, h, entries, canonical);
 		if (h.precision > p)
 			hll::fold_entries(entries, h.count, h.precision, p, h.width);
-		uint32 count = static_cast<uint32>(h.count);
-		if (h.width > st->width) {
+		if (h.width > st->width)
 			hll::narrow_entries(entries, h.count, p, h.width, st->width);
-			count = static_cast<uint32>(hll::compact_entries(entries, h.count, st->width));
-		}
-		state_add_entries(st, entries, count);
+		state_add_entries(st, entries, static_cast<uint32>(h.count));
 		pfree(entries);
 		return;
 	}

@@ -905,86 +905,14 @@ void decode_dense(const uint8_t *data, size_t len, const Header &h, uint8_t *reg
 }
 
 void validate(const uint8_t *data, size_t len) {
-	Sketch::decode(data, len, true);
-}
-
-// ---- Sketch -----------------------------------------------------------------------
-
-Sketch Sketch::decode(const uint8_t *data, size_t len, bool canonical) {
 	Header h = parse_header(data, len);
-	Sketch s(h.precision);
 	if (h.repr == Repr::sparse) {
-		s.width_ = h.width;
-		s.entries_.resize(h.count);
-		decode_sparse(data, len, h, s.entries_.data(), canonical);
+		std::vector<uint32_t> entries(h.count);
+		decode_sparse(data, len, h, entries.data(), true);
 	} else if (is_dense(h.repr)) {
-		s.dense_ = true;
-		s.registers_.resize(size_t{1} << h.precision);
-		decode_dense(data, len, h, s.registers_.data(), canonical);
+		std::vector<uint8_t> registers(size_t{1} << h.precision);
+		decode_dense(data, len, h, registers.data(), true);
 	}
-	return s;
-}
-
-Repr Sketch::repr() const noexcept {
-	if (dense_)
-		return Repr::dense;
-	return entries_.empty() ? Repr::empty : Repr::sparse;
-}
-
-void Sketch::add_hash(uint64_t hash) {
-	if (dense_) {
-		dense_add_hash(registers_.data(), precision_, hash);
-		return;
-	}
-	entries_.push_back(sparse_entry(hash, precision_, width_));
-	dirty_ = true;
-	if (entries_.size() > 2 * sparse_limit(precision_, width_) + 16)
-		normalize();
-}
-
-void Sketch::normalize() {
-	if (dense_ || !dirty_)
-		return;
-	entries_.resize(compact_entries(entries_.data(), entries_.size(), width_));
-	dirty_ = false;
-	if (entries_.size() > sparse_limit(precision_, width_))
-		to_dense();
-}
-
-void Sketch::to_dense() {
-	registers_.assign(size_t{1} << precision_, 0);
-	dense_add_entries(registers_.data(), precision_, width_, entries_.data(), entries_.size());
-	entries_.clear();
-	entries_.shrink_to_fit();
-	dense_ = true;
-	dirty_ = false;
-}
-
-void Sketch::fold(int to) {
-	if (to >= precision_)
-		return;
-	normalize();
-	if (dense_) {
-		std::vector<uint8_t> folded(size_t{1} << to);
-		fold_registers(registers_.data(), precision_, folded.data(), to);
-		registers_.swap(folded);
-		precision_ = to;
-		return;
-	}
-	fold_entries(entries_.data(), entries_.size(), precision_, to, width_);
-	precision_ = to;
-	dirty_ = true;
-	normalize();
-}
-
-void Sketch::narrow(int to_width) {
-	if (to_width >= width_)
-		return;
-	if (!dense_)
-		narrow_entries(entries_.data(), entries_.size(), precision_, width_, to_width);
-	width_ = to_width;
-	dirty_ = true;
-	normalize();
 }
 
 int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept {
@@ -993,73 +921,6 @@ int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept {
 	if (b_empty && !a_empty)
 		return pa;
 	return std::min(pa, pb);
-}
-
-void Sketch::merge(const Sketch &other_in) {
-	normalize();
-	int p = union_precision(precision_, empty(), other_in.precision_, other_in.empty());
-	const Sketch *other = &other_in;
-	Sketch folded(0);
-	if (other_in.precision_ != p) {
-		folded = other_in;
-		folded.fold(p);
-		other = &folded;
-	}
-	if (precision_ != p) {
-		if (empty())
-			precision_ = p;
-		else
-			fold(p);
-	}
-	int w = union_width(width_, other->width_, other->repr());
-	if (w < width_)
-		narrow(w);
-	if (other->width_ > width_ && !other->dense_ && !other->empty()) {
-		if (other != &folded) {
-			folded = other_in;
-			other = &folded;
-		}
-		folded.narrow(width_);
-	}
-	if (other->dense_) {
-		if (!dense_)
-			to_dense();
-		for (size_t i = 0; i < registers_.size(); i++)
-			registers_[i] = std::max(registers_[i], other->registers_[i]);
-		return;
-	}
-	if (dense_) {
-		dense_add_entries(registers_.data(), precision_, width_, other->entries_.data(), other->entries_.size());
-		return;
-	}
-	entries_.insert(entries_.end(), other->entries_.begin(), other->entries_.end());
-	dirty_ = true;
-	normalize();
-}
-
-double Sketch::estimate() {
-	normalize();
-	if (dense_)
-		return estimate_dense(registers_.data(), precision_);
-	return estimate_sparse(entries_.size(), width_);
-}
-
-std::vector<uint8_t> Sketch::encode() {
-	normalize();
-	std::vector<uint8_t> out;
-	if (dense_) {
-		DensePlan plan = plan_dense(registers_.data(), precision_);
-		out.resize(plan.bytes);
-		encode_dense(registers_.data(), precision_, plan, out.data());
-	} else if (entries_.empty()) {
-		out.resize(encoded_size_empty());
-		encode_empty(precision_, out.data());
-	} else {
-		SparsePlan plan = plan_sparse(entries_.data(), entries_.size(), precision_, width_);
-		out.resize(plan.bytes);
-		encode_sparse(entries_.data(), entries_.size(), precision_, width_, plan, out.data());
-	}
-	return out;
 }
 
 } // namespace ce::hll

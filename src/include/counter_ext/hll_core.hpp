@@ -357,46 +357,8 @@ DensePlan plan_dense(const uint8_t *registers, int p) noexcept;
 void encode_dense(const uint8_t *registers, int p, const DensePlan &plan, uint8_t *out) noexcept;
 size_t packed_dense_bytes(int p) noexcept; // header included
 
-// ---- a sketch as a C++ value (for the scalar functions and tests) ---------------
-
-class Sketch {
-public:
-	explicit Sketch(int precision) : precision_(precision) {}
-
-	static Sketch decode(const uint8_t *data, size_t len, bool canonical);
-
-	int precision() const noexcept { return precision_; }
-	int width() const noexcept { return width_; }
-	Repr repr() const noexcept;
-	bool empty() const noexcept { return !dense_ && entries_.empty(); }
-
-	void add_hash(uint64_t hash);
-	void merge(const Sketch &other); // folds to the lower precision
-	void fold(int to);
-	void narrow(int to_width); // lowers the sparse entry width
-	double estimate();
-	std::vector<uint8_t> encode();
-	void normalize(); // sorts buffered entries and goes dense past the limit
-
-private:
-	void to_dense();
-
-	int precision_;
-	int width_ = sparse_bits;
-	bool dense_ = false;
-	std::vector<uint32_t> entries_;  // canonical when sparse and not dirty
-	std::vector<uint8_t> registers_; // 2^p when dense
-	bool dirty_ = false;
-};
-
 // The precision an empty sketch takes when merged with another: an empty
 // sketch never lowers the precision of a non-empty one.
 int union_precision(int pa, bool a_empty, int pb, bool b_empty) noexcept;
-
-// The sparse width of a union: only a sparse input of a narrower width
-// lowers it (empty and dense sketches carry no entries).
-inline int union_width(int wa, int wb, Repr b) noexcept {
-	return b == Repr::sparse && wb < wa ? wb : wa;
-}
 
 } // namespace ce::hll
