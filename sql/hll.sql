@@ -110,6 +110,10 @@ SELECT round(#hll_add_array(hll_empty(11), array_agg(md5(g::text)))) AS text_val
        hll_add_array(hll_empty(11), array_agg(md5(g::text))) = hll_add_agg(md5(g::text), 11) AS same_as_aggregate,
        (hll_info(hll_add_array(hll_empty(11), array_agg(md5(g::text))))).representation
 FROM generate_series(1, 20000) g;
+SELECT hll_add_array(hll_empty(), ARRAY[makeaclitem(10, 10, 'SELECT', false)]); -- no send function
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_add_array('\x012e01'::bytea::hll, ARRAY[1]);  -- a malformed sketch
+\echo :LAST_ERROR_SQLSTATE
 SELECT hll_add_array(hll_empty(), ARRAY['a'::text]) = hll_add(hll_empty(), 'a'::text) AS one_text,
        hll_add_array(hll_add(hll_empty(), 'x'::text), ARRAY['a', 'b']) = hll_add_agg(v) AS onto_a_sketch
 FROM (VALUES ('x'), ('a'), ('b')) t(v);
