@@ -2,15 +2,7 @@
 -- stored trees, triggers take the counter id only, the catalogs get RLS.
 ALTER TABLE counter.tracked ADD COLUMN filter_tree text, ADD COLUMN filter_relid oid;
 ALTER TABLE counter.tracked_runs ADD COLUMN keys_busy bigint NOT NULL DEFAULT 0;
-ALTER TABLE counter.tracked ENABLE ROW LEVEL SECURITY;
-ALTER TABLE counter.tracked_runs ENABLE ROW LEVEL SECURITY;
-ALTER TABLE counter.tracked_key_drift ENABLE ROW LEVEL SECURITY;
-CREATE POLICY tracked_read ON counter.tracked FOR SELECT USING (pg_catalog.pg_has_role(owner, 'USAGE'));
-CREATE POLICY tracked_runs_read ON counter.tracked_runs FOR SELECT
-    USING (EXISTS (SELECT FROM counter.tracked t WHERE t.counter_id OPERATOR(pg_catalog.=) tracked_runs.counter_id));
-CREATE POLICY tracked_key_drift_read ON counter.tracked_key_drift FOR SELECT
-    USING (EXISTS (SELECT FROM counter.tracked_runs r WHERE r.run_id OPERATOR(pg_catalog.=) tracked_key_drift.run_id));
-GRANT SELECT ON counter.tracked, counter.tracked_runs, counter.tracked_key_drift TO PUBLIC;
+--@include src/sql/32_tracked_acl.sql
 
 -- 1.1's code goes; the triggers of 1.1 (on users' tables) go with
 -- counter.tracked_fold and are made again below, with the counter id only.
