@@ -476,6 +476,22 @@ Entry *find_shared(int32 counter, const Image &key, LWLock **lock) {
 	return static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_FIND, nullptr));
 }
 
+// What this transaction added to (counter, key) and has not published:
+// its own reads see it, as they see its own rows.
+int64 local_amount(int32 counter, const Image &key) {
+	int64 sum = 0;
+	if (local_adds == nullptr || local_adds->empty())
+		return 0;
+	for (auto &item : *local_adds) {
+		LocalAdd &a = item.second;
+		if (a.counter != counter || a.key.len != key.len || memcmp(a.key.bytes, key.bytes, key.len) != 0)
+			continue;
+		for (auto &l : a.levels)
+			sum += l.second;
+	}
+	return sum;
+}
+
 // Calls f(entry) for each entry of the counter in this database, every
 // partition locked shared. f must neither throw nor raise.
 template <typename F>
@@ -618,9 +634,9 @@ bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
 int64 amount(int32 counter, const Image &key, Snapshot snapshot) {
 	if (!available())
 		return 0;
+	int64 sum = local_amount(counter, key);
 	LWLock *lock;
 	Entry *e = find_shared(counter, key, &lock);
-	int64 sum = 0;
 	if (e != nullptr)
 		for (Slot &s : e->slots)
 			if (s.used)
@@ -633,7 +649,17 @@ std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
 	std::vector<Amount> out;
 	if (!available())
 		return out;
-	out.reserve(static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16);
+	size_t mine = local_adds != nullptr ? local_adds->size() : 0;
+	out.reserve(static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16 + mine);
+	if (mine > 0)
+		for (auto &item : *local_adds) {
+			LocalAdd &a = item.second;
+			int64 sum = 0;
+			for (auto &l : a.levels)
+				sum += l.second;
+			if (a.counter == counter && sum != 0)
+				out.push_back(Amount{a.key, a.bucket, sum});
+		}
 	scan_counter(counter, [&out, snapshot](Entry *e) {
 		for (Slot &s : e->slots) {
 			if (!s.used)
