@@ -796,45 +796,52 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 SPIPlanPtr flush_plans[3] = {nullptr, nullptr, nullptr}; // epoch, repair, record
 
 // Owns nothing C++: as the catalog's owner, between SPI_connect and
-// SPI_finish. The shared table was made again since the counter's last
-// flush (a restart, after a crash or not): what was published and not
-// flushed is gone. Schedules the repair: the next reconciliation checks
-// every key (full_pending), and the reconcile job is due now.
-void check_epoch(const Counter &c) {
+// SPI_finish. Whether the shared table was made again (a restart, after a
+// crash or not) since the last flush of any buffered counter of this
+// database: then what was published and not flushed is gone. For each such
+// counter, schedules the repair: its next reconciliation checks every key
+// (full_pending) and its reconcile job is due now. Every flush looks (one
+// small query), so a counter whose own jobs are far apart is repaired as
+// soon as any buffered counter of the database is flushed.
+void check_epoch() {
 	if (flush_plans[0] == nullptr) {
-		Oid types[1] = {INT4OID};
-		flush_plans[0] = ce::prepare_kept("SELECT f.epoch FROM counter_internal.tracked_flushes f"
-		                                  " WHERE f.counter_id OPERATOR(pg_catalog.=) $1",
-		                                  1, types);
+		Oid types[1] = {TIMESTAMPTZOID};
+		flush_plans[0] = ce::prepare_kept(
+		    "SELECT pg_catalog.array_agg(t.counter_id), pg_catalog.string_agg(t.name, ', ' ORDER BY t.name)"
+		    " FROM counter.tracked t LEFT JOIN counter_internal.tracked_flushes f"
+		    " ON f.counter_id OPERATOR(pg_catalog.=) t.counter_id"
+		    " WHERE t.buffered AND f.epoch IS DISTINCT FROM $1",
+		    1, types);
 	}
-	Datum args[2] = {Int32GetDatum(c.id), TimestampTzGetDatum(ce::buffer::epoch())};
-	if (SPI_execute_plan(flush_plans[0], args, nullptr, true, 1) != SPI_OK_SELECT)
+	Datum args[2] = {TimestampTzGetDatum(ce::buffer::epoch()), (Datum)0};
+	if (SPI_execute_plan(flush_plans[0], args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter_internal.tracked_flushes failed")));
-	bool isnull = true;
-	TimestampTz seen = 0;
-	if (SPI_processed == 1)
-		seen = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (!isnull && seen == ce::buffer::epoch())
+	bool isnull;
+	Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
 		return;
+	char *names = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	args[1] = ids;
 	if (flush_plans[1] == nullptr) {
-		Oid types[2] = {INT4OID, TIMESTAMPTZOID};
+		Oid types[2] = {TIMESTAMPTZOID, INT4ARRAYOID};
 		flush_plans[1] = ce::prepare_kept(
 		    "WITH r AS (UPDATE counter.tracked t SET full_pending = true"
-		    "           WHERE t.counter_id OPERATOR(pg_catalog.=) $1 RETURNING t.name),"
+		    "           WHERE t.counter_id OPERATOR(pg_catalog.=) ANY ($2) RETURNING t.counter_id, t.name),"
 		    " j AS (UPDATE counter.jobs j SET next_run = pg_catalog.now() FROM r"
 		    "       WHERE j.kind OPERATOR(pg_catalog.=) 'reconcile' AND j.target OPERATOR(pg_catalog.=) r.name"
 		    "         AND j.next_run OPERATOR(pg_catalog.>) pg_catalog.now() RETURNING 1)"
 		    " INSERT INTO counter_internal.tracked_flushes AS f (counter_id, epoch, repairs, repair_requested_at)"
-		    " VALUES ($1, $2, 1, pg_catalog.now())"
+		    " SELECT r.counter_id, $1, 1, pg_catalog.now() FROM r"
 		    " ON CONFLICT (counter_id) DO UPDATE SET epoch = excluded.epoch,"
-		    " repairs = f.repairs OPERATOR(pg_catalog.+) 1, repair_requested_at = excluded.repair_requested_at",
+		    " repairs = f.repairs OPERATOR(pg_catalog.+) 1, repair_requested_at = excluded.repair_requested_at"
+		    " WHERE f.epoch IS DISTINCT FROM excluded.epoch",
 		    2, types);
 	}
 	if (SPI_execute_plan(flush_plans[1], args, nullptr, false, 0) != SPI_OK_INSERT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("scheduling the repair of a buffered counter failed")));
-	ereport(LOG, (errmsg("counter_ext: the shared table of buffered counters was made again since buffered counter "
-	                     "\"%s\" was last flushed (a server restart)",
-	                     c.name),
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("scheduling the repair of buffered counters failed")));
+	ereport(LOG, (errmsg("counter_ext: the shared table of buffered counters was made again (a server restart) since "
+	                     "buffered counters %s were last flushed",
+	                     names),
 	              errdetail("Adds published and not yet flushed may be lost; a reconciliation of every key is "
 	                        "scheduled to repair them.")));
 }
@@ -878,10 +885,10 @@ int64 flush_counter(const Counter &c, bool wait) {
 	if (!locked)
 		return 0;
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
-	ce::as_owner(catalog, [&c] {
+	ce::as_owner(catalog, [] {
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-		check_epoch(c);
+		check_epoch();
 		SPI_finish();
 	});
 	int64 total = 0;
