@@ -78,21 +78,9 @@ sleep 8
 flushed=$(ce_psql -At -c "SELECT coalesce(sum(flushes), 0) FROM counter.buffered")
 [ "$flushed" -gt 0 ] || { echo "the worker flushed nothing in 8 s"; cat "$work/pgbench.txt"; exit 1; }
 pending=$(ce_psql -At -c "SELECT coalesce(sum(abs(pending)), 0) FROM counter.buffered")
-postmaster=$(head -1 "$CE_bcrash_DIR/data/postmaster.pid")
-children=$(ps -o pid= --ppid "$postmaster" | tr '\n' ' ')
-echo "killing postmaster $postmaster under load ($flushed flushes so far, $pending buffered at the last look)"
-kill -9 "$postmaster"
-for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-wait 2>/dev/null || true
+echo "killing the postmaster under load ($flushed flushes so far, $pending buffered at the last look)"
+ce_cluster_kill bcrash "${pids[@]}"
 pids=()
-for _ in $(seq 1 100); do
-    alive=0
-    for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.2
-done
-for c in $children; do kill -9 "$c" 2>/dev/null || true; done
-sleep 0.5
 
 restart=$(date +%s.%N)
 ce_cluster_restart bcrash || { tail -30 "$CE_bcrash_LOG"; echo "restart failed"; exit 1; }
