@@ -57,7 +57,12 @@ struct EntryKey {
 	char image[max_key_bytes];
 };
 
+// Amounts are kept with a mark of their own, because amounts cancel: a +1
+// and a -1 of two transactions sum to 0, and "0 pending" must not read as
+// "nothing pending" to reconciliation (one of the two may be visible to its
+// snapshot and the other not).
 struct Written {
+	bool active;
 	int64 amount;
 	TransactionId xid;
 };
@@ -66,8 +71,11 @@ struct Slot {
 	bool used;
 	int64 bucket;
 	pg_atomic_uint32 pins;
-	pg_atomic_uint64 pending; // int64, two's complement
+	pg_atomic_uint64 pending;   // int64, two's complement
+	pg_atomic_uint64 publishes; // publications in 'pending' (see Written)
+	bool inflight_active;
 	int64 inflight;
+	uint64 inflight_publishes;
 	TransactionId inflight_xid;
 	Written written[2]; // [0] older, [1] newer
 };
@@ -151,8 +159,8 @@ int64 pending_of(Slot &s) {
 }
 
 bool slot_empty(Slot &s) {
-	return pg_atomic_read_u32(&s.pins) == 0 && pending_of(s) == 0 && s.inflight == 0 && s.written[0].amount == 0 &&
-	       s.written[1].amount == 0;
+	return pg_atomic_read_u32(&s.pins) == 0 && pg_atomic_read_u64(&s.publishes) == 0 && pending_of(s) == 0 &&
+	       !s.inflight_active && !s.written[0].active && !s.written[1].active;
 }
 
 // Whether a table read with 'snapshot' sees what transaction xid wrote.
@@ -171,10 +179,10 @@ bool sees(TransactionId xid, Snapshot snapshot) {
 // What a read with 'snapshot' adds from one slot (its partition is locked).
 int64 slot_amount(Slot &s, Snapshot snapshot) {
 	int64 sum = pending_of(s);
-	if (s.inflight != 0 && !sees(s.inflight_xid, snapshot))
+	if (s.inflight_active && !sees(s.inflight_xid, snapshot))
 		sum += s.inflight;
 	for (Written &w : s.written)
-		if (w.amount != 0 && !sees(w.xid, snapshot))
+		if (w.active && !sees(w.xid, snapshot))
 			sum += w.amount;
 	return sum;
 }
@@ -183,11 +191,11 @@ int64 slot_amount(Slot &s, Snapshot snapshot) {
 // exclusively).
 void trim_written(Slot &s, TransactionId horizon) {
 	for (Written &w : s.written)
-		if (w.amount != 0 && TransactionIdIsValid(w.xid) && TransactionIdPrecedes(w.xid, horizon))
-			w = Written{0, InvalidTransactionId};
-	if (s.written[0].amount == 0 && s.written[1].amount != 0) {
+		if (w.active && TransactionIdIsValid(w.xid) && TransactionIdPrecedes(w.xid, horizon))
+			w = Written{false, 0, InvalidTransactionId};
+	if (!s.written[0].active && s.written[1].active) {
 		s.written[0] = s.written[1];
-		s.written[1] = Written{0, InvalidTransactionId};
+		s.written[1] = Written{false, 0, InvalidTransactionId};
 	}
 }
 
@@ -238,8 +246,10 @@ void publish_all() noexcept {
 		int64 sum = 0;
 		for (auto &l : a.levels)
 			sum += l.second;
-		if (a.entry != nullptr && sum != 0)
+		if (a.entry != nullptr && sum != 0) {
 			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].pending, sum);
+			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].publishes, 1);
+		}
 		unpin(a);
 	}
 	local_adds->clear();
@@ -258,17 +268,19 @@ void claim_committed(const Claim &c) noexcept {
 	LWLock *lock = lock_of(c.hash);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	Slot &s = c.entry->slots[c.slot];
-	Written w{s.inflight, s.inflight_xid};
-	if (s.written[0].amount == 0) {
+	Written w{true, s.inflight, s.inflight_xid};
+	if (!s.written[0].active) {
 		s.written[0] = w;
-	} else if (s.written[1].amount == 0) {
+	} else if (!s.written[1].active) {
 		s.written[1] = w;
 	} else { // older snapshots than two flushes: keep the newest xid
 		s.written[0].amount += s.written[1].amount;
 		s.written[0].xid = s.written[1].xid;
 		s.written[1] = w;
 	}
+	s.inflight_active = false;
 	s.inflight = 0;
+	s.inflight_publishes = 0;
 	s.inflight_xid = InvalidTransactionId;
 	LWLockRelease(lock);
 }
@@ -279,7 +291,10 @@ void claim_aborted(const Claim &c) noexcept {
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	Slot &s = c.entry->slots[c.slot];
 	pg_atomic_fetch_add_u64(&s.pending, s.inflight);
+	pg_atomic_fetch_add_u64(&s.publishes, s.inflight_publishes > 0 ? s.inflight_publishes : 1);
+	s.inflight_active = false;
 	s.inflight = 0;
+	s.inflight_publishes = 0;
 	s.inflight_xid = InvalidTransactionId;
 	LWLockRelease(lock);
 }
@@ -436,9 +451,12 @@ bool pin_slot(const EntryKey &k, int64 bucket, Entry **entry_out, int *slot_out)
 			s.bucket = 0;
 			pg_atomic_init_u32(&s.pins, 0);
 			pg_atomic_init_u64(&s.pending, 0);
+			pg_atomic_init_u64(&s.publishes, 0);
+			s.inflight_active = false;
 			s.inflight = 0;
+			s.inflight_publishes = 0;
 			s.inflight_xid = InvalidTransactionId;
-			s.written[0] = s.written[1] = Written{0, InvalidTransactionId};
+			s.written[0] = s.written[1] = Written{false, 0, InvalidTransactionId};
 		}
 	}
 	int chosen = -1;
@@ -689,11 +707,11 @@ bool busy(int32 counter, const Image &key, int64 before, Snapshot snapshot) {
 			if (!s.used || s.bucket >= before)
 				continue;
 			// pins first: an add that has unpinned has published
-			if (pg_atomic_read_u32(&s.pins) != 0 || pending_of(s) != 0 ||
-			    (s.inflight != 0 && !sees(s.inflight_xid, snapshot)))
+			if (pg_atomic_read_u32(&s.pins) != 0 || pg_atomic_read_u64(&s.publishes) != 0 || pending_of(s) != 0 ||
+			    (s.inflight_active && !sees(s.inflight_xid, snapshot)))
 				result = true;
 			for (Written &w : s.written)
-				if (w.amount != 0 && !sees(w.xid, snapshot))
+				if (w.active && !sees(w.xid, snapshot))
 					result = true;
 		}
 	}
@@ -728,18 +746,26 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 			if (!s.used)
 				continue;
 			trim_written(s, horizon);
-			if (mine && s.inflight == 0 && out.size() < n && claims->size() < claims->capacity()) {
+			if (mine && !s.inflight_active && out.size() < n && claims->size() < claims->capacity()) {
+				// amount first, publications second: a publisher adds in
+				// that order, so a claim never takes a publication without
+				// its amount (the reverse only leaves a mark with 0)
 				int64 v = static_cast<int64>(pg_atomic_exchange_u64(&s.pending, 0));
-				if (v != 0) {
+				uint64 published = pg_atomic_exchange_u64(&s.publishes, 0);
+				if (v != 0 || published != 0) {
+					s.inflight_active = true;
 					s.inflight = v;
+					s.inflight_publishes = published;
 					s.inflight_xid = xid;
-					Amount a;
-					a.key.len = e->key.len;
-					memcpy(a.key.bytes, e->key.image, e->key.len);
-					a.bucket = s.bucket;
-					a.amount = v;
-					out.push_back(a);
 					claims->push_back(Claim{e, i, get_hash_value(table, &e->key), level});
+					if (v != 0) { // amounts that cancel have nothing to write
+						Amount a;
+						a.key.len = e->key.len;
+						memcpy(a.key.bytes, e->key.image, e->key.len);
+						a.bucket = s.bucket;
+						a.amount = v;
+						out.push_back(a);
+					}
 				}
 			}
 			if (slot_empty(s))
@@ -772,7 +798,7 @@ Stats stats(int32 counter) {
 			if (!s.used)
 				continue;
 			st.pending += pending_of(s);
-			st.in_flight += s.inflight;
+			st.in_flight += s.inflight_active ? s.inflight : 0;
 			st.pinned += pg_atomic_read_u32(&s.pins);
 		}
 	});
