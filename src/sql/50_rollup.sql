@@ -18,6 +18,18 @@
 --       order) before adding to the rollup, a recompute takes it exclusive (in
 --       hour order) before reading the events, so it never overwrites an
 --       increment it could not see.
+--
+-- Privileges (doc/security.md): a rollup serves its source table's owner
+-- (counter.rollups.owner). Everything that touches the source or the rollup
+-- table runs as that owner in a security-restricted operation with
+-- search_path pg_catalog, pg_temp (counter_internal.exec_as_owner; in the
+-- trigger, ce::as_owner): a refresh, the trigger's upsert, the filter. The
+-- SECURITY DEFINER functions below check their caller (a member of the owner
+-- role, or a superuser) and themselves touch only this file's catalogs.
+-- Nobody writes the catalogs directly: SELECT is granted, and row-level
+-- security shows a role the rows of the rollups it owns (or belongs to the
+-- owner of). The filter is compiled once, as the owner, into a stored tree
+-- (src/filter.cpp); it is never pasted into SQL.
 
 CREATE TABLE counter.rollups (
     rollup_id      integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -29,17 +41,18 @@ CREATE TABLE counter.rollups (
     distinct_on    name[] NOT NULL DEFAULT '{}',
     sums           name[] NOT NULL DEFAULT '{}',
     mode           text NOT NULL CHECK (mode IN ('trigger', 'deferred')),
-    filter         text,
+    filter         text,            -- canonical text of the stored filter (src/filter.cpp)
+    filter_tree    text,            -- the resolved tree (nodeToString)
+    filter_relid   oid,             -- the source's oid the tree was resolved against
     retention      interval CHECK (retention > interval '0'),
     refresh_every  interval NOT NULL CHECK (refresh_every > interval '0'),
-    owner          regrole NOT NULL DEFAULT (current_user::regrole),
+    owner          regrole NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    -- SQL generated from the columns above by counter.rollup_sql(), for the
-    -- source and rollup table names in sql_for (a rename makes it stale)
+    -- SQL generated from the columns above by counter_internal.rollup_sql(),
+    -- for the source and rollup table names in sql_for (a rename makes it
+    -- stale); run only as the owner
     sql_for        text,
     add_sql        text,
-    mark_new_sql   text,
-    mark_old_sql   text,
     refresh_sql    text
 );
 COMMENT ON TABLE counter.rollups IS 'hourly rollups of counter_ext (see counter.rollup_create)';
@@ -64,38 +77,61 @@ CREATE TABLE counter.rollup_status (
 );
 COMMENT ON TABLE counter.rollup_status IS 'outcome of the last refresh of each rollup';
 
--- Who may change a rollup: members of its owner role. Readers see everything
--- (writers' triggers read the catalog); the dirty log accepts any writer.
-CREATE FUNCTION counter.rollup_owned(rollup_id integer)
-RETURNS boolean
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT coalesce((SELECT pg_catalog.pg_has_role(r.owner, 'USAGE')
-                     FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_owned.rollup_id), false)
-$$;
-
+-- Every role reads the catalog rows of the rollups it owns (or belongs to
+-- the owner of), and nothing else; nobody writes them but this file's
+-- functions (no INSERT, UPDATE or DELETE is granted: ids, source and
+-- rollup_table cannot be forged or repointed).
 ALTER TABLE counter.rollups ENABLE ROW LEVEL SECURITY;
-CREATE POLICY rollups_read ON counter.rollups FOR SELECT USING (true);
-CREATE POLICY rollups_insert ON counter.rollups FOR INSERT
-    WITH CHECK (pg_catalog.pg_has_role(owner, 'USAGE')
-                AND pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
-                                            WHERE c.oid OPERATOR(pg_catalog.=) source), 'USAGE'));
-CREATE POLICY rollups_update ON counter.rollups FOR UPDATE
-    USING (pg_catalog.pg_has_role(owner, 'USAGE')) WITH CHECK (pg_catalog.pg_has_role(owner, 'USAGE'));
-CREATE POLICY rollups_delete ON counter.rollups FOR DELETE USING (pg_catalog.pg_has_role(owner, 'USAGE'));
-GRANT SELECT, INSERT, UPDATE, DELETE ON counter.rollups TO PUBLIC;
+CREATE POLICY rollups_read ON counter.rollups FOR SELECT USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT ON counter.rollups TO PUBLIC;
 
 ALTER TABLE counter.rollup_dirty ENABLE ROW LEVEL SECURITY;
-CREATE POLICY rollup_dirty_insert ON counter.rollup_dirty FOR INSERT WITH CHECK (true);
-CREATE POLICY rollup_dirty_owner ON counter.rollup_dirty FOR ALL USING (counter.rollup_owned(rollup_id));
-GRANT SELECT, INSERT, DELETE ON counter.rollup_dirty TO PUBLIC;
+CREATE POLICY rollup_dirty_read ON counter.rollup_dirty FOR SELECT
+    USING (EXISTS (SELECT FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_dirty.rollup_id));
+GRANT SELECT ON counter.rollup_dirty TO PUBLIC;
 
 ALTER TABLE counter.rollup_status ENABLE ROW LEVEL SECURITY;
-CREATE POLICY rollup_status_read ON counter.rollup_status FOR SELECT USING (true);
-CREATE POLICY rollup_status_owner ON counter.rollup_status FOR ALL
-    USING (counter.rollup_owned(rollup_id)) WITH CHECK (counter.rollup_owned(rollup_id));
-GRANT SELECT, INSERT, UPDATE, DELETE ON counter.rollup_status TO PUBLIC;
+CREATE POLICY rollup_status_read ON counter.rollup_status FOR SELECT
+    USING (EXISTS (SELECT FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_status.rollup_id));
+GRANT SELECT ON counter.rollup_status TO PUBLIC;
+
+-- The rollup row, or undefined_object.
+CREATE FUNCTION counter_internal.rollup_get(rollup_name text)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    IF rollup_name IS NULL THEN
+        RAISE EXCEPTION 'rollup name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM counter.rollups c WHERE c.name OPERATOR(pg_catalog.=) rollup_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup "%" does not exist', rollup_name USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN r;
+END
+$$;
+
+-- Raises unless the calling role may manage rollup r (a member of its
+-- owner, or a superuser).
+CREATE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+BEGIN
+    IF NOT (pg_catalog.pg_has_role(caller, r.owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'must be owner of rollup "%" to %', r.name, action
+            USING ERRCODE = 'insufficient_privilege', DETAIL = format('Only members of %s (or a superuser) may.', r.owner);
+    END IF;
+END
+$$;
 
 -- The second int of an advisory lock key: rollup id and a day or hour number
 -- folded into 32 bits (collisions only make two chunks wait for each other).
@@ -125,23 +161,10 @@ RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.date_bin('01:00:00'::pg_catalog.interval, ts, '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) $$;
 
--- The schema of the = operator of a type (pg_catalog when none of its own).
-CREATE FUNCTION counter.rollup_eq_schema(typ oid)
-RETURNS text
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT coalesce((SELECT n.nspname::text FROM pg_catalog.pg_operator o
-                     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) o.oprnamespace
-                     WHERE o.oprname OPERATOR(pg_catalog.=) '=' AND o.oprleft OPERATOR(pg_catalog.=) typ
-                       AND o.oprright OPERATOR(pg_catalog.=) typ
-                     ORDER BY n.nspname OPERATOR(pg_catalog.<>) 'pg_catalog', n.nspname LIMIT 1), 'pg_catalog')
-$$;
-
 -- The SQL a rollup runs, generated from its catalog row with the current
 -- names of its tables (regclass output under a pinned search_path is
 -- always schema-qualified).
-CREATE FUNCTION counter.rollup_sql(rid integer)
+CREATE FUNCTION counter_internal.rollup_sql(rid integer)
 RETURNS counter.rollups
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -173,7 +196,7 @@ BEGIN
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
         keys := keys || format('%I, ', g);
-        keys_ddr := keys_ddr || format('d.%1$I OPERATOR(%2$I.=) r.%1$I AND ', g, counter.rollup_eq_schema(t));
+        keys_ddr := keys_ddr || format('d.%1$I %2$s r.%1$I AND ', g, (counter_internal.key_operators(t))[1]);
     END LOOP;
     vals := 'pg_catalog.count(*) AS count';
     cols := 'count';
@@ -217,10 +240,14 @@ BEGIN
         agg_new := agg_new || format(', counter.hll_add_agg(%I)::bytea', 'w$' || g);
         agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
     END LOOP;
-    where_filter := CASE WHEN r.filter IS NULL THEN 'true' ELSE format('(%s)', r.filter) END;
+    -- The stored tree, applied to each event row (src/filter.cpp); the
+    -- trigger applies it in C++ before add_sql sees new_rows.
+    where_filter := CASE WHEN r.filter IS NULL THEN 'true'
+                         ELSE format('counter_internal.filter_match(''rollup'', %s, e)', r.rollup_id) END;
 
     -- Trigger mode, per statement: shared hour locks in hour order, then one
-    -- upsert per (key, hour) in (key, hour) order.
+    -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
+    -- that pass the filter (src/rollup.cpp).
     -- (One statement: the hour locks are an InitPlan, taken before the
     -- first row reaches the upsert.)
     r.add_sql := format($f$
@@ -230,16 +257,10 @@ BEGIN
                              1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
                   FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
-        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0 AND %6$s
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
-        ON CONFLICT (%2$shour) DO UPDATE SET %7$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, where_filter, add_set);
-    r.mark_new_sql := format($f$
-        INSERT INTO counter.rollup_dirty (rollup_id, hour)
-        SELECT DISTINCT $1, %s FROM new_rows$f$, hour_expr);
-    r.mark_old_sql := format($f$
-        INSERT INTO counter.rollup_dirty (rollup_id, hour)
-        SELECT DISTINCT $1, %s FROM old_rows$f$, hour_expr);
+        ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
+        r.rollup_table, keys, cols, hour_expr, vals, add_set);
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -247,7 +268,7 @@ BEGIN
     r.refresh_sql := format($f$
         WITH diff AS MATERIALIZED (
             SELECT %2$shour, %5$s
-            FROM (SELECT %2$s%4$s AS hour, %6$s FROM %8$s
+            FROM (SELECT %2$s%4$s AS hour, %6$s FROM %8$s AS e
                   WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %7$s
                   UNION ALL
                   SELECT %2$shour, %10$s FROM %1$s r
@@ -272,42 +293,80 @@ BEGIN
 END
 $$;
 
--- Stores the trigger's SQL in the catalog (at creation and rule changes).
-CREATE FUNCTION counter.rollup_build_sql(rid integer)
+-- Stores the rollup's SQL in the catalog (at creation and rule changes).
+CREATE FUNCTION counter_internal.rollup_build_sql(rid integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups := counter.rollup_sql(rid);
+    r counter.rollups := counter_internal.rollup_sql(rid);
 BEGIN
-    UPDATE counter.rollups u SET sql_for = r.sql_for, add_sql = r.add_sql,
-        mark_new_sql = r.mark_new_sql, mark_old_sql = r.mark_old_sql, refresh_sql = r.refresh_sql
+    UPDATE counter.rollups u SET sql_for = r.sql_for, add_sql = r.add_sql, refresh_sql = r.refresh_sql
     WHERE u.rollup_id = rid;
 END
 $$;
 
+-- Makes what rollup rid needs beyond its table, from its catalog row: the
+-- stored SQL, EXECUTE on filter_match for its owner (the refresh applies the
+-- stored filter as the owner), and the triggers on the source (dropped and
+-- made again). Used by counter.rollup_create and by the update from 1.1.
+CREATE FUNCTION counter_internal.rollup_build(rid integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    trg name;
+BEGIN
+    PERFORM counter_internal.rollup_build_sql(rid);
+    SELECT * INTO STRICT r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF r.filter IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       r.owner);
+    END IF;
+    FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
+                 AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_rollup_%s_insert', rid),
+                     format('counter_rollup_%s_delete', rid), format('counter_rollup_%s_update', rid)]::name[]) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trg, r.source);
+    END LOOP;
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_insert', r.source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_delete', r.source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_update', r.source, rid);
+END
+$$;
+
 -- The statement-level trigger on the source (argument: rollup id), in C++
--- (src/rollup.cpp): runs the catalog row's add_sql (trigger mode) or its
--- dirty marks with plans kept per backend, made again when the stored SQL
--- changes; regenerates the SQL when a table was renamed since it was stored.
-CREATE FUNCTION counter.rollup_trigger()
+-- (src/rollup.cpp). It runs as the writer, reads the catalog row as the
+-- catalog's owner, checks the table it fires on is the rollup's source,
+-- records the hours of deferred inserts, deletes and updates in the dirty
+-- log (computed in C++: no SQL runs on the rows), and in trigger mode runs
+-- add_sql as the rollup's owner (restricted, search_path pinned) on the rows
+-- that pass the stored filter, with plans kept per backend. Only
+-- counter.rollup_create attaches it.
+CREATE FUNCTION counter_internal.rollup_trigger()
 RETURNS trigger
 LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_rollup_trigger';
 
--- Registers or removes the job of a rollup so it mirrors counter.rollups
--- (counter.job_register is not for PUBLIC; this only follows the catalog).
-CREATE FUNCTION counter.rollup_job_sync(rollup_name text)
+-- Registers or removes the job of a rollup so it mirrors counter.rollups.
+CREATE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     every interval;
 BEGIN
-    SELECT r.refresh_every INTO every FROM counter.rollups r WHERE r.name = rollup_name;
+    SELECT r.refresh_every INTO every FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) rollup_name;
     IF FOUND THEN
         PERFORM counter.job_register('rollup_refresh', rollup_name, every);
     ELSE
@@ -318,8 +377,9 @@ $$;
 
 -- The oldest hour of a rollup that may be recomputed: hours before the lowest
 -- range partition of the source (older partitions may have been dropped) and
--- before now() - retention are outside the source's retention.
-CREATE FUNCTION counter.rollup_horizon(rid integer)
+-- before now() - retention are outside the source's retention. Reads only
+-- catalogs (pg_class, pg_inherits, the relcache's partition descriptor).
+CREATE FUNCTION counter_internal.rollup_horizon(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -362,29 +422,34 @@ $$;
 -- all hours in [from_h, to_h), or only those in hours. wait = false skips a
 -- chunk another session is refreshing (returns NULL). Returns the rollup rows
 -- written or deleted. Needs READ COMMITTED: each step must see what the
--- previous step waited for.
+-- previous step waited for. An entry point of the refresh procedures: it
+-- checks its caller, takes the locks and consumes the dirty marks itself, and
+-- runs the recompute (the source, the filter, the rollup table) as the
+-- rollup's owner, restricted: whoever calls (a superuser's run_jobs, the
+-- worker), the owner's code cannot leave the owner's rights.
 CREATE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
                                              hours timestamptz[], wait boolean)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r counter.rollups;
     n bigint;
 BEGIN
+    IF rid IS NULL OR from_h IS NULL OR to_h IS NULL OR wait IS NULL THEN
+        RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
-    r := counter.rollup_sql(rid);
-    -- The rollup's SQL (its filter, the source's types) is code of the
-    -- rollup's owner: run it as the owner, also when the background worker
-    -- (a superuser) refreshes. The SET clause of this function confines the
-    -- role change to this call.
-    IF current_user::regrole <> r.owner THEN
-        EXECUTE format('SET LOCAL ROLE %I', r.owner::text);
-    END IF;
+    r := counter_internal.rollup_sql(rid);
     IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -403,11 +468,13 @@ BEGIN
     -- survives, so its events are recomputed by the next refresh.
     DELETE FROM counter.rollup_dirty d
     WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
-    EXECUTE r.refresh_sql INTO n USING from_h, to_h, hours;
+    SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, r.refresh_sql, from_h, to_h, hours) AS x(n bigint);
     RETURN n;
 END
 $$;
 
+-- The id of a rollup the caller can see (counter.rollups shows a role its
+-- own rollups), or undefined_object.
 CREATE FUNCTION counter.rollup_id(rollup_name text)
 RETURNS integer
 LANGUAGE plpgsql STABLE STRICT
@@ -425,21 +492,23 @@ END
 $$;
 
 -- The chunks (UTC days, clamped to the source's retention) of a full
--- recompute of [from_ts, to_ts).
+-- recompute of [from_ts, to_ts). An entry point of the refresh procedures
+-- (checks its caller).
 CREATE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    rid integer;
+    r counter.rollups;
     horizon timestamptz;
     a timestamptz := from_ts;
 BEGIN
     IF rollup_name IS NULL OR from_ts IS NULL OR to_ts IS NULL THEN
         RAISE EXCEPTION 'rollup name and range must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    rid := counter.rollup_id(rollup_name);
+    r := counter_internal.rollup_get(rollup_name);
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
     IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
        OR counter.rollup_hour(to_ts) <> to_ts THEN
         RAISE EXCEPTION 'a refresh range must be whole UTC hours: % to %', from_ts, to_ts
@@ -448,14 +517,14 @@ BEGIN
     IF to_ts < from_ts THEN
         RAISE EXCEPTION 'a refresh range must not end before it starts' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    horizon := counter.rollup_horizon(rid);
+    horizon := counter_internal.rollup_horizon(r.rollup_id);
     IF a < horizon THEN
         RAISE NOTICE 'rollup "%": % hours before % are outside the source''s retention and were left as they were',
             rollup_name, (extract(epoch FROM least(horizon, to_ts) - a) / 3600)::bigint, horizon;
         a := least(horizon, to_ts);
     END IF;
     WHILE a < to_ts LOOP
-        rollup_id := rid;
+        rollup_id := r.rollup_id;
         from_h := a;
         to_h := least(to_ts, date_trunc('day', a, 'UTC') + interval '1 day');
         RETURN NEXT;
@@ -466,17 +535,21 @@ $$;
 
 -- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
 -- hours outside the source's retention are dropped from the log (they can
--- never be recomputed into a smaller number).
+-- never be recomputed into a smaller number). An entry point of the refresh
+-- procedures (checks its caller).
 CREATE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    rid integer := counter.rollup_id(rollup_name);
-    horizon timestamptz := counter.rollup_horizon(rid);
+    r counter.rollups := counter_internal.rollup_get(rollup_name);
+    rid integer := r.rollup_id;
+    horizon timestamptz;
     dropped bigint;
 BEGIN
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    horizon := counter_internal.rollup_horizon(rid);
     WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
     SELECT count(DISTINCT hour) INTO dropped FROM gone;
     IF dropped > 0 THEN
@@ -494,18 +567,28 @@ $$;
 
 -- Records the outcome of a refresh. A status row another refresh is still
 -- writing is left to that refresh (never wait for it: the job must not
--- block behind a long recompute it skipped).
+-- block behind a long recompute it skipped). An entry point of the refresh
+-- procedures (checks its caller).
 CREATE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
     UPDATE counter.rollup_status s
     SET last_refresh_at = started, last_outcome = outcome,
         last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
     WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
       AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
-                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED)
+                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED);
+END
 $$;
 
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
@@ -648,10 +731,12 @@ CREATE FUNCTION counter.rollup_create(
     retention interval DEFAULT NULL,
     refresh_every interval DEFAULT '1 minute')
 RETURNS regclass
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    caller regrole := counter_internal.caller();
+    compiled text[];
     rel record;
     col record;
     g name;
@@ -674,18 +759,23 @@ BEGIN
         RAISE EXCEPTION 'unknown rollup mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
             HINT = 'use ''trigger'' or ''deferred''';
     END IF;
-    IF refresh_every <= interval '0' OR retention <= interval '0' THEN
-        RAISE EXCEPTION 'refresh_every and retention must be positive' USING ERRCODE = 'invalid_parameter_value';
+    IF refresh_every < interval '1 second' OR retention <= interval '0' THEN
+        RAISE EXCEPTION 'refresh_every must be at least 1 second and retention positive'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
         RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
-    SELECT c.relkind, c.relowner, c.relnamespace::regnamespace::text AS nsp INTO rel
-    FROM pg_class c WHERE c.oid = source;
+    SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, c.relnamespace::regnamespace::text AS nsp
+    INTO rel FROM pg_class c WHERE c.oid = source;
     IF rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '"%" is not a table', source USING ERRCODE = 'wrong_object_type';
     END IF;
-    IF NOT pg_has_role(rel.relowner, 'USAGE') THEN
+    IF rel.relpersistence = 't' THEN
+        RAISE EXCEPTION '% is a temporary table', source USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT (pg_has_role(caller, rel.owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
 
@@ -719,6 +809,7 @@ BEGIN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
         END IF;
+        PERFORM counter_internal.key_operators(col.atttypid);  -- 42883 unless the key type can be compared
         seen := seen || g;
         ddl := ddl || format('%I %s%s NOT NULL, ', g, format_type(col.atttypid, col.atttypmod),
             (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
@@ -780,97 +871,93 @@ BEGIN
         RAISE EXCEPTION 'relation "%.%" already exists', rel.nsp, name USING ERRCODE = 'duplicate_table',
             HINT = 'the rollup table is created in the schema of the source, named after the rollup';
     END IF;
+    -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        -- Parsed and planned once here (a parameter forbids several commands).
-        EXECUTE format('SELECT FROM %s WHERE $1 AND (%s) LIMIT 0', source, filter) USING true;
+        compiled := counter_internal.filter_compile(source, filter, rel.owner);
     END IF;
 
+    -- The rollup table is made by the owner, in the source's schema.
     -- fillfactor: each row is updated many times in its hour; room on its
     -- page keeps those updates HOT (no index entries, pruned in place).
-    EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys);
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner,
+        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys), true);
     tbl := format('%I.%I', rel.nsp, name)::regclass;
-    EXECUTE format('CREATE INDEX ON %s (hour)', tbl);
-    EXECUTE format('COMMENT ON TABLE %s IS %L', tbl,
-                   format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode));
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('CREATE INDEX ON %s (hour)', tbl), true);
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('COMMENT ON TABLE %s IS %L', tbl,
+        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
 
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
-                                 filter, retention, refresh_every)
-    VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, filter, retention, refresh_every)
+                                 filter, filter_tree, filter_relid, retention, refresh_every, owner)
+    VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner)
     RETURNING rollup_id INTO rid;
-    PERFORM counter.rollup_build_sql(rid);
+    PERFORM counter_internal.rollup_build(rid);
     INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
 
-    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
-                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
-                   'counter_rollup_' || rid || '_insert', source, rid);
-    EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows '
-                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
-                   'counter_rollup_' || rid || '_delete', source, rid);
-    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows '
-                   'FOR EACH STATEMENT EXECUTE FUNCTION counter.rollup_trigger(%L)',
-                   'counter_rollup_' || rid || '_update', source, rid);
-
     -- CREATE TRIGGER waited for every open writer of the source and holds
-    -- them off until commit, so these are all the events the triggers miss.
-    EXECUTE format('INSERT INTO counter.rollup_dirty (rollup_id, hour) SELECT DISTINCT $1, counter.rollup_hour(%I) FROM %s',
-                   time_column, source) USING rid;
-    PERFORM counter.rollup_job_sync(name);
+    -- them off until commit, so these are all the events the triggers miss
+    -- (read as the owner; only the hours reach the catalog).
+    INSERT INTO counter.rollup_dirty (rollup_id, hour)
+    SELECT rid, x.h FROM counter_internal.exec_as_owner(rel.owner,
+        format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
+        AS x(h timestamptz);
+    PERFORM counter_internal.rollup_job_sync(name);
     RETURN tbl;
 END
 $$;
 
--- Drops a rollup: its triggers, its table, its catalog rows and its job.
+-- Drops a rollup: its triggers, its table (as the owner: a table the owner
+-- no longer owns is refused), its catalog rows and its job.
 CREATE FUNCTION counter.rollup_drop(name text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups;
+    r counter.rollups := counter_internal.rollup_get(name);
     op text;
 BEGIN
-    SELECT * INTO r FROM counter.rollups c WHERE c.name = rollup_drop.name;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'rollup "%" does not exist', name USING ERRCODE = 'undefined_object';
-    END IF;
-    IF NOT pg_has_role(r.owner, 'USAGE') THEN
-        RAISE EXCEPTION 'must be owner of rollup "%"', name USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM counter_internal.rollup_require_owner(r, 'drop it');
+    PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.source) THEN
         FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update'] LOOP
             EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'counter_rollup_' || r.rollup_id || '_' || op, r.source);
         END LOOP;
     END IF;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
-        EXECUTE format('DROP TABLE %s', r.rollup_table);
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
     DELETE FROM counter.rollup_status s WHERE s.rollup_id = r.rollup_id;
     DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
-    PERFORM counter.rollup_job_sync(name);
+    PERFORM counter_internal.rollup_job_sync(name);
 END
 $$;
 
--- Changes the rule of a rollup (which events count). Existing hours keep
--- their numbers until recomputed: CALL counter.rollup_refresh(name, from, to).
+-- Changes the rule of a rollup (which events count), compiled as the owner.
+-- Existing hours keep their numbers until recomputed:
+-- CALL counter.rollup_refresh(name, from, to).
 CREATE FUNCTION counter.rollup_set_filter(name text, filter text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    rid integer := counter.rollup_id(name);
-    src regclass;
+    r counter.rollups := counter_internal.rollup_get(name);
+    compiled text[];
 BEGIN
-    IF NOT counter.rollup_owned(rid) THEN
-        RAISE EXCEPTION 'must be owner of rollup "%"', name USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    SELECT r.source INTO src FROM counter.rollups r WHERE r.rollup_id = rid;
+    PERFORM counter_internal.rollup_require_owner(r, 'change its filter');
     IF filter IS NOT NULL THEN
-        EXECUTE format('SELECT FROM %s WHERE $1 AND (%s) LIMIT 0', src, filter) USING true;
+        compiled := counter_internal.filter_compile(r.source, filter, r.owner);
     END IF;
-    UPDATE counter.rollups r SET filter = rollup_set_filter.filter WHERE r.rollup_id = rid;
-    PERFORM counter.rollup_build_sql(rid);
+    UPDATE counter.rollups c SET filter = compiled[1], filter_tree = compiled[2],
+        filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END
+    WHERE c.rollup_id = r.rollup_id;
+    PERFORM counter_internal.rollup_build_sql(r.rollup_id);
+    IF compiled IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       r.owner);
+    END IF;
 END
 $$;
 
@@ -881,10 +968,11 @@ $$;
 CREATE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
                                       time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
 RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    caller regrole := counter_internal.caller();
     r counter.rollups;
     period text;
     key_expr text := 'jsonb_build_object(';
@@ -898,7 +986,13 @@ BEGIN
     IF name IS NULL OR from_ts IS NULL OR to_ts IS NULL OR time_zone IS NULL OR per IS NULL THEN
         RAISE EXCEPTION 'arguments of counter.rollup_totals must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id = counter.rollup_id(rollup_totals.name);
+    r := counter_internal.rollup_get(rollup_totals.name);
+    -- Readers of the rollup table may read its totals; the table is read as
+    -- its owner (never with more rights than the owner's).
+    IF NOT pg_catalog.has_table_privilege(caller, r.rollup_table, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for rollup "%"', name USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('Reading its totals needs SELECT on %s.', r.rollup_table);
+    END IF;
     IF per NOT IN ('hour', 'day', 'week', 'month', 'year', 'total') THEN
         RAISE EXCEPTION 'unknown period "%"', per USING ERRCODE = 'invalid_parameter_value',
             HINT = 'use hour, day, week, month, year or total';
@@ -940,28 +1034,34 @@ BEGIN
             || format('%L, pg_catalog.round(counter.hll_cardinality(counter.hll_union_agg(%I)))::bigint', g, 'distinct_' || g);
         sep := ', ';
     END LOOP;
-    RETURN QUERY EXECUTE format(
+    RETURN QUERY SELECT * FROM counter_internal.exec_as_owner(r.owner, format(
         'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s), %6$s) FROM %4$s '
         'WHERE hour >= $1 AND hour < $2 GROUP BY 1%5$s ORDER BY 1%5$s',
-        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr) USING from_ts, to_ts;
+        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr), from_ts, to_ts)
+        AS x(p timestamptz, k jsonb, n bigint, s jsonb, d jsonb);
 END
 $$;
 
--- Newest hour the rollup knows of (its table and its dirty log).
+-- Newest hour the rollup knows of (its table, read as its owner, and its
+-- dirty log); NULL for a rollup the caller does not own.
 CREATE FUNCTION counter.rollup_newest_hour(rid integer)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE STRICT
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    t regclass;
+    caller regrole := counter_internal.caller();
+    r counter.rollups;
     h timestamptz;
 BEGIN
-    SELECT r.rollup_table INTO t FROM counter.rollups r WHERE r.rollup_id = rid;
-    IF t IS NULL OR NOT has_table_privilege(t, 'SELECT') THEN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND OR NOT (pg_has_role(caller, r.owner, 'USAGE')
+                         OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller))
+       OR NOT EXISTS (SELECT FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table) THEN
         RETURN NULL;
     END IF;
-    EXECUTE format('SELECT max(hour) FROM %s', t) INTO h;
+    SELECT x.h INTO h FROM counter_internal.exec_as_owner(r.owner,
+        format('SELECT pg_catalog.max(hour) FROM %s WHERE $1', r.rollup_table), true) AS x(h timestamptz);
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
@@ -983,7 +1083,8 @@ SELECT r.name,
 FROM counter.rollups r
 LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty
            FROM counter.rollup_dirty dd GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
-LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup_id;
-COMMENT ON VIEW counter.rollup_state IS 'per rollup: newest hours, dirty hours pending, last refresh';
+LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
+WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
+COMMENT ON VIEW counter.rollup_state IS 'per rollup of the roles the reader belongs to: newest hours, dirty hours pending, last refresh';
 GRANT SELECT ON counter.rollup_state TO PUBLIC;
 
