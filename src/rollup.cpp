@@ -141,8 +141,8 @@ void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_row
 	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
 	for (int i = 0; i < distinct; i++)
 		elems[i] = TimestampTzGetDatum(hours.v[i]);
-	ArrayType *array = construct_array(elems, distinct, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL,
-	                                   TYPALIGN_DOUBLE);
+	ArrayType *array =
+	    construct_array(elems, distinct, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
 	if (mark_plan == nullptr) {
 		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
 		mark_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
@@ -159,12 +159,12 @@ void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_row
 Rollup read_and_mark(TriggerData *td, int32 rid) {
 	Oid types[1] = {INT4OID};
 	if (lookup_plan == nullptr)
-		lookup_plan = ce::prepare_kept(
-		    "SELECT c.mode OPERATOR(pg_catalog.=) 'trigger', c.add_sql, c.sql_for IS DISTINCT FROM"
-		    " pg_catalog.format('%s|%s', c.source, c.rollup_table), c.source::pg_catalog.oid,"
-		    " c.owner::pg_catalog.oid, c.time_column, c.filter, c.filter_tree, c.filter_relid"
-		    " FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) $1",
-		    1, types);
+		lookup_plan =
+		    ce::prepare_kept("SELECT c.mode OPERATOR(pg_catalog.=) 'trigger', c.add_sql, c.sql_for IS DISTINCT FROM"
+		                     " pg_catalog.format('%s|%s', c.source, c.rollup_table), c.source::pg_catalog.oid,"
+		                     " c.owner::pg_catalog.oid, c.time_column, c.filter, c.filter_tree, c.filter_relid"
+		                     " FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) $1",
+		                     1, types);
 	Datum args[1] = {Int32GetDatum(rid)};
 	if (SPI_execute_plan(lookup_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.rollups failed")));
@@ -191,8 +191,7 @@ Rollup read_and_mark(TriggerData *td, int32 rid) {
 	if (insert && r.trigger_mode && stale) {
 		// A table was renamed since the SQL was stored: generate it again.
 		if (regenerate_plan == nullptr)
-			regenerate_plan =
-			    ce::prepare_kept("SELECT c.add_sql FROM counter_internal.rollup_sql($1) c", 1, types);
+			regenerate_plan = ce::prepare_kept("SELECT c.add_sql FROM counter_internal.rollup_sql($1) c", 1, types);
 		if (SPI_execute_plan(regenerate_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("counter_internal.rollup_sql(%d) failed", rid)));
 		r.add_sql = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -216,7 +215,8 @@ Rollup read_and_mark(TriggerData *td, int32 rid) {
 	// names a rollup of another source: refuse rather than count into
 	// nothing, or into another rollup.
 	Relation rel = td->tg_relation;
-	char *table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel));
+	char *table =
+	    quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel));
 	ereport(ERROR,
 	        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 	         errmsg("trigger %s on %s belongs to rollup %d, which is not a rollup of that table in this database",

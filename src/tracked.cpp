@@ -72,9 +72,9 @@ CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
 	if (InSecurityRestrictedOperation())
 		throw ce::Error("42501",
-		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner",
-		                "", "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
-		                    "counters, rollups or partitions.");
+		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
+		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                "counters, rollups or partitions.");
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
