@@ -315,7 +315,7 @@ void add_rows(TriggerData *td, int32 rid, const Rollup &r) {
 } // namespace
 
 // counter_internal.rollup_trigger(): see above.
-CE_FUNCTION(counter_rollup_trigger) {
+CE_FUNCTION(counter_rollup_fire) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.rollup_trigger must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
