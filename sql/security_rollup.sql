@@ -123,6 +123,13 @@ SELECT rolsuper FROM pg_roles WHERE rolname = 'rsec_attacker';
 SELECT * FROM public.seen_by ORDER BY tag;
 SELECT k, count FROM att.att_t;
 DELETE FROM public.seen;
+-- the same through the runner a superuser's pg_cron calls
+INSERT INTO att.ev VALUES (2, 'x', '2026-11-30 11:00+00');
+SELECT job_id AS att_job FROM counter.jobs WHERE kind = 'rollup_refresh' AND target = 'att_r' \gset
+CALL counter.run_job(:att_job);
+SELECT rolsuper FROM pg_roles WHERE rolname = 'rsec_attacker';
+SELECT DISTINCT tag, cur, note FROM public.seen WHERE tag IN ('RESET ROLE', 'ALTER ROLE') ORDER BY tag;
+DELETE FROM public.seen;
 -- the same through a full recompute
 SELECT counter.rollup_recompute('att_r', '2026-11-30 00:00+00', '2026-12-01 00:00+00') >= 0 AS recomputed;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'rsec_attacker';
