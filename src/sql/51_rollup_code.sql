@@ -627,8 +627,9 @@ BEGIN
     IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
         RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
-    SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, c.relnamespace::regnamespace::text AS nsp
-    INTO rel FROM pg_class c WHERE c.oid = source;
+    SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
+    INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+    WHERE c.oid = source;
     IF rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '"%" is not a table', source USING ERRCODE = 'wrong_object_type';
     END IF;
