@@ -65,9 +65,19 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter.tracked_caller(): the role that called the outermost function.
+// counter_internal.caller(): the role that called the outermost function.
+// Inside a security-restricted operation (code counter_ext runs for an
+// object's owner: a filter, a trigger on the owner's table, a CHECK
+// constraint), the outer role is whoever started that work (a superuser's
+// run_jobs, the worker), not the owner whose code is running: the SECURITY
+// DEFINER entry points that ask for their caller refuse to run there.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
+	if (InSecurityRestrictedOperation())
+		throw ce::Error("42501",
+		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
+		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                "counters, rollups or partitions.");
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
@@ -217,6 +227,8 @@ struct FoldCache {
 	SPIPlanPtr truncate;
 	Oid key_array_type;
 	char key_align;
+	TupleTableSlot *row_slot; // row triggers (replicated mode)
+	ExprContext *row_econtext;
 	bool buffered;
 };
 
@@ -250,6 +262,10 @@ void fold_release(FoldCache *c) {
 		for (SPIPlanPtr plan : {c->upsert, c->upsert_many, c->truncate})
 			if (plan != nullptr)
 				SPI_freeplan(plan);
+		if (c->row_econtext != nullptr)
+			FreeExprContext(c->row_econtext, true);
+		if (c->row_slot != nullptr)
+			ExecDropSingleTupleTableSlot(c->row_slot);
 		MemoryContextDelete(c->context);
 	}
 	memset(c, 0, sizeof(*c));
@@ -310,6 +326,25 @@ bool fold_image(const ce::tracked::FoldKey &key, ce::buffer::Image *out) {
 	return true;
 }
 
+// A buffered counter: the folded deltas go to this transaction's buffer;
+// what cannot be buffered is left in 'entries' for write_deltas.
+void buffer_fold(FoldCache *c, std::vector<ce::tracked::FoldEntry> &entries) {
+	if (!c->buffered || entries.empty())
+		return;
+	if (!ce::buffer::available()) {
+		notice_unpreloaded(ce::format("%d", c->id).c_str());
+		return;
+	}
+	ce::buffer::set_direct_writer(write_direct);
+	size_t kept = 0;
+	for (const ce::tracked::FoldEntry &e : entries) {
+		ce::buffer::Image image;
+		if (!fold_image(e.key, &image) || !ce::buffer::add(c->id, image, e.bucket, e.delta))
+			entries[kept++] = e;
+	}
+	entries.resize(kept);
+}
+
 // One row of a transition table, as the fold sees it.
 struct Row {
 	bool more;
@@ -318,12 +353,19 @@ struct Row {
 	int64 bucket;
 };
 
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep);
+
 // Owns nothing C++: called inside pg_guard, once per row. Key copies live in
 // 'keep' (the trigger call's memory), filter garbage in the per-tuple memory.
 Row next_row(FoldCache *c, Tuplestorestate *store, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
-	Row row{};
 	if (!tuplestore_gettupleslot(store, true, false, slot))
-		return row;
+		return Row{};
+	return row_of(c, slot, econtext, keep);
+}
+
+// One row in 'slot', as the fold sees it. Owns nothing C++.
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
+	Row row{};
 	row.more = true;
 	bool isnull;
 	Datum key = slot_getattr(slot, c->key_att, &isnull);
@@ -393,6 +435,22 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 			FreeExprContext(scan.econtext, true);
 		ExecDropSingleTupleTableSlot(scan.slot);
 	});
+}
+
+// A row trigger's row (replicated mode: the apply worker of a subscription
+// fires row triggers only). Owns nothing C++: inside pg_guard.
+Row tuple_row(FoldCache *c, Relation rel, HeapTuple tuple, MemoryContext keep) {
+	if (c->row_slot == nullptr) {
+		MemoryContext old = MemoryContextSwitchTo(c->context);
+		c->row_slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(RelationGetDescr(rel)), &TTSOpsHeapTuple);
+		if (c->filter != nullptr)
+			c->row_econtext = CreateStandaloneExprContext();
+		MemoryContextSwitchTo(old);
+	}
+	ExecStoreHeapTuple(tuple, c->row_slot, false);
+	Row row = row_of(c, c->row_slot, c->row_econtext, keep);
+	ExecClearTuple(c->row_slot);
+	return row;
 }
 
 SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
@@ -507,8 +565,9 @@ CE_FUNCTION(counter_tracked_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
-		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER statement trigger");
+	if (!TRIGGER_FIRED_AFTER(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER trigger");
+	bool for_row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
 	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
 		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
 		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
@@ -551,6 +610,24 @@ CE_FUNCTION(counter_tracked_fold) {
 				ce::buffer::drop_local(c->id);
 			}
 			ce::pg_guard([c] { truncate_state(c); });
+		} else if (for_row) {
+			ce::tracked::Fold fold;
+			MemoryContext keep = CurrentMemoryContext;
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? td->tg_trigtuple
+			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
+			                                                          : nullptr;
+			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;
+			for (auto [tuple, sign] : {std::pair<HeapTuple, int64>{added, 1}, {removed, -1}}) {
+				if (tuple == nullptr)
+					continue;
+				Row row = ce::pg_guard([c, rel, tuple, keep] { return tuple_row(c, rel, tuple, keep); });
+				if (row.counted)
+					fold.add(row.key, row.bucket, sign);
+			}
+			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			buffer_fold(c, entries);
+			if (!entries.empty())
+				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		} else {
 			ce::tracked::Fold fold;
 			if (!TRIGGER_FIRED_BY_DELETE(td->tg_event) && td->tg_newtable != nullptr)
@@ -558,20 +635,7 @@ CE_FUNCTION(counter_tracked_fold) {
 			if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) && td->tg_oldtable != nullptr)
 				fold_table(c, rel, td->tg_oldtable, -1, fold);
 			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
-			if (c->buffered && !entries.empty()) {
-				if (!ce::buffer::available()) {
-					notice_unpreloaded(ce::format("%d", c->id).c_str());
-				} else {
-					ce::buffer::set_direct_writer(write_direct);
-					size_t kept = 0;
-					for (const ce::tracked::FoldEntry &e : entries) {
-						ce::buffer::Image image;
-						if (!fold_image(e.key, &image) || !ce::buffer::add(c->id, image, e.bucket, e.delta))
-							entries[kept++] = e;
-					}
-					entries.resize(kept);
-				}
-			}
+			buffer_fold(c, entries);
 			if (!entries.empty())
 				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		}
@@ -612,76 +676,72 @@ KeptPlans *plans_of(int32 id) {
 	return &(*kept_plans)[id];
 }
 
-// Counters by name, for counter.add, value and values_of: the catalog row,
-// kept in a context of its own until counter.tracked is invalidated
-// (counter.track and counter.untrack send a relcache invalidation of it when
-// they commit: counter_internal.tracked_changed) or the cache is full. A
-// lookup copies the strings into the caller's memory, so an invalidation in
-// the middle of a call frees nothing the call still uses.
-struct NamedCounter {
-	Counter c;
-	MemoryContext context;
+// The catalog rows counter.add, value and values_of need, kept per backend
+// by name. counter.track, untrack and the other writers of the rows an entry
+// holds send a relcache invalidation of counter.tracked
+// (counter_internal.tracked_invalidate); the callback marks the cache stale
+// and the next lookup empties it. Bounded by cache_limit.
+struct NameCache {
+	std::unordered_map<std::string, Counter> rows;
+	MemoryContext context = nullptr;
+	bool stale = false;
 };
-std::unordered_map<std::string, NamedCounter> *named = nullptr;
-Oid named_relid = InvalidOid;
-bool named_callback_registered = false;
+NameCache *name_cache = nullptr;
+Oid catalog_relid = InvalidOid;
 
-void named_clear() noexcept {
-	if (named == nullptr)
-		return;
-	for (auto &entry : *named)
-		MemoryContextDelete(entry.second.context);
-	named->clear();
-}
-
-void named_invalidate(Datum, Oid relid) {
-	if (relid == InvalidOid || relid == named_relid)
-		named_clear();
-}
-
-char *copy_string(const char *s) {
-	return s == nullptr ? nullptr : pstrdup(s);
+void catalog_invalidate(Datum, Oid relid) {
+	if (relid == InvalidOid || relid == catalog_relid) {
+		if (name_cache != nullptr)
+			name_cache->stale = true;
+		catalog_relid = InvalidOid;
+		fold_invalidate((Datum)0, InvalidOid);
+	}
 }
 
 Counter find_counter(FunctionCallInfo fcinfo) {
 	if (PG_ARGISNULL(0))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
-	if (named == nullptr)
-		named = new std::unordered_map<std::string, NamedCounter>();
-	if (!named_callback_registered) {
-		ce::pg_guard([] { CacheRegisterRelcacheCallback(named_invalidate, (Datum)0); });
-		named_callback_registered = true;
-	}
-	text *arg = PG_GETARG_TEXT_PP(0);
-	std::string key(VARDATA_ANY(arg), VARSIZE_ANY_EXHDR(arg));
-	auto found = named->find(key);
-	if (found == named->end()) {
-		if (named->size() >= cache_limit)
-			named_clear();
-		Oid relid = ce::pg_guard([] {
-			Oid nsp = get_namespace_oid("counter", true);
-			return OidIsValid(nsp) ? get_relname_relid("tracked", nsp) : InvalidOid;
+	if (name_cache == nullptr) {
+		name_cache = new NameCache();
+		name_cache->context = ce::pg_guard([] {
+			return AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked catalog", ALLOCSET_SMALL_SIZES);
 		});
-		MemoryContext context = ce::pg_guard(
-		    [] { return AllocSetContextCreate(CacheMemoryContext, "counter_ext counter", ALLOCSET_SMALL_SIZES); });
-		Counter c;
-		try {
-			c = load_counter(PG_GETARG_DATUM(0), false, context);
-		} catch (...) {
-			MemoryContextDelete(context);
-			throw;
-		}
-		named_relid = relid;
-		found = named->emplace(std::move(key), NamedCounter{c, context}).first;
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(catalog_invalidate, (Datum)0); });
 	}
-	Counter c = found->second.c;
-	c.name = copy_string(c.name);
-	c.key_column = copy_string(c.key_column);
-	c.time_column = copy_string(c.time_column);
-	c.filter = copy_string(c.filter);
-	c.filter_tree = copy_string(c.filter_tree);
+	if (catalog_relid == InvalidOid)
+		catalog_relid = ce::pg_guard([] {
+			Oid nsp = get_namespace_oid("counter", false);
+			return get_relname_relid("tracked", nsp);
+		});
+	if (name_cache->stale || name_cache->rows.size() >= cache_limit) {
+		name_cache->rows.clear();
+		ce::pg_guard([] { MemoryContextReset(name_cache->context); });
+		name_cache->stale = false;
+	}
+	std::string name = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(0)); });
+	auto found = name_cache->rows.find(name);
+	if (found != name_cache->rows.end())
+		return found->second;
+	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
+	if (!name_cache->stale) // an invalidation while reading: do not keep what was read
+		name_cache->rows.emplace(name, c);
 	return c;
 }
+
+} // namespace
+
+// counter_internal.tracked_invalidate(): every backend forgets the catalog
+// rows it keeps (sent when the transaction commits).
+CE_FUNCTION(counter_tracked_invalidate) {
+	(void)fcinfo;
+	ce::pg_guard([] {
+		Oid nsp = get_namespace_oid("counter", false);
+		CacheInvalidateRelcacheByRelid(get_relname_relid("tracked", nsp));
+	});
+	PG_RETURN_VOID();
+}
+
+namespace {
 
 // Owns nothing C++: runs as the owner, between SPI_connect and SPI_finish.
 SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
@@ -956,19 +1016,6 @@ int64 buffered_amount(const Counter &c, bool ok, const ce::buffer::Image &image)
 	return ce::pg_guard([&c, &image] { return ce::buffer::amount(c.id, image, GetActiveSnapshot()); });
 }
 } // namespace
-
-// counter_internal.tracked_changed(): the catalog of tracked counters
-// changed; every backend forgets the counters it kept when this commits.
-CE_FUNCTION(counter_tracked_changed) {
-	(void)fcinfo;
-	ce::pg_guard([] {
-		Oid nsp = get_namespace_oid("counter", false);
-		Oid relid = get_relname_relid("tracked", nsp);
-		if (OidIsValid(relid))
-			CacheInvalidateRelcacheByRelid(relid);
-	});
-	PG_RETURN_VOID();
-}
 
 CE_FUNCTION(counter_tracked_add) {
 	Counter c = find_counter(fcinfo);

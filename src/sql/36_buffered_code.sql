@@ -1,13 +1,6 @@
 -- Buffered counters: the functions (the tables are in 35_buffered.sql).
 -- This piece holds code only, so the update from 1.1 includes it as it is.
 
--- The catalog of tracked counters changed: every backend forgets the
--- counters it kept for counter.add / value / values_of when this commits.
-CREATE FUNCTION counter_internal.tracked_changed()
-RETURNS void
-LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', 'counter_tracked_changed';
-
 -- When the shared table of buffered counters was made (NULL: the library is
 -- not preloaded, nothing is buffered).
 CREATE FUNCTION counter_internal.tracked_buffer_epoch()

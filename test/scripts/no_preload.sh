@@ -14,10 +14,22 @@ ce_psql -c "CREATE EXTENSION counter_ext"
 if ce_psql -c "LOAD 'counter_ext'; SET counter_ext.no_such_setting = 1" 2>/dev/null; then
     echo "counter_ext.no_such_setting was accepted"; exit 1
 fi
-ce_psql -c "SET counter_ext.node_id = 'site-a.1'"
+# The library loaded in the session (not at server start), its settings are
+# checked: a good node id is taken and read back, a bad one refused.
+[ "$(ce_psql -At -c "LOAD 'counter_ext'" -c "SET counter_ext.node_id = 'site-a.1'" -c "SHOW counter_ext.node_id" \
+    | tail -1)" = site-a.1 ] || { echo "the node id was not taken"; exit 1; }
 if ce_psql -c "LOAD 'counter_ext'" -c "SET counter_ext.node_id = 'bad id!'" 2>/dev/null; then
     echo "a bad node id was accepted"; exit 1
 fi
+# A tracked counter counts without the preload (the library loads on first use).
+n=$(ce_psql -At <<'SQL'
+CREATE TABLE ev (k int NOT NULL, t timestamptz NOT NULL);
+SELECT FROM counter.track('ev', 'ev', 'k', 't');
+INSERT INTO ev SELECT g % 3, now() FROM generate_series(1, 30) g;
+SELECT counter.value('ev', 1);
+SQL
+)
+[ "$(printf '%s\n' "$n" | tail -1)" = 10 ] || { echo "the counter did not count without the preload: $n"; exit 1; }
 # A buffered counter without the shared table: registration warns, the
 # first add of a session says so once, nothing is lost, counter.buffered
 # shows preloaded = false, a flush has nothing to do.
@@ -40,7 +52,8 @@ echo "$out" | grep -q "WARNING:  counter_ext is not loaded by shared_preload_lib
 for want in "value 2" "flushed 0" "preloaded false"; do
     echo "$out" | grep -q "$want" || { echo "missing '$want': $out"; exit 1; }
 done
-[ "$(ce_psql -At -c "SELECT sum(delta) FROM counter_internal.tracked_1_delta")" = 2 ] ||
+id=$(ce_psql -At -c "SELECT counter_id FROM counter.tracked WHERE name = 'calls'")
+[ "$(ce_psql -At -c "SELECT sum(delta) FROM counter_internal.tracked_${id}_delta")" = 2 ] ||
     { echo "the adds were not written directly"; exit 1; }
 ce_scan_log "$CE_plain_LOG"
 echo ok
