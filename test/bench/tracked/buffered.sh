@@ -125,14 +125,13 @@ redis_run() { # redis_run NAME ARGS...
     for r in $(seq 1 "$rounds"); do
         redis-cli -p "$redis_port" del hot >/dev/null
         t=$(redis-benchmark -p "$redis_port" -c "$clients" -n $((30000 * seconds)) -t incr -q 2>/dev/null |
-            sed -n 's/^INCR: \([0-9.]*\) requests per second.*/\1/p')
+            tr '\r' '\n' | sed -n 's/^INCR: \([0-9.]*\) requests per second.*/\1/p' | tail -1)
         echo "${t:-0}" >>"$work/$name.tps"
         printf '  %-26s %10s requests/s\n' "$name" "${t:-FAILED}"
     done
     redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1
     redis_port=""
-    rm -f "$work"/appendonly* "$work"/*.aof
-    rm -rf "$work/appendonlydir"
+    rm -rf "$work"/appendonly*
 }
 echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') INCR, $clients clients"
 redis_run redis_none --appendonly no
@@ -176,7 +175,7 @@ done
 lost=$(ce_psql -At -c "SELECT coalesce(-sum(drift_negative), 0) FROM counter.tracked_history
     WHERE counter = 'trigb' AND started_at >= pg_postmaster_start_time()")
 
-r() { python3 -c "print('%.2fx' % ($1 / $2))"; }
+r() { python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')"; }
 m() { median "$1"; }
 echo
 echo "## Results ($([ "$durable" = on ] && echo "durable: fsync, synchronous_commit, full_page_writes on" ||
