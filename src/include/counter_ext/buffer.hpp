@@ -8,7 +8,10 @@
 // carries:
 //   pins      transactions that added to it and have not ended (they will
 //             publish, or not): reconciliation treats such a key as busy;
-//   pending   published amounts no flush has claimed (atomic);
+//   pending   published amounts no flush has claimed (atomic), with the
+//             number of publications in them: amounts cancel (+1 and -1 of
+//             two transactions), and reconciliation must still see that
+//             something was published;
 //   inflight  what one flush claimed (with its transaction id): it returns
 //             to pending if that flush's (sub)transaction aborts, and moves
 //             to 'written' when it commits;
