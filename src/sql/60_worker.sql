@@ -2,8 +2,43 @@
 -- background worker runs, so pg_cron can schedule it instead; run_job runs
 -- one job now; job_alter changes a job. See doc/reference/worker.md.
 --
--- run_jobs and run_job are procedures without SET clauses because a job may
--- COMMIT between its steps; their C code schema-qualifies everything it runs.
+-- run_jobs and run_job never run a job in the calling session: each job is
+-- handed to a background-worker session connected as the job's owner, and
+-- the call waits for it and reports its outcome. They are procedures without
+-- SET clauses because a job may COMMIT between its steps; their C code
+-- schema-qualifies everything it runs.
+
+-- The built-in kinds (the procedures exist now: 30, 40 and 50 made them).
+INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
+    ('reconcile', 'counter.job_reconcile(text, bigint)', true),
+    ('rollup_refresh', 'counter.job_rollup_refresh(text, bigint)', true),
+    ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true);
+
+-- The owner of the object a job serves, found from its target (NULL when the
+-- target is gone or the kind is not a built-in one).
+CREATE FUNCTION counter_internal.job_target_owner(kind text, target text)
+RETURNS regrole
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE kind
+        WHEN 'reconcile' THEN
+            (SELECT t.owner FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) target)
+        WHEN 'rollup_refresh' THEN
+            (SELECT r.owner FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) target)
+        WHEN 'partition_maintenance' THEN
+            (SELECT c.relowner::regrole FROM pg_catalog.pg_class c
+             WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(target))
+        END
+$$;
+REVOKE ALL ON FUNCTION counter_internal.job_target_owner(text, text) FROM PUBLIC;
+
+-- Runs the jobs handed to this background-worker session (connected as
+-- their owner). Refuses to run anywhere else: EXECUTE is for everyone only
+-- because the session's user is the job's owner, whoever that is.
+CREATE PROCEDURE counter_internal.owner_session_run()
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_owner_session_run';
 
 CREATE PROCEDURE counter.run_jobs(INOUT jobs_run integer DEFAULT NULL)
 LANGUAGE c
@@ -47,6 +82,7 @@ BEGIN
     UPDATE counter.jobs AS x
     SET run_every = coalesce(job_alter.run_every, x.run_every),
         enabled = coalesce(job_alter.enabled, x.enabled),
+        disabled_reason = CASE WHEN job_alter.enabled THEN NULL ELSE x.disabled_reason END,
         timeout = coalesce(job_alter.timeout, x.timeout),
         lock_timeout = coalesce(job_alter.lock_timeout, x.lock_timeout),
         next_run = CASE
@@ -59,6 +95,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', job_alter.job_id USING ERRCODE = 'undefined_object';
     END IF;
+    IF j.enabled AND j.owner IS NOT NULL THEN
+        PERFORM counter_internal.job_nudge(j.owner::oid, j.next_run);
+    END IF;
     RETURN j;
 END
 $$;
@@ -66,3 +105,17 @@ $$;
 REVOKE ALL ON PROCEDURE counter.run_jobs(integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE counter.run_job(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.job_alter(bigint, interval, boolean, interval, interval, timestamptz) FROM PUBLIC;
+
+-- One registry of advisory-lock classes (the first int of the two-int
+-- advisory lock keys every feature takes): counter_internal.lock_class(name)
+-- gives a class's key, counter_internal.lock_classes lists them
+-- (src/include/counter_ext/locks.hpp is the table; doc/reference/worker.md
+-- documents it).
+CREATE FUNCTION counter_internal.lock_class(class text)
+RETURNS integer
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_lock_class';
+CREATE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, OUT second_key text)
+RETURNS SETOF record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_lock_classes';
