@@ -14,8 +14,10 @@ INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
     ('rollup_refresh', 'counter.job_rollup_refresh(text, bigint)', true),
     ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true);
 
--- The owner of the object a job serves, found from its target (NULL when the
--- target is gone or the kind is not a built-in one).
+-- The owner of the object a job serves, found from its target: the owner of
+-- the tracked counter's source table, of the rollup's table, of the
+-- partitioned table (so a job follows ALTER TABLE ... OWNER TO and REASSIGN
+-- OWNED). NULL when the target is gone or the kind is not a built-in one.
 CREATE FUNCTION counter_internal.job_target_owner(kind text, target text)
 RETURNS regrole
 LANGUAGE sql STABLE STRICT
@@ -23,9 +25,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE kind
         WHEN 'reconcile' THEN
-            (SELECT t.owner FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) target)
+            (SELECT c.relowner::regrole FROM counter.tracked t JOIN pg_catalog.pg_class c
+                 ON c.oid OPERATOR(pg_catalog.=) t.source::oid
+             WHERE t.name OPERATOR(pg_catalog.=) target)
         WHEN 'rollup_refresh' THEN
-            (SELECT r.owner FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) target)
+            (SELECT c.relowner::regrole FROM counter.rollups r JOIN pg_catalog.pg_class c
+                 ON c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid
+             WHERE r.name OPERATOR(pg_catalog.=) target)
         WHEN 'partition_maintenance' THEN
             (SELECT c.relowner::regrole FROM pg_catalog.pg_class c
              WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(target))
