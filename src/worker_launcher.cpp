@@ -85,10 +85,12 @@ struct Database {
 	int failures;
 	int npairs;
 	Pair pairs[max_pairs];
+	uint64 nudges; // how many nudges it had
 };
 
 HTAB *databases = nullptr;
 BackgroundWorkerHandle **handles = nullptr; // per slot
+uint64 *started_at_nudge = nullptr;         // per slot: the database's nudge count when its worker started
 TimestampTz last_scan = 0;
 
 TimestampTz later(TimestampTz t, long ms) {
@@ -155,6 +157,7 @@ void scan_databases() {
 			db->not_before = 0;
 			db->failures = 0;
 			db->npairs = 0;
+			db->nudges = 0;
 		}
 		db->seen = true;
 		db->name = form->datname;
@@ -189,6 +192,7 @@ void take_nudges() {
 		Database *db = static_cast<Database *>(hash_search(databases, &nudged[i].dboid, HASH_FIND, &found));
 		if (db == nullptr)
 			continue; // a new database: the next scan adds it, unknown, so it is surveyed
+		db->nudges++;
 		if (!OidIsValid(nudged[i].owner)) {
 			db->extension = ext_unknown;
 			db->survey_at = 0;
@@ -209,6 +213,7 @@ void take_nudges() {
 			if (db->extension == ext_absent)
 				db->extension = ext_unknown;
 			db->survey_at = 0;
+			db->nudges++;
 		}
 	}
 }
@@ -274,13 +279,19 @@ void reap_workers() {
 		Database *db = static_cast<Database *>(hash_search(databases, &s.dboid, HASH_FIND, &found));
 		if (db == nullptr)
 			continue;
+		// A nudge that came while the worker ran may be newer than what it
+		// saw (CREATE EXTENSION, a job registered after its report was read):
+		// the database is surveyed again at once.
+		bool nudged_since = db->nudges != started_at_nudge[i];
 		switch (s.reason) {
 			case exit_done:
 				take_report(db, s, now);
 				break;
 			case exit_no_extension:
-				db->extension = ext_absent;
-				db->npairs = 0;
+				if (!nudged_since) {
+					db->extension = ext_absent;
+					db->npairs = 0;
+				}
 				break;
 			case exit_disabled:
 			case exit_blocked:
@@ -298,6 +309,11 @@ void reap_workers() {
 				}
 				break;
 			}
+		}
+		if (nudged_since) {
+			if (db->extension == ext_absent)
+				db->extension = ext_unknown;
+			db->survey_at = 0;
 		}
 	}
 }
@@ -395,6 +411,7 @@ Started start_worker(Database *db, Oid owner) {
 		return no_room;
 	}
 	handles[slot] = handle;
+	started_at_nudge[slot] = db->nudges;
 	return started;
 }
 
@@ -494,6 +511,7 @@ void launcher_main() {
 	databases = hash_create("counter_ext launcher databases", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	handles = static_cast<BackgroundWorkerHandle **>(
 	    MemoryContextAllocZero(TopMemoryContext, sizeof(BackgroundWorkerHandle *) * shared->nslots));
+	started_at_nudge = static_cast<uint64 *>(MemoryContextAllocZero(TopMemoryContext, sizeof(uint64) * shared->nslots));
 	MemoryContext pass = AllocSetContextCreate(TopMemoryContext, "counter_ext launcher pass", ALLOCSET_SMALL_SIZES);
 
 	for (;;) {
