@@ -175,10 +175,10 @@ void log_failure(ErrorData *edata) {
 	HOLD_INTERRUPTS();
 	disable_all_timeouts(false);
 	QueryCancelPending = false;
-	ereport(LOG, (errcode(edata->sqlerrcode),
-	              errmsg("%s: a pass failed: %s", MyBgworkerEntry->bgw_name, edata->message),
-	              edata->detail != nullptr ? errdetail_internal("%s", edata->detail) : 0,
-	              errhint("The launcher tries again later.")));
+	ereport(LOG,
+	        (errcode(edata->sqlerrcode), errmsg("%s: a pass failed: %s", MyBgworkerEntry->bgw_name, edata->message),
+	         edata->detail != nullptr ? errdetail_internal("%s", edata->detail) : 0,
+	         errhint("The launcher tries again later.")));
 	if (ce::job_worker_result != nullptr) {
 		ce::JobResult *res = ce::job_worker_result;
 		if (!res->finished) {
@@ -215,8 +215,7 @@ void worker_main(Datum) {
 	if (scheduler_mode()) {
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		Slot &s = shared->slots[args.slot];
-		bool go = s.dboid == args.dboid && s.owner == args.owner && s.state == slot_starting &&
-		          !is_blocked(args.dboid);
+		bool go = s.dboid == args.dboid && s.owner == args.owner && s.state == slot_starting && !is_blocked(args.dboid);
 		if (go) {
 			s.pid = MyProcPid;
 			s.latch = MyLatch;

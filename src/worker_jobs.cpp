@@ -327,11 +327,12 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	values[1] = Int64GetDatum(job_id);
 	values[2] = CStringGetTextDatum(r->runner_name);
 	values[3] = TimestampTzGetDatum(MyStartTimestamp);
-	spi_run("INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)"
-	        " SELECT j.job_id, j.kind, j.target, $3, pg_backend_pid(), $4, clock_timestamp(), 'running',"
-	        " session_user::regrole"
-	        " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
-	        4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
+	spi_run(
+	    "INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)"
+	    " SELECT j.job_id, j.kind, j.target, $3, pg_backend_pid(), $4, clock_timestamp(), 'running',"
+	    " session_user::regrole"
+	    " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
+	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));
 	Oid types2[2] = {INT8OID, INT8OID};
 	Datum values2[2] = {Int64GetDatum(job_id), Int64GetDatum(out->run_id)};
@@ -649,11 +650,11 @@ void hand_off(Oid owner, ce::JobWorkerMode mode, int64 job_id, ce::JobResult *ou
 	args.caller = GetUserId();
 	BackgroundWorkerHandle *handle = nullptr;
 	if (!ce::start_job_worker(args, get_database_name(MyDatabaseId), &handle))
-		ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-		                errmsg("no background worker slot is free to run a job as role %s",
-		                       GetUserNameFromId(owner, false)),
-		                errdetail("Every job runs in a background-worker session connected as its owner."),
-		                errhint("Raise max_worker_processes, or try again when fewer workers run.")));
+		ereport(ERROR,
+		        (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+		         errmsg("no background worker slot is free to run a job as role %s", GetUserNameFromId(owner, false)),
+		         errdetail("Every job runs in a background-worker session connected as its owner."),
+		         errhint("Raise max_worker_processes, or try again when fewer workers run.")));
 
 	InvalidateCatalogSnapshot(); // hold back no vacuum while the job runs
 	pid_t pid = 0;
@@ -717,8 +718,8 @@ const char *visible_jobs_sql = " AND (SELECT r.rolsuper FROM pg_catalog.pg_roles
 	                errmsg("%s", res.message[0] != '\0' ? res.message : "the job failed"),
 	                res.detail[0] != '\0' ? errdetail_internal("%s", res.detail) : 0,
 	                res.hint[0] != '\0' ? errhint("%s", res.hint) : 0,
-	                errcontext("counter_ext job %lld, run in a session of its owner%s%s", static_cast<long long>(job_id),
-	                           res.context[0] != '\0' ? ": " : "", res.context)));
+	                errcontext("counter_ext job %lld, run in a session of its owner%s%s",
+	                           static_cast<long long>(job_id), res.context[0] != '\0' ? ": " : "", res.context)));
 }
 
 } // namespace

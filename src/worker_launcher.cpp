@@ -366,8 +366,7 @@ int by_due(const void *a, const void *b) {
 
 bool worker_running(Oid dboid, Oid owner, bool any_owner) {
 	for (int i = 0; i < shared->nslots; i++)
-		if (handles[i] != nullptr && shared->slots[i].dboid == dboid &&
-		    (any_owner || shared->slots[i].owner == owner))
+		if (handles[i] != nullptr && shared->slots[i].dboid == dboid && (any_owner || shared->slots[i].owner == owner))
 			return true;
 	return false;
 }
@@ -480,8 +479,9 @@ TimestampTz start_workers() {
 	// Said once until every due database had a slot again, not every pass.
 	static bool said = false;
 	if (out_of_slots && !said)
-		ereport(LOG, (errmsg("counter_ext launcher: more databases have due jobs than there are slots; they take turns"),
-		              errhint("counter_ext.max_workers is %d.", ce::worker_max_workers)));
+		ereport(LOG,
+		        (errmsg("counter_ext launcher: more databases have due jobs than there are slots; they take turns"),
+		         errhint("counter_ext.max_workers is %d.", ce::worker_max_workers)));
 	said = out_of_slots;
 	return wake;
 }

@@ -31,8 +31,8 @@ inline constexpr int32 job_lock_class = locks::job;
 
 // What a job worker is started to do.
 enum class JobWorkerMode : int32 {
-	survey = 1,     // scheduler: read the database's jobs and report when each owner's fall due; run none
-	scheduled = 2,  // scheduler: run the owner's due jobs for at most one naptime, then report
+	survey = 1,      // scheduler: read the database's jobs and report when each owner's fall due; run none
+	scheduled = 2,   // scheduler: run the owner's due jobs for at most one naptime, then report
 	session_due = 3, // counter.run_jobs(): run every due job of the owner, report to the caller
 	session_one = 4, // counter.run_job(id): run that job now, due or not, report to the caller
 };
@@ -42,18 +42,18 @@ struct JobWorkerArgs {
 	Oid dboid;
 	Oid owner; // InvalidOid only for a survey
 	JobWorkerMode mode;
-	int32 slot;     // scheduler modes: the shared-memory slot; else -1
-	uint32 result;  // session modes: the dsm handle of the JobResult
-	int64 job_id;   // session_one
-	Oid caller;     // session modes: the role that called run_jobs/run_job (for pg_stat_activity)
+	int32 slot;    // scheduler modes: the shared-memory slot; else -1
+	uint32 result; // session modes: the dsm handle of the JobResult
+	int64 job_id;  // session_one
+	Oid caller;    // session modes: the role that called run_jobs/run_job (for pg_stat_activity)
 };
 static_assert(sizeof(JobWorkerArgs) <= BGW_EXTRALEN, "job worker arguments fit in bgw_extra");
 
 // What a job worker started by a session tells it (in a dsm segment).
 struct JobResult {
-	bool connected;  // the worker got as far as its database and role
-	bool finished;   // it ran to the end (or to a recorded failure)
-	int claim;       // session_one: 0 ran, 1 busy elsewhere, 2 no such job, 3 not this owner's
+	bool connected; // the worker got as far as its database and role
+	bool finished;  // it ran to the end (or to a recorded failure)
+	int claim;      // session_one: 0 ran, 1 busy elsewhere, 2 no such job, 3 not this owner's
 	int busy_pid;
 	int jobs_run;
 	bool ok;

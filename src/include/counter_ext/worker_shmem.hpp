@@ -32,9 +32,9 @@ inline constexpr int report_owners = 8;
 // its database (at most report_owners), and when the rest fall due.
 struct Report {
 	int nowners;
-	bool more;             // more owners than fit: look again at more_due
-	TimestampTz more_due;  // 0 = none
-	bool budget_cut;       // it stopped before running every due job of its owner
+	bool more;            // more owners than fit: look again at more_due
+	TimestampTz more_due; // 0 = none
+	bool budget_cut;      // it stopped before running every due job of its owner
 	int jobs_run;
 	OwnerDue owners[report_owners];
 };
