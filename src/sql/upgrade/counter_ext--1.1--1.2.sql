@@ -1,6 +1,0 @@
--- counter_ext 1.1 -> 1.2 (ALTER EXTENSION counter_ext UPDATE TO '1.2').
-\echo Use "ALTER EXTENSION counter_ext UPDATE TO '1.2'" to load this file. \quit
-
--- Every change to src/sql/*.sql since 1.1 is repeated here, section by
--- section (test/scripts/upgrade.sh compares an updated installation with a
--- fresh one, object by object).
