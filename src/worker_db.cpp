@@ -90,10 +90,33 @@ void set_reason(ExitReason reason) {
 	LWLockRelease(shared->lock);
 }
 
-// Runs one top-level statement the way a client's simple query runs it.
+// The extension's owner (in a transaction).
+Oid extension_owner() {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "counter_ext worker: SPI_connect failed");
+	int rc = SPI_execute("SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'counter_ext'", true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("extension \"counter_ext\" is not installed")));
+	bool isnull;
+	Oid owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	return owner;
+}
+
+// Runs the runner's top-level CALL the way a client's simple query runs it.
+// The CALL passes its EXECUTE check as the extension's owner (EXECUTE on the
+// runner is not granted to the job owners); the runner goes back to the
+// session's user, the job owner, before anything else.
 void run_top_level(const char *sql) {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	Oid owner = extension_owner();
+	PopActiveSnapshot();
+	Oid save_user;
+	int save_sec;
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	// The plan must outlive the transactions the procedure commits (a client's
 	// simple query keeps it in MessageContext for the same reason).
 	MemoryContextSwitchTo(pass_context);
@@ -120,6 +143,7 @@ void run_top_level(const char *sql) {
 	(void)PortalRun(portal, FETCH_ALL, true, true, receiver, receiver, &qc);
 	receiver->rDestroy(receiver);
 	PortalDrop(portal, false);
+	SetUserIdAndSecContext(save_user, save_sec);
 	CommitTransactionCommand();
 	debug_query_string = nullptr;
 }

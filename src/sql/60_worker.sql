@@ -1,3 +1,6 @@
+-- Functions and procedures only, so the update from 1.1 includes this piece
+-- as it is.
+--
 -- Running jobs: counter.run_jobs() runs every due job once, the same code the
 -- background worker runs, so pg_cron can schedule it instead; run_job runs
 -- one job now; job_alter changes a job. See doc/reference/worker.md.
@@ -8,40 +11,10 @@
 -- SET clauses because a job may COMMIT between its steps; their C code
 -- schema-qualifies everything it runs.
 
--- The built-in kinds (the procedures exist now: 30, 40 and 50 made them).
-INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
-    ('reconcile', 'counter.job_reconcile(text, bigint)', true),
-    ('rollup_refresh', 'counter.job_rollup_refresh(text, bigint)', true),
-    ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true);
-
--- The owner of the object a job serves, found from its target: the owner of
--- the tracked counter's source table, of the rollup's table, of the
--- partitioned table (so a job follows ALTER TABLE ... OWNER TO and REASSIGN
--- OWNED). NULL when the target is gone or the kind is not a built-in one.
-CREATE FUNCTION counter_internal.job_target_owner(kind text, target text)
-RETURNS regrole
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT CASE kind
-        WHEN 'reconcile' THEN
-            (SELECT c.relowner::regrole FROM counter.tracked t JOIN pg_catalog.pg_class c
-                 ON c.oid OPERATOR(pg_catalog.=) t.source::oid
-             WHERE t.name OPERATOR(pg_catalog.=) target)
-        WHEN 'rollup_refresh' THEN
-            (SELECT c.relowner::regrole FROM counter.rollups r JOIN pg_catalog.pg_class c
-                 ON c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid
-             WHERE r.name OPERATOR(pg_catalog.=) target)
-        WHEN 'partition_maintenance' THEN
-            (SELECT c.relowner::regrole FROM pg_catalog.pg_class c
-             WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(target))
-        END
-$$;
-REVOKE ALL ON FUNCTION counter_internal.job_target_owner(text, text) FROM PUBLIC;
-
 -- Runs the jobs handed to this background-worker session (connected as
--- their owner). Refuses to run anywhere else: EXECUTE is for everyone only
--- because the session's user is the job's owner, whoever that is.
+-- their owner); refuses to run anywhere else. The job worker passes the
+-- EXECUTE check of its CALL as the extension's owner (no PUBLIC grant), and
+-- the procedure goes back to the session's user, the owner, at once.
 CREATE PROCEDURE counter_internal.owner_session_run()
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_owner_session_run';
