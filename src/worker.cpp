@@ -102,8 +102,16 @@ Nudge pending[max_pending];
 // How long a database-level command waits for the database's worker to go.
 constexpr long stop_wait_ms = 10000;
 
-Size shared_size() {
+Size slots_size() {
 	return add_size(offsetof(Shared, slots), mul_size(sizeof(Slot), static_cast<Size>(ce::worker_max_workers)));
+}
+
+int progress_entries() {
+	return 2 * ce::worker_max_workers;
+}
+
+Size shared_size() {
+	return add_size(MAXALIGN(slots_size()), mul_size(sizeof(Progress), static_cast<Size>(progress_entries())));
 }
 
 void shmem_request() {
@@ -123,6 +131,8 @@ void shmem_startup() {
 		memset(shared, 0, shared_size());
 		shared->lock = &(GetNamedLWLockTranche("counter_ext"))->lock;
 		shared->nslots = ce::worker_max_workers;
+		shared->nprogress = progress_entries();
+		shared->progress_offset = MAXALIGN(slots_size());
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

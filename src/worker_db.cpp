@@ -36,6 +36,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/pquery.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
@@ -55,6 +56,7 @@ const JobWorkerArgs *job_worker_args = nullptr;
 JobResult *job_worker_result = nullptr;
 int job_worker_jobs_run = 0;
 bool job_worker_budget_cut = false;
+char job_worker_activity[256] = "";
 } // namespace ce
 
 namespace {
@@ -283,7 +285,29 @@ void worker_main(Datum) {
 } // namespace
 
 namespace ce {
-void job_worker_set_running(int64 job_id, TimestampTz deadline) {
+void job_worker_set_running(int64 job_id, int64 run_id, TimestampTz deadline) {
+	if (shared != nullptr) {
+		// The progress entry of this run: taken when it starts, freed when it ends.
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < shared->nprogress; i++) {
+			worker_shm::Progress *p = worker_shm::progress_entry(i);
+			if (p->pid == MyProcPid)
+				memset(p, 0, sizeof *p);
+		}
+		for (int i = 0; job_id != 0 && i < shared->nprogress; i++) {
+			worker_shm::Progress *p = worker_shm::progress_entry(i);
+			if (p->pid == 0 || BackendPidGetProc(p->pid) == nullptr) {
+				memset(p, 0, sizeof *p);
+				p->pid = MyProcPid;
+				p->job_id = job_id;
+				p->run_id = run_id;
+				p->started = GetCurrentTimestamp();
+				p->total = -1;
+				break;
+			}
+		}
+		LWLockRelease(shared->lock);
+	}
 	if (job_worker_result != nullptr) {
 		job_worker_result->deadline = deadline;
 		return;

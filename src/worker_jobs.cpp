@@ -53,7 +53,9 @@ extern "C" {
 #include "storage/dsm.h"
 #include "storage/proc.h"
 #include "tcop/pquery.h"
+#include "funcapi.h"
 #include "utils/backend_status.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/portal.h"
@@ -427,16 +429,15 @@ void call_job(const Claim *c, Outcome *o) {
 
 // Runs a claimed job and leaves the outcome in 'o'.
 void execute(Runner *r, const Claim *c, Outcome *o) {
-	char *activity = psprintf("counter_ext worker: job %lld %s(%s) as %s", static_cast<long long>(c->job_id), c->kind,
-	                          c->target, GetUserNameFromId(c->owner, false));
-	pgstat_report_activity(STATE_RUNNING, activity);
-	pfree(activity);
+	snprintf(ce::job_worker_activity, sizeof ce::job_worker_activity, "counter_ext worker: job %lld %s(%s) as %s",
+	         static_cast<long long>(c->job_id), c->kind, c->target, GetUserNameFromId(c->owner, false));
+	pgstat_report_activity(STATE_RUNNING, ce::job_worker_activity);
 	SPI_commit(); // the claim becomes visible; the job starts in a fresh transaction
 	MemoryContextSwitchTo(r->cxt);
 	session_run = c->run_id;
 
 	TimestampTz job_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), c->timeout_ms);
-	ce::job_worker_set_running(c->job_id, job_deadline);
+	ce::job_worker_set_running(c->job_id, c->run_id, job_deadline);
 	bool outer_active = get_timeout_active(STATEMENT_TIMEOUT);
 	TimestampTz outer_deadline = outer_active ? get_timeout_finish_time(STATEMENT_TIMEOUT) : 0;
 	enable_timeout_at(STATEMENT_TIMEOUT, outer_active && outer_deadline < job_deadline ? outer_deadline : job_deadline);
@@ -456,7 +457,8 @@ void execute(Runner *r, const Claim *c, Outcome *o) {
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	if (outer_active)
 		enable_timeout_at(STATEMENT_TIMEOUT, outer_deadline);
-	ce::job_worker_set_running(0, 0);
+	ce::job_worker_set_running(0, 0, 0);
+	ce::job_worker_activity[0] = '\0';
 
 	if (error != nullptr) {
 		bool job_timed_out = error->sqlerrcode == ERRCODE_QUERY_CANCELED && GetCurrentTimestamp() >= job_deadline &&
@@ -892,4 +894,92 @@ CE_FUNCTION(counter_run_job) {
 		raise_job_error(res, job_id);
 	SPI_finish();
 	return one_column_result(fcinfo, entry, Int64GetDatum(res.rows), res.rows_null);
+}
+
+// counter.job_progress(phase text, done bigint, total bigint): the running
+// job says what it does and how far it is. Shown at once in
+// pg_stat_activity.query of its worker and in counter.running_jobs (with the
+// rate since the phase began and the time left). Outside a job it changes
+// nothing.
+CE_FUNCTION(counter_job_progress) {
+	if (ce::job_worker_args == nullptr || ce::job_worker_activity[0] == '\0')
+		PG_RETURN_VOID();
+	const char *phase = PG_ARGISNULL(0) ? "working" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int64 done = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+	int64 total = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT64(2);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz phase_started = now;
+	if (ce::worker_shm::shared != nullptr) {
+		LWLockAcquire(ce::worker_shm::shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < ce::worker_shm::shared->nprogress; i++) {
+			ce::worker_shm::Progress *p = ce::worker_shm::progress_entry(i);
+			if (p->pid != MyProcPid)
+				continue;
+			if (strncmp(p->phase, phase, sizeof p->phase - 1) != 0 || p->phase_started == 0) {
+				strlcpy(p->phase, phase, sizeof p->phase);
+				p->phase_started = now;
+			}
+			phase_started = p->phase_started;
+			p->done = done;
+			p->total = total;
+			p->updated = now;
+			break;
+		}
+		LWLockRelease(ce::worker_shm::shared->lock);
+	}
+	double secs = static_cast<double>(now - phase_started) / 1e6;
+	char tail[160];
+	if (total >= 0 && secs > 0.5 && done > 0) {
+		double rate = static_cast<double>(done) / secs;
+		snprintf(tail, sizeof tail, ": %s %lld/%lld (%.0f/s, %.0f s left)", phase, static_cast<long long>(done),
+		         static_cast<long long>(total), rate, static_cast<double>(total > done ? total - done : 0) / rate);
+	} else if (total >= 0) {
+		snprintf(tail, sizeof tail, ": %s %lld/%lld", phase, static_cast<long long>(done),
+		         static_cast<long long>(total));
+	} else {
+		snprintf(tail, sizeof tail, ": %s %lld", phase, static_cast<long long>(done));
+	}
+	char *activity = psprintf("%s%s", ce::job_worker_activity, tail);
+	pgstat_report_activity(STATE_RUNNING, activity);
+	pfree(activity);
+	PG_RETURN_VOID();
+}
+
+// counter_internal.job_progress_entries(): the progress entries of the jobs
+// running now (empty without the preload).
+CE_FUNCTION(counter_job_progress_entries) {
+	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	InitMaterializedSRF(fcinfo, 0);
+	if (ce::worker_shm::shared == nullptr)
+		return static_cast<Datum>(0);
+	int n = ce::worker_shm::shared->nprogress;
+	ce::worker_shm::Progress *copy =
+	    static_cast<ce::worker_shm::Progress *>(palloc(sizeof(ce::worker_shm::Progress) * n));
+	LWLockAcquire(ce::worker_shm::shared->lock, LW_SHARED);
+	for (int i = 0; i < n; i++)
+		copy[i] = *ce::worker_shm::progress_entry(i);
+	LWLockRelease(ce::worker_shm::shared->lock);
+	for (int i = 0; i < n; i++) {
+		const ce::worker_shm::Progress &p = copy[i];
+		if (p.pid == 0)
+			continue;
+		Datum values[8];
+		bool nulls[8] = {false, false, false, false, false, false, false, false};
+		values[0] = Int32GetDatum(p.pid);
+		values[1] = Int64GetDatum(p.job_id);
+		values[2] = Int64GetDatum(p.run_id);
+		nulls[3] = p.phase[0] == '\0';
+		values[3] = nulls[3] ? 0 : CStringGetTextDatum(p.phase);
+		nulls[4] = p.phase_started == 0;
+		values[4] = TimestampTzGetDatum(p.phase_started);
+		nulls[5] = p.updated == 0;
+		values[5] = Int64GetDatum(p.done);
+		nulls[6] = p.total < 0;
+		values[6] = Int64GetDatum(p.total);
+		nulls[7] = p.updated == 0;
+		values[7] = TimestampTzGetDatum(p.updated);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	pfree(copy);
+	return static_cast<Datum>(0);
 }

@@ -98,3 +98,41 @@ CREATE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, O
 RETURNS SETOF record
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_lock_classes';
+
+-- Progress of running work: a job's code calls counter.job_progress(phase,
+-- done, total) between its steps; its worker's pg_stat_activity.query says it
+-- at once, and counter.running_jobs shows it with the rate and time left.
+CREATE FUNCTION counter.job_progress(phase text, done bigint, total bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_job_progress';
+COMMENT ON FUNCTION counter.job_progress(text, bigint, bigint) IS
+    'called by a running job: what it does and how far it is (shown in counter.running_jobs and pg_stat_activity)';
+
+CREATE FUNCTION counter_internal.job_progress_entries(OUT pid integer, OUT job_id bigint, OUT run_id bigint,
+    OUT phase text, OUT phase_started timestamptz, OUT done bigint, OUT total bigint, OUT updated timestamptz)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_job_progress_entries';
+
+-- The jobs running now: who runs them, since when, and how far they are
+-- (phase, done of total, rate, time left: what the job's code reported with
+-- counter.job_progress; NULL until it does, and without the preload).
+CREATE VIEW counter.running_jobs AS
+SELECT j.job_id, j.kind, j.target, j.owner, r.run_id, r.runner, r.pid, r.started_at,
+       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.started_at AS running_for,
+       p.phase, p.done, p.total,
+       CASE WHEN p.updated OPERATOR(pg_catalog.>) p.phase_started AND p.done OPERATOR(pg_catalog.>) 0
+            THEN p.done::float8 OPERATOR(pg_catalog./)
+                 pg_catalog.date_part('epoch', p.updated OPERATOR(pg_catalog.-) p.phase_started) END AS per_second,
+       CASE WHEN p.updated OPERATOR(pg_catalog.>) p.phase_started AND p.done OPERATOR(pg_catalog.>) 0
+                 AND p.total IS NOT NULL
+            THEN pg_catalog.make_interval(secs => greatest(p.total OPERATOR(pg_catalog.-) p.done, 0)::float8
+                 OPERATOR(pg_catalog.*) pg_catalog.date_part('epoch', p.updated OPERATOR(pg_catalog.-) p.phase_started)
+                 OPERATOR(pg_catalog./) p.done::float8) END AS time_left,
+       a.query AS activity
+FROM counter.jobs j
+JOIN counter.job_runs r ON r.run_id OPERATOR(pg_catalog.=) j.running_run
+LEFT JOIN counter_internal.job_progress_entries() p ON p.run_id OPERATOR(pg_catalog.=) r.run_id
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) r.pid;
+COMMENT ON VIEW counter.running_jobs IS 'counter_ext jobs running now, with the progress their code reports';

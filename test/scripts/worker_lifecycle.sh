@@ -70,6 +70,31 @@ wait_for app "SELECT count(*) >= 3 FROM counter.job_runs WHERE target = 'public.
               AND runner = 'worker' AND rows_affected = 2" 30 || fail "the worker did not run the jobs"
 [ "$(q app "SELECT count(*) FROM public.ticks WHERE run_as <> 'life_owner'")" = 0 ] || fail "a job ran as another role"
 
+echo "== counter.running_jobs and pg_stat_activity show a running job's progress"
+ce_psql -d app >/dev/null <<'SQL'
+CREATE PROCEDURE public.job_test_progress(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..40 LOOP
+        PERFORM counter.job_progress('verifying keys', i * 100, 4000);
+        PERFORM pg_catalog.pg_sleep(0.1);
+    END LOOP;
+    rows_affected := 4000;
+END $$;
+GRANT EXECUTE ON PROCEDURE public.job_test_progress(text, bigint) TO life_owner;
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('test_progress', 'public.job_test_progress(text, bigint)');
+SELECT counter.job_register('test_progress', 'p', '1 hour', 'life_owner');
+SQL
+wait_for app "SELECT phase = 'verifying keys' AND done BETWEEN 100 AND 4000 AND total = 4000 AND owner = 'life_owner'::regrole
+              AND activity LIKE 'counter_ext worker: job % test_progress(p) as life_owner: verifying keys %/4000%'
+              FROM counter.running_jobs WHERE kind = 'test_progress'" 20 ||
+    fail "the progress is not shown: $(q app "SELECT row_to_json(r) FROM counter.running_jobs r")"
+wait_for app "SELECT per_second > 0 AND time_left IS NOT NULL FROM counter.running_jobs WHERE kind = 'test_progress'" 20 ||
+    fail "no rate and time left: $(q app "SELECT row_to_json(r) FROM counter.running_jobs r")"
+wait_for app "SELECT NOT EXISTS (SELECT FROM counter.running_jobs WHERE kind = 'test_progress')
+              AND EXISTS (SELECT FROM counter.job_runs WHERE kind = 'test_progress' AND outcome = 'succeeded')" 20 ||
+    fail "the progress job did not finish"
+
 echo "== a job whose target is dropped behind its back fails, backs off, and the others go on"
 q app "DROP TABLE public.victim"
 wait_for app "SELECT count(*) >= 3 FROM counter.job_runs WHERE target = 'public.victim' AND outcome = 'failed'

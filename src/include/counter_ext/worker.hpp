@@ -77,7 +77,11 @@ extern JobResult *job_worker_result; // session modes
 // Scheduler modes: what the runner did (copied into the slot's report).
 extern int job_worker_jobs_run;
 extern bool job_worker_budget_cut;
-// Publishes the deadline and job of the run starting now (0, 0 when it ends).
-void job_worker_set_running(int64 job_id, TimestampTz deadline);
+// Publishes the deadline, job and run of the run starting now (0, 0, 0 when
+// it ends).
+void job_worker_set_running(int64 job_id, int64 run_id, TimestampTz deadline);
+
+// What pg_stat_activity says of the running job, without its progress.
+extern char job_worker_activity[256];
 
 } // namespace ce

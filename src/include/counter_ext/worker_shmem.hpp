@@ -64,6 +64,20 @@ struct Nudge {
 	TimestampTz due;
 };
 
+// The progress of a job running now, as its code reports it with
+// counter.job_progress (one entry per running job of any job worker).
+struct Progress {
+	pid_t pid; // 0: free
+	int64 job_id;
+	int64 run_id;
+	TimestampTz started;       // the run's start
+	char phase[64];            // what it does now
+	TimestampTz phase_started; // when that phase began
+	int64 done;
+	int64 total; // -1 when unknown
+	TimestampTz updated;
+};
+
 inline constexpr int max_blocks = 32;
 inline constexpr int max_nudges = 64;
 
@@ -75,12 +89,18 @@ struct Shared {
 	bool nudge_overflow;
 	Nudge nudges[max_nudges];
 	Block blocks[max_blocks];
+	int nprogress;        // 2 x nslots: the scheduler's workers and as many started by sessions
+	Size progress_offset; // from the start of Shared
 	int nslots;
 	Slot slots[FLEXIBLE_ARRAY_MEMBER];
 };
 
 // NULL unless the library was preloaded (then set in every process).
 extern Shared *shared;
+
+inline Progress *progress_entry(int i) {
+	return reinterpret_cast<Progress *>(reinterpret_cast<char *>(shared) + shared->progress_offset) + i;
+}
 
 // Whether the database's workers must stay stopped (caller holds the lock).
 bool is_blocked(Oid dboid);
