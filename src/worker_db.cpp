@@ -18,6 +18,7 @@
 // FATAL (SIGTERM, postmaster death) ends the process. No C++ exception
 // reaches the top frame: the main runs inside ce::boundary, the passes under
 // ce::pg_guard.
+#include "counter_ext/owner.hpp"
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
@@ -92,19 +93,6 @@ void set_reason(ExitReason reason) {
 	LWLockRelease(shared->lock);
 }
 
-// The extension's owner (in a transaction).
-Oid extension_owner() {
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "counter_ext worker: SPI_connect failed");
-	int rc = SPI_execute("SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'counter_ext'", true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("extension \"counter_ext\" is not installed")));
-	bool isnull;
-	Oid owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	return owner;
-}
-
 // Runs the runner's top-level CALL the way a client's simple query runs it.
 // The CALL passes its EXECUTE check as the extension's owner (EXECUTE on the
 // runner is not granted to the job owners); the runner goes back to the
@@ -112,9 +100,7 @@ Oid extension_owner() {
 void run_top_level(const char *sql) {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	Oid owner = extension_owner();
-	PopActiveSnapshot();
+	Oid owner = ce::catalog_owner();
 	Oid save_user;
 	int save_sec;
 	GetUserIdAndSecContext(&save_user, &save_sec);

@@ -37,6 +37,7 @@
 // No C++ objects live in this file's frames: PostgreSQL calls are made
 // directly, and ce::pg_guard turns the job's ERROR into a ce::PgError that is
 // handled after its catch block has ended.
+#include "counter_ext/owner.hpp"
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
@@ -121,35 +122,16 @@ struct Outcome {
 	bool rethrow;     // a cancel of the whole call: record, then raise it
 };
 
-// Bookkeeping as the extension's owner (see the file comment).
-struct Bookkeeping {
-	Oid save_user;
-	int save_sec;
-	int nest;
-};
-
-Oid extension_owner() {
-	int rc = SPI_execute("SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'counter_ext'", true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("extension \"counter_ext\" is not installed")));
-	bool isnull;
-	return DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-}
+// Bookkeeping as the extension's owner (see the file comment), through the
+// one mechanism of owner.hpp.
+using Bookkeeping = ce::OwnerSwitch;
 
 Bookkeeping begin_bookkeeping() {
-	Bookkeeping b;
-	Oid owner = extension_owner();
-	GetUserIdAndSecContext(&b.save_user, &b.save_sec);
-	SetUserIdAndSecContext(owner, b.save_sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-	b.nest = NewGUCNestLevel();
-	(void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
-	                        false);
-	return b;
+	return ce::owner_enter(ce::catalog_owner());
 }
 
 void end_bookkeeping(const Bookkeeping &b) {
-	AtEOXact_GUC(true, b.nest);
-	SetUserIdAndSecContext(b.save_user, b.save_sec);
+	ce::owner_leave(b);
 }
 
 void spi_check(int rc, int expected, const char *what) {
