@@ -89,13 +89,6 @@ BEGIN
         RAISE EXCEPTION 'the owner of job target "%" (kind %) is unknown', target, kind
             USING ERRCODE = 'undefined_object', HINT = 'Pass owner => the role that owns the target.';
     END IF;
-    IF NOT (SELECT r.rolcanlogin FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) who) THEN
-        RAISE WARNING 'role % cannot log in, so its % job for "%" cannot run', who, kind, target
-            USING DETAIL = 'Jobs run in a background-worker session of their owner; PostgreSQL 15 refuses such '
-                           'a session to a role without LOGIN.',
-                  HINT = format('ALTER ROLE %s LOGIN (no password is needed: pg_hba.conf does not apply to '
-                                'background workers), or give the target to a role that can log in.', who);
-    END IF;
     INSERT INTO counter.jobs AS j (kind, target, run_every, owner)
     VALUES (job_register.kind, job_register.target, job_register.run_every, who)
     ON CONFLICT ON CONSTRAINT jobs_kind_target_key DO UPDATE
