@@ -13,11 +13,13 @@ extern "C" {
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "tcop/utility.h"
+#include "utils/backend_status.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 }
@@ -246,6 +248,20 @@ void stop_database_worker(Oid dboid) {
 			if (BackendPidGetProc(pids[i]) != nullptr) {
 				busy = true;
 				kill(pids[i], SIGTERM);
+			}
+		}
+		// Job workers that sessions started (run_jobs, run_job) hold no slot.
+		pgstat_clear_backend_activity_snapshot();
+		int n = pgstat_fetch_stat_numbackends();
+		for (int i = 1; i <= n; i++) {
+			PgBackendStatus *be = pgstat_fetch_stat_beentry(i);
+			if (be == nullptr || be->st_databaseid != dboid || be->st_backendType != B_BG_WORKER ||
+			    be->st_procpid == MyProcPid)
+				continue;
+			const char *type = GetBackgroundWorkerTypeByPid(be->st_procpid);
+			if (type != nullptr && strcmp(type, "counter_ext worker") == 0) {
+				busy = true;
+				kill(be->st_procpid, SIGTERM);
 			}
 		}
 		if (!busy || GetCurrentTimestamp() >= give_up)

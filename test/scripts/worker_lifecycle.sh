@@ -273,6 +273,23 @@ wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_s
 wait_for app_copy "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE runner = 'worker' AND started_at > now() - interval '1 minute'
                    AND outcome <> 'running')" 30 || fail "the copy's jobs do not run"
 q postgres "DROP DATABASE app" || fail "DROP DATABASE app failed"
+# A job worker a session started with run_job holds no slot, and outlives its
+# caller: DROP DATABASE stops it too.
+sess_job=$(ce_psql -d app_copy -At <<'SQL'
+BEGIN;
+SELECT counter.job_register('test_sleep', '301', '1 hour', 'life_owner') AS id \gset
+UPDATE counter.jobs SET enabled = false WHERE job_id = :id;
+COMMIT;
+SELECT :id;
+SQL
+)
+ce_psql -d app_copy -c "SET application_name = 'run_job caller'" -c "CALL counter.run_job($sess_job)" >/dev/null 2>&1 &
+wait_for app_copy "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE job_id = $sess_job AND outcome = 'running')" 30 ||
+    fail "the session's job did not start"
+q postgres "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'run_job caller'" >/dev/null
+wait
+[ "$(q postgres "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'counter_ext worker' AND datname = 'app_copy'")" -ge 1 ] ||
+    fail "the session's job worker did not outlive its caller"
 q postgres "DROP DATABASE app_copy" || fail "DROP DATABASE app_copy failed"
 wait_for postgres "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'counter_ext worker'" 10 ||
     fail "a worker outlived its database"
