@@ -18,11 +18,12 @@ LEFT JOIN LATERAL (
     ORDER BY x.run_id DESC
     LIMIT 1) r ON true;
 
--- The owner of the object a job serves, found from its target: the owner of
--- the tracked counter's source table, of the rollup's table, of the
--- partitioned table (so a job follows ALTER TABLE ... OWNER TO and REASSIGN
--- OWNED). NULL when the target is gone or the kind is not a built-in one.
--- (PL/pgSQL: the features' catalogs are made by later pieces.)
+-- The owner of the object a job serves, found from its target: the owner
+-- the feature records (counter.tracked.owner, counter.rollups.owner: the
+-- role its own checks and its state belong to), or the partitioned table's
+-- owner (which follows ALTER TABLE ... OWNER TO and REASSIGN OWNED). NULL when
+-- the target is gone or the kind is not a built-in one. (PL/pgSQL: the
+-- features' catalogs are made by later pieces.)
 CREATE FUNCTION counter_internal.job_target_owner(kind text, target text)
 RETURNS regrole
 LANGUAGE plpgsql STABLE STRICT
@@ -31,13 +32,9 @@ AS $$
 BEGIN
     RETURN CASE kind
         WHEN 'reconcile' THEN
-            (SELECT c.relowner::regrole FROM counter.tracked t JOIN pg_catalog.pg_class c
-                 ON c.oid OPERATOR(pg_catalog.=) t.source::oid
-             WHERE t.name OPERATOR(pg_catalog.=) target)
+            (SELECT t.owner FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) target)
         WHEN 'rollup_refresh' THEN
-            (SELECT c.relowner::regrole FROM counter.rollups r JOIN pg_catalog.pg_class c
-                 ON c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid
-             WHERE r.name OPERATOR(pg_catalog.=) target)
+            (SELECT r.owner FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) target)
         WHEN 'partition_maintenance' THEN
             (SELECT c.relowner::regrole FROM pg_catalog.pg_class c
              WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(target))
