@@ -562,7 +562,7 @@ CE_FUNCTION(counter_tracked_fold) {
 		} else if (for_row) {
 			ce::tracked::Fold fold;
 			MemoryContext keep = CurrentMemoryContext;
-			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? td->tg_trigtuple
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? td->tg_trigtuple
 			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
 			                                                          : nullptr;
 			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;
