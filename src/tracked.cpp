@@ -62,9 +62,19 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter.tracked_caller(): the role that called the outermost function.
+// counter_internal.caller(): the role that called the outermost function.
+// Inside a security-restricted operation (code counter_ext runs for an
+// object's owner: a filter, a trigger on the owner's table, a CHECK
+// constraint), the outer role is whoever started that work (a superuser's
+// run_jobs, the worker), not the owner whose code is running: the SECURITY
+// DEFINER entry points that ask for their caller refuse to run there.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
+	if (InSecurityRestrictedOperation())
+		throw ce::Error("42501",
+		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
+		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                "counters, rollups or partitions.");
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
@@ -552,7 +562,7 @@ CE_FUNCTION(counter_tracked_fold) {
 		} else if (for_row) {
 			ce::tracked::Fold fold;
 			MemoryContext keep = CurrentMemoryContext;
-			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? td->tg_trigtuple
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? td->tg_trigtuple
 			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
 			                                                          : nullptr;
 			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;

@@ -188,7 +188,10 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
     END IF;
     EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
                    ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
-                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS %L', fn_batch, body);
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
+                   -- plans made for each batch's arrays (a generic plan takes
+                   -- every unnest for 10 rows and joins 1,000 keys in loops)
+                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body);
     EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
                    fn_batch, t.owner);
     EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
