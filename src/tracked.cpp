@@ -38,6 +38,7 @@ extern "C" {
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 }
@@ -113,7 +114,8 @@ CE_FUNCTION(counter_tracked_check_filter) {
 //
 // Trigger arguments, written by counter.track (only it can attach this
 // function: EXECUTE is revoked from PUBLIC):
-//   0 counter id, 1 delta table (qualified), 2 owner oid, 3 key column,
+//   0 counter id, 1 delta table (qualified), 2 owner oid (unused: the owner is
+//   the delta table's), 3 key column,
 //   4 time column, 5 bucket width in microseconds, 6 shards, 7 filter (optional)
 
 namespace {
@@ -226,7 +228,15 @@ FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
 	Relation rel = td->tg_relation;
 	TupleDesc desc = RelationGetDescr(rel);
 	c->relid = RelationGetRelid(rel);
-	c->owner = static_cast<Oid>(strtoul(c->args[2], nullptr, 10));
+	// The owner is read from the delta table, never from argument 2: a role's
+	// OID is local to a cluster, and a dump restored elsewhere keeps the
+	// trigger's text (the OID would then name another role, or none).
+	Oid delta = DatumGetObjectId(DirectFunctionCall1(regclassin, CStringGetDatum(c->args[1])));
+	HeapTuple delta_tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(delta));
+	if (!HeapTupleIsValid(delta_tuple))
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("delta table %s does not exist", c->args[1])));
+	c->owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(delta_tuple))->relowner;
+	ReleaseSysCache(delta_tuple);
 	c->key_att = column_number(desc, c->args[3]);
 	c->time_att = column_number(desc, c->args[4]);
 	Form_pg_attribute key = TupleDescAttr(desc, c->key_att - 1);

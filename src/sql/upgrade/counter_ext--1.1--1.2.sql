@@ -12,3 +12,16 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_pncounter_from_bytea';
 CREATE CAST (bytea AS counter.pncounter) WITH FUNCTION counter.pncounter_from_bytea(bytea);
 CREATE CAST (counter.pncounter AS bytea) WITHOUT FUNCTION;
+
+-- ---- dump and restore: pending work, history and identity sequences are dumped (issue 14) ----
+SELECT pg_catalog.pg_extension_config_dump('counter.rollup_dirty', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.rollup_status', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.job_runs', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.tracked_runs', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.tracked_key_drift', '');
+-- (One call a statement: each call updates the extension's catalog row.)
+SELECT pg_catalog.pg_extension_config_dump('counter.tracked_counter_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.tracked_runs_run_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.rollups_rollup_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.jobs_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('counter.job_runs_run_id_seq', '');
