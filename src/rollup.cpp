@@ -20,6 +20,8 @@
 extern "C" {
 #include "commands/trigger.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 }
 
 #include <string>
@@ -49,12 +51,12 @@ struct Rollup {
 };
 
 // Owns nothing C++: inside pg_guard, between SPI_connect and SPI_finish.
-Rollup read_rollup(int32 rid) {
+Rollup read_rollup(int32 rid, Oid source) {
 	Oid types[1] = {INT4OID};
 	if (lookup_plan == nullptr)
 		lookup_plan = ce::prepare_kept("SELECT c.mode OPERATOR(pg_catalog.=) 'trigger', c.add_sql, c.mark_new_sql,"
 		                               " c.mark_old_sql, c.sql_for IS DISTINCT FROM"
-		                               " pg_catalog.format('%s|%s', c.source, c.rollup_table)"
+		                               " pg_catalog.format('%s|%s', c.source, c.rollup_table), c.source::pg_catalog.oid"
 		                               " FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) $1",
 		                               1, types);
 	Datum args[1] = {Int32GetDatum(rid)};
@@ -63,10 +65,12 @@ Rollup read_rollup(int32 rid) {
 	Rollup r{};
 	if (SPI_processed == 0)
 		return r;
-	r.found = true;
 	HeapTuple tuple = SPI_tuptable->vals[0];
 	TupleDesc desc = SPI_tuptable->tupdesc;
 	bool isnull;
+	if (DatumGetObjectId(SPI_getbinval(tuple, desc, 6, &isnull)) != source)
+		return r;
+	r.found = true;
 	r.trigger_mode = DatumGetBool(SPI_getbinval(tuple, desc, 1, &isnull));
 	bool stale = DatumGetBool(SPI_getbinval(tuple, desc, 5, &isnull));
 	int first = 2;
@@ -137,21 +141,38 @@ CE_FUNCTION(counter_rollup_trigger) {
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
 		if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
-		return read_rollup(rid);
+		return read_rollup(rid, RelationGetRelid(td->tg_relation));
 	});
-	if (r.found) {
-		if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
-			if (r.trigger_mode)
-				run(rid, add_rows, r.sql[add_rows]);
-			else
-				run(rid, mark_new, r.sql[mark_new]);
-		} else {
-			// DELETE, UPDATE: the hours of the old rows (and of the new ones)
-			// are recomputed from the events.
-			run(rid, mark_old, r.sql[mark_old]);
-			if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
-				run(rid, mark_new, r.sql[mark_new]);
-		}
+	if (!r.found) {
+		// A restore of part of a dump (pg_dump --schema-only, --table) brings
+		// the triggers without the catalog row: refuse rather than count into
+		// nothing, or into another rollup that has the same id.
+		ce::pg_guard([td, rid] {
+			Relation rel = td->tg_relation;
+			char *table =
+			    quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel));
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			                errmsg("trigger %s on %s belongs to rollup %d, which is not registered in this database",
+			                       td->tg_trigger->tgname, table, rid),
+			                errdetail("A restore of part of a dump (pg_dump --schema-only, --table) brings a table's "
+			                          "triggers without counter_ext's catalog."),
+			                errhint("Restore the whole database from a full pg_dump to keep the rollup; or drop the "
+			                        "table's counter_rollup_%d_* triggers, then create the rollup again with "
+			                        "counter.rollup_create (see doc/operations.md).",
+			                        rid)));
+		});
+	}
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
+		if (r.trigger_mode)
+			run(rid, add_rows, r.sql[add_rows]);
+		else
+			run(rid, mark_new, r.sql[mark_new]);
+	} else {
+		// DELETE, UPDATE: the hours of the old rows (and of the new ones)
+		// are recomputed from the events.
+		run(rid, mark_old, r.sql[mark_old]);
+		if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+			run(rid, mark_new, r.sql[mark_new]);
 	}
 	ce::pg_guard([] { SPI_finish(); });
 	return PointerGetDatum(nullptr);

@@ -15,6 +15,9 @@
 #include "counter_ext/tracked_fold.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "parser/parse_coerce.h"
@@ -38,6 +41,9 @@ extern "C" {
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
@@ -199,6 +205,52 @@ bool same_args(const FoldCache &c, const Trigger *trigger) {
 	return true;
 }
 
+// Raises unless counter 'id' is registered in counter.tracked, in trigger
+// mode, for this table. A restore of part of a dump (pg_dump --schema-only,
+// --table) brings the table's triggers without the catalog rows: counting
+// into state nobody reads, or into another counter that has the same id,
+// would be silently wrong. The catalog is read directly (a small table, a
+// heap scan), not through SQL: the writer may have no right to read it, and
+// no user code runs here. Owns nothing C++: inside pg_guard.
+void require_registered(const char *id, Relation rel, const Trigger *trigger) {
+	int32 counter_id = pg_strtoint32(id);
+	Oid catalog = get_relname_relid("tracked", get_namespace_oid("counter", false));
+	bool found = false;
+	if (OidIsValid(catalog)) {
+		Relation cat = table_open(catalog, AccessShareLock);
+		AttrNumber source_att = get_attnum(catalog, "source");
+		AttrNumber mode_att = get_attnum(catalog, "mode");
+		ScanKeyData key;
+		ScanKeyInit(&key, get_attnum(catalog, "counter_id"), BTEqualStrategyNumber, F_INT4EQ,
+		            Int32GetDatum(counter_id));
+		SysScanDesc scan = systable_beginscan(cat, InvalidOid, false, GetActiveSnapshot(), 1, &key);
+		HeapTuple tuple = systable_getnext(scan);
+		if (HeapTupleIsValid(tuple)) {
+			bool source_null, mode_null;
+			Datum source = heap_getattr(tuple, source_att, RelationGetDescr(cat), &source_null);
+			Datum mode = heap_getattr(tuple, mode_att, RelationGetDescr(cat), &mode_null);
+			found = !source_null && !mode_null && DatumGetObjectId(source) == RelationGetRelid(rel) &&
+			        strcmp(TextDatumGetCString(mode), "trigger") == 0;
+		}
+		systable_endscan(scan);
+		table_close(cat, AccessShareLock);
+	}
+	if (!found) {
+		char *table =
+		    quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel));
+		ereport(ERROR,
+		        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		         errmsg("trigger %s on %s belongs to tracked counter %d, which is not registered in this database",
+		                trigger->tgname, table, counter_id),
+		         errdetail("A restore of part of a dump (pg_dump --schema-only, --table) brings a table's triggers "
+		                   "without counter_ext's catalog."),
+		         errhint("Restore the whole database from a full pg_dump to keep the counter; or drop the "
+		                 "table's counter_%d_* triggers and the counter.tracked_%d_* objects, then register it again "
+		                 "with counter.track (see doc/operations.md).",
+		                 counter_id, counter_id)));
+	}
+}
+
 // Owns nothing C++: called inside pg_guard, with the map's entry for this
 // trigger (zeroed when new). Runs as the counter's owner.
 FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
@@ -211,6 +263,7 @@ FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
 	}
 	if (c->valid && same_args(*c, trigger))
 		return c;
+	require_registered(trigger->tgargs[0], td->tg_relation, trigger);
 	if (c->context != nullptr) {
 		if (c->upsert != nullptr)
 			SPI_freeplan(c->upsert);
