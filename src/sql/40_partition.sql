@@ -165,6 +165,63 @@ AS $$
       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) ''
 $$;
 
+-- Logical replication (doc/operations.md). A partition gets its parent's
+-- REPLICA IDENTITY: PostgreSQL does not copy it, and a partition that is
+-- published without one refuses UPDATE and DELETE. USING INDEX maps to the
+-- partition's index attached to the parent's identity index, so t must be
+-- attached already.
+CREATE FUNCTION counter.partition_copy_identity(parent regclass, t regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ident "char" := (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent);
+    idx regclass;
+BEGIN
+    IF ident OPERATOR(pg_catalog.=) (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t)
+       AND ident OPERATOR(pg_catalog.<>) 'i' THEN
+        RETURN;
+    END IF;
+    CASE ident
+    WHEN 'f' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', t);
+    WHEN 'n' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY NOTHING', t);
+    WHEN 'd' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', t);
+    ELSE
+        SELECT h.inhrelid::regclass INTO idx
+        FROM pg_index pi
+        JOIN pg_inherits h ON h.inhparent OPERATOR(pg_catalog.=) pi.indexrelid
+        JOIN pg_index ci ON ci.indexrelid OPERATOR(pg_catalog.=) h.inhrelid
+        WHERE pi.indrelid OPERATOR(pg_catalog.=) parent AND pi.indisreplident
+          AND ci.indrelid OPERATOR(pg_catalog.=) t;
+        IF idx IS NULL THEN
+            RAISE EXCEPTION 'partition % has no index attached to the replica identity index of %', t, parent
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', t,
+                       (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) idx));
+    END CASE;
+END
+$$;
+
+-- True when a change to the parent's default partition is published by a
+-- publication of this database (FOR ALL TABLES, the parent or an ancestor,
+-- the default partition itself, or their schema): a drain must then be
+-- published as the rows it moves.
+CREATE FUNCTION counter.partition_published(parent regclass)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_publication_tables pt
+        JOIN pg_class c ON c.relname OPERATOR(pg_catalog.=) pt.tablename
+        JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                           AND n.nspname OPERATOR(pg_catalog.=) pt.schemaname
+        WHERE c.oid IN (SELECT a.relid FROM pg_partition_ancestors(partition_published.parent) a
+                        UNION ALL SELECT counter.partition_default(partition_published.parent)))
+$$;
+
 -- Creates the standalone table that becomes the partition [lo, hi): the
 -- parent's columns, defaults, constraints and indexes (LIKE ... INCLUDING ALL,
 -- so ATTACH adopts the indexes instead of building them), the parent's owner,
@@ -195,6 +252,7 @@ BEGIN
     IF how = 'direct' THEN
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
                        nsp, tname, nsp, rel.relname, lo, hi);
+        PERFORM counter.partition_copy_identity(parent, format('%I.%I', nsp, tname)::regclass);
     ELSE
         EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)%s', nsp, tname, nsp, rel.relname,
                        CASE WHEN rel.reltablespace <> 0
@@ -222,7 +280,15 @@ BEGIN
 END
 $$;
 
--- Attaches a table made by partition_make_table as the partition [lo, hi).
+-- Attaches a table made by partition_make_table as the partition [lo, hi),
+-- with the parent's replica identity. A bounded t holds rows a drain moved
+-- out of the default partition. When that partition is published, the move
+-- was published as DELETEs only (t is not published before it is attached),
+-- so a subscriber would lose the rows: then t is set aside under another
+-- name, an empty partition is attached in its place, and the rows go back
+-- in through the parent (published as INSERTs, through the partition or the
+-- root), in this transaction. A subscriber applies the drain's transaction
+-- as deletes from the default partition and inserts of the same rows.
 CREATE FUNCTION counter.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
@@ -230,11 +296,70 @@ SET search_path = pg_catalog, pg_temp
 SET TimeZone = 'UTC'
 SET DateStyle = 'ISO, YMD'
 AS $$
+DECLARE
+    held regclass;
+    held_name name;
+    has_rows boolean := false;
 BEGIN
+    IF bounded AND counter.partition_published(parent) THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', t) INTO STRICT has_rows;
+    END IF;
+    IF has_rows THEN
+        held_name := counter.partition_name_for(
+            (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent),
+            counter.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
+                                          WHERE c.parent OPERATOR(pg_catalog.=) partition_attach.parent)) || '_held');
+        EXECUTE format('ALTER TABLE %s RENAME TO %I', t, held_name);
+        held := t;
+        t := counter.partition_make_table(parent, lo, hi, 'bounded');
+    END IF;
     EXECUTE format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)', parent, t, lo, hi);
     IF bounded THEN
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT counter_ext_bounds', t);
     END IF;
+    PERFORM counter.partition_copy_identity(parent, t);
+    IF held IS NOT NULL THEN
+        PERFORM counter.partition_move(parent, held, parent, NULL, NULL, NULL);
+        EXECUTE format('DROP TABLE %s', held);
+    END IF;
+END
+$$;
+
+-- The move itself, from one table to another (ONLY from_rel; into to_rel,
+-- which may be the parent: the rows are then routed to its partitions).
+-- lo and hi NULL: every row.
+CREATE FUNCTION counter.partition_move(parent regclass, from_rel regclass, to_rel regclass, lo timestamptz,
+                                       hi timestamptz, max_rows bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    ctl name := (SELECT c.control FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_move.parent);
+    cols text := counter.partition_column_list(parent);
+    old_role text := current_setting('session_replication_role');
+    n bigint;
+BEGIN
+    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user) THEN
+        PERFORM set_config('session_replication_role', 'replica', true);
+    ELSIF EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid IN (from_rel, to_rel) AND NOT g.tgisinternal)
+       OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contype OPERATOR(pg_catalog.=) 'f'
+                  AND k.confrelid IN (parent, from_rel)) THEN
+        RAISE EXCEPTION 'moving rows out of the default partition of % needs a superuser', parent
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The table has triggers or is referenced by foreign keys, which must not fire for a move.';
+    END IF;
+    EXECUTE format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
+                   '%2$s %3$s)) RETURNING %4$s) '
+                   'INSERT INTO %5$s (%4$s) OVERRIDING SYSTEM VALUE SELECT %4$s FROM moved',
+                   from_rel,
+                   CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
+                   CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM set_config('session_replication_role', old_role, true);
+    RETURN n;
 END
 $$;
 
@@ -247,35 +372,10 @@ $$;
 -- and without referencing foreign keys.
 CREATE FUNCTION counter.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET DateStyle = 'ISO, YMD'
 AS $$
-DECLARE
-    d regclass := counter.partition_default(parent);
-    ctl name := (SELECT c.control FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_move_rows.parent);
-    cols text := counter.partition_column_list(parent);
-    old_role text := current_setting('session_replication_role');
-    n bigint;
-BEGIN
-    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user) THEN
-        PERFORM set_config('session_replication_role', 'replica', true);
-    ELSIF EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) d AND NOT g.tgisinternal)
-       OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contype OPERATOR(pg_catalog.=) 'f'
-                  AND k.confrelid IN (parent, d)) THEN
-        RAISE EXCEPTION 'moving rows out of the default partition of % needs a superuser', parent
-            USING ERRCODE = 'insufficient_privilege',
-                  DETAIL = 'The table has triggers or is referenced by foreign keys, which must not fire for a move.';
-    END IF;
-    EXECUTE format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
-                   'WHERE %2$I >= %3$L AND %2$I < %4$L %5$s)) RETURNING %6$s) '
-                   'INSERT INTO %7$s (%6$s) OVERRIDING SYSTEM VALUE SELECT %6$s FROM moved',
-                   d, ctl, lo, hi, CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, t);
-    GET DIAGNOSTICS n = ROW_COUNT;
-    PERFORM set_config('session_replication_role', old_role, true);
-    RETURN n;
-END
+    SELECT counter.partition_move(parent, counter.partition_default(parent), t, lo, hi, max_rows)
 $$;
 
 -- One bounded step of maintenance of one table, in the caller's transaction:
@@ -760,6 +860,8 @@ BEGIN
         END IF;
     END IF;
 
+    -- Every partition, those made before too, gets the parent's replica identity.
+    PERFORM counter.partition_copy_identity(parent, b.partition) FROM counter.partition_bounds(parent) b;
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));
     RETURN made;
@@ -869,6 +971,8 @@ GRANT SELECT ON counter.partition_status TO PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_make_table(regclass, timestamptz, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_attach(regclass, regclass, timestamptz, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_move_rows(regclass, regclass, timestamptz, timestamptz, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.partition_move(regclass, regclass, regclass, timestamptz, timestamptz, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.partition_copy_identity(regclass, regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_step(regclass, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_record(regclass, text, text, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) FROM PUBLIC;
