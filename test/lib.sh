@@ -25,7 +25,7 @@ CE_CLUSTERS=()
 
 # What the tests need; benchmarks pass their anchors to ce_require_packages.
 CE_TEST_PACKAGES=(make g++ clang-format postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_MAJOR
-    postgresql-$CE_PG_MAJOR-pgtap postgresql-$CE_PG_MAJOR-cron libboost-dev python3 procps iproute2)
+    postgresql-$CE_PG_MAJOR-pgtap postgresql-$CE_PG_MAJOR-cron libboost-dev python3 procps iproute2 pgbouncer)
 
 ce_log() { printf '%s\n' "$*" >&2; }
 ce_die() { ce_log "error: $*"; exit 1; }
