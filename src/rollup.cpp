@@ -151,14 +151,14 @@ CE_FUNCTION(counter_rollup_trigger) {
 			Relation rel = td->tg_relation;
 			char *table =
 			    quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)), RelationGetRelationName(rel));
-			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			                errmsg("trigger %s on %s belongs to rollup %d, which is not registered in this database",
-			                       td->tg_trigger->tgname, table, rid),
-			                errdetail("A restore of part of a dump (pg_dump --schema-only, --table) brings a table's "
-			                          "triggers without counter_ext's catalog."),
-			                errhint("Restore the whole database from a full pg_dump to keep the rollup; or drop the "
-			                        "table's counter_rollup_%d_* triggers, then create the rollup again with "
-			                        "counter.rollup_create (see doc/operations.md).",
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+			                errmsg("rollup %d of trigger %s on %s does not exist", rid, td->tg_trigger->tgname, table),
+			                errdetail("A trigger of a rollup that was dropped is left on its table, or a restore of "
+			                          "part of a dump (pg_dump --schema-only, --table) brought the table's triggers "
+			                          "without counter_ext's catalog."),
+			                errhint("Restore the whole database from a full pg_dump to keep the rollup; or DROP the "
+			                        "table's counter_rollup_%d_* triggers (then counter.rollup_create makes it "
+			                        "again; see doc/operations.md).",
 			                        rid)));
 		});
 	}

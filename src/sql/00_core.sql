@@ -9,6 +9,17 @@ COMMENT ON SCHEMA counter IS 'counter_ext: counters that stay correct next to th
 -- from PUBLIC function by function, and functions check their caller.
 GRANT USAGE ON SCHEMA counter TO PUBLIC;
 
+-- Helpers and the per-object state (tracked counters' tables) live in schema
+-- counter_internal (doc/security.md). Nobody but the extension creates
+-- anything there. USAGE is granted because an object's owner reaches its own
+-- state tables there (as itself); EXECUTE on every function of the schema is
+-- revoked from PUBLIC at the end of the script (99_internal.sql), so a helper
+-- is callable only by the extension's own functions, or by the owner a
+-- registration grants it to.
+CREATE SCHEMA counter_internal;
+COMMENT ON SCHEMA counter_internal IS 'counter_ext: internal helpers and per-object state; not an API';
+GRANT USAGE ON SCHEMA counter_internal TO PUBLIC;
+
 -- The catalog row of a user column of a table, or undefined_column (42703):
 -- the one check every feature makes of the columns it is given.
 CREATE FUNCTION counter.column_of(rel regclass, col name)

@@ -28,6 +28,6 @@ SELECT 'rows', 'events_default', count(*) FROM public.events_default;
 SELECT 'hll', link_id, visitors::text, counter.hll_cardinality(visitors) FROM public.visitors_daily ORDER BY 2;
 SELECT 'pncounter', page, views::text, views::bigint FROM public.page_views ORDER BY 2;
 SELECT 'owner', c.oid::regclass, c.relowner::regrole FROM pg_class c
-WHERE c.relnamespace IN ('public'::regnamespace, 'counter'::regnamespace) AND c.relkind IN ('r', 'p')
+WHERE c.relnamespace IN ('public'::regnamespace, 'counter'::regnamespace, 'counter_internal'::regnamespace) AND c.relkind IN ('r', 'p')
   AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
 ORDER BY c.oid::regclass::text;
