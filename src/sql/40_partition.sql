@@ -33,7 +33,10 @@ CREATE TABLE counter.partitioned_tables (
     last_error           text,
     last_created         bigint,
     last_dropped         bigint,
-    last_moved           bigint
+    last_moved           bigint,
+    -- the target of its job (schema.table when registered), followed through
+    -- renames by counter_internal.partition_follow_rename (80_drop.sql)
+    job_target           text
 );
 COMMENT ON TABLE counter.partitioned_tables IS
     'tables whose hourly (or daily) partitions counter_ext maintains, with their last maintenance outcome';
@@ -864,6 +867,8 @@ BEGIN
     PERFORM counter.partition_copy_identity(parent, b.partition) FROM counter.partition_bounds(parent) b;
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));
+    UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
+    WHERE c.parent = partition_manage.parent;
     RETURN made;
 END
 $$;
@@ -892,8 +897,9 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'CALL counter.run_maintenance() to finish the drain first.';
     END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = parent;
+    SELECT coalesce(t.job_target, format('%I.%I', n.nspname, c.relname)) INTO target
+    FROM counter.partitioned_tables t JOIN pg_class c ON c.oid = t.parent JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE t.parent = partition_unmanage.parent;
     PERFORM counter.job_unregister('partition_maintenance', target);
     DELETE FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent;
     RETURN true;
@@ -912,12 +918,12 @@ AS $$
 DECLARE
     o record;
 BEGIN
-    FOR o IN SELECT d.objid, d.object_identity FROM pg_event_trigger_dropped_objects() d
+    FOR o IN SELECT d.objid, coalesce(c.job_target, d.object_identity) AS target
+             FROM pg_event_trigger_dropped_objects() d
+             JOIN counter.partitioned_tables c ON c.parent::oid = d.objid
              WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table' LOOP
-        IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid) THEN
-            DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
-            PERFORM counter.job_unregister('partition_maintenance', o.object_identity);
-        END IF;
+        DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
+        PERFORM counter.job_unregister('partition_maintenance', o.target);
     END LOOP;
 END
 $$;

@@ -1,4 +1,10 @@
--- ---- partitions on a logical replication publisher (issue 14): replica identity, published drains ----
+-- ---- partitions (issue 14): replica identity on a publisher, published drains,
+-- the job target that follows renames (counter_internal.partition_follow_rename)
+ALTER TABLE counter.partitioned_tables ADD COLUMN job_target text;
+UPDATE counter.partitioned_tables t SET job_target = pg_catalog.format('%I.%I', n.nspname, c.relname)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.oid OPERATOR(pg_catalog.=) t.parent;
+
 CREATE FUNCTION counter.partition_copy_identity(parent regclass, t regclass)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
@@ -296,7 +302,56 @@ BEGIN
     PERFORM counter.partition_copy_identity(parent, b.partition) FROM counter.partition_bounds(parent) b;
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));
+    UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
+    WHERE c.parent = partition_manage.parent;
     RETURN made;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION counter.partition_unmanage(parent regclass)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent) THEN
+        RETURN false;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+        RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
+            HINT = 'Try again in a moment.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM counter.partition_staging s WHERE s.parent = partition_unmanage.parent) THEN
+        RAISE EXCEPTION 'table % has rows half way out of its default partition', parent
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'CALL counter.run_maintenance() to finish the drain first.';
+    END IF;
+    SELECT coalesce(t.job_target, format('%I.%I', n.nspname, c.relname)) INTO target
+    FROM counter.partitioned_tables t JOIN pg_class c ON c.oid = t.parent JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE t.parent = partition_unmanage.parent;
+    PERFORM counter.job_unregister('partition_maintenance', target);
+    DELETE FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent;
+    RETURN true;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION counter.partition_forget_dropped()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN SELECT d.objid, coalesce(c.job_target, d.object_identity) AS target
+             FROM pg_event_trigger_dropped_objects() d
+             JOIN counter.partitioned_tables c ON c.parent::oid = d.objid
+             WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table' LOOP
+        DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
+        PERFORM counter.job_unregister('partition_maintenance', o.target);
+    END LOOP;
 END
 $$;
 
