@@ -207,10 +207,12 @@ BEGIN
 END
 $$;
 
--- True when a change to the parent's default partition is published by a
+-- True when a DELETE from the parent's default partition is published by a
 -- publication of this database (FOR ALL TABLES, the parent or an ancestor,
 -- the default partition itself, or their schema): a drain must then be
--- published as the rows it moves.
+-- published as the rows it moves. A publication of inserts only sees no
+-- drain at all (neither its deletes nor its inserts into a table not yet
+-- attached), which is right for it as it is.
 CREATE FUNCTION counter.partition_published(parent regclass)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT
@@ -218,6 +220,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT EXISTS (
         SELECT 1 FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname OPERATOR(pg_catalog.=) pt.pubname AND p.pubdelete
         JOIN pg_class c ON c.relname OPERATOR(pg_catalog.=) pt.tablename
         JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
                            AND n.nspname OPERATOR(pg_catalog.=) pt.schemaname

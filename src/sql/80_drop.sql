@@ -10,8 +10,9 @@
 -- by the role that dropped the table (its owner, or a superuser; not
 -- SECURITY DEFINER: rollup_drop drops the triggers on the source when the
 -- source is still there): its triggers, its rollup table, its catalog rows,
--- its job. When the rollup table goes, its nested DROP comes back here and
--- finds the rollup already on its way out.
+-- its job. The DROP TABLE of the rollup table that rollup_drop runs comes
+-- back here: a rollup whose source is still there without its triggers is
+-- already being dropped, and is left to that drop.
 CREATE FUNCTION counter_internal.rollup_forget_dropped()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -20,11 +21,17 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT c.name FROM counter.rollups c
+    FOR r IN SELECT DISTINCT c.name, c.rollup_id, c.source::oid AS source FROM counter.rollups c
              JOIN pg_event_trigger_dropped_objects() d
                ON d.classid OPERATOR(pg_catalog.=) 'pg_class'::regclass AND d.objsubid OPERATOR(pg_catalog.=) 0
               AND d.objid IN (c.source::oid, c.rollup_table::oid) LOOP
-        PERFORM counter.rollup_drop(r.name);
+        IF NOT EXISTS (SELECT 1 FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) r.source)
+           OR EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
+                      AND g.tgname IN ('counter_rollup_' || r.rollup_id || '_insert',
+                                       'counter_rollup_' || r.rollup_id || '_delete',
+                                       'counter_rollup_' || r.rollup_id || '_update')) THEN
+            PERFORM counter.rollup_drop(r.name);
+        END IF;
     END LOOP;
 END
 $$;

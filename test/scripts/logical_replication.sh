@@ -8,6 +8,10 @@
 #   events_ix  REPLICA IDENTITY USING INDEX, published partition by partition
 #              (the subscriber makes the new partitions' tables and refreshes
 #              its subscription, as PostgreSQL requires for that mode)
+#   events_ins published for inserts only (publish = 'insert'), via the root:
+#              a drain is invisible to it, and is not re-published (the
+#              subscriber's unique key would stop the subscription on a
+#              duplicate)
 # Every partition gets its parent's replica identity (else the deletes fail),
 # and the subscriber ends with exactly the publisher's rows (count and md5),
 # although each drain moved rows from the default partition into tables that
@@ -27,12 +31,16 @@ tables_sql="
 CREATE TABLE public.events (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
                             UNIQUE (event_id, occurred_at)) PARTITION BY RANGE (occurred_at);
 CREATE TABLE public.events_ix (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
-                               UNIQUE (event_id, occurred_at)) PARTITION BY RANGE (occurred_at);"
+                               UNIQUE (event_id, occurred_at)) PARTITION BY RANGE (occurred_at);
+CREATE TABLE public.events_ins (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
+                                UNIQUE (event_id, occurred_at)) PARTITION BY RANGE (occurred_at);"
 pub -c "CREATE EXTENSION counter_ext" -c "$tables_sql" \
     -c "ALTER TABLE public.events REPLICA IDENTITY FULL" \
     -c "ALTER TABLE public.events_ix REPLICA IDENTITY USING INDEX events_ix_event_id_occurred_at_key" \
     -c "SELECT counter.partition_manage('public.events', 'occurred_at', premake => 2, batch_rows => 60)" \
     -c "SELECT counter.partition_manage('public.events_ix', 'occurred_at', premake => 2, batch_rows => 60)" \
+    -c "SELECT counter.partition_manage('public.events_ins', 'occurred_at', premake => 2, batch_rows => 60)" \
+    -c "CREATE PUBLICATION pub_ins FOR TABLE public.events_ins WITH (publish = 'insert', publish_via_partition_root = true)" \
     -c "CREATE PUBLICATION pub_root FOR TABLE public.events WITH (publish_via_partition_root = true)" \
     -c "CREATE PUBLICATION pub_leaf FOR TABLE public.events_ix" >/dev/null || fail "publisher set-up"
 
@@ -48,9 +56,15 @@ leaf_tables() {
 conn="host=127.0.0.1 port=$CE_pub_PORT user=$(ce_owner_name) dbname=postgres"
 sub -c "CREATE TABLE public.events (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
                                     UNIQUE (event_id, occurred_at))" \
+    -c "CREATE TABLE public.events_ins (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
+                                        UNIQUE (event_id, occurred_at))" \
     -c "$(leaf_tables)" \
     -c "CREATE SUBSCRIPTION sub_root CONNECTION '$conn' PUBLICATION pub_root" \
-    -c "CREATE SUBSCRIPTION sub_leaf CONNECTION '$conn' PUBLICATION pub_leaf" >/dev/null || fail "subscriber set-up"
+    -c "CREATE SUBSCRIPTION sub_leaf CONNECTION '$conn' PUBLICATION pub_leaf" \
+    -c "CREATE SUBSCRIPTION sub_ins CONNECTION '$conn' PUBLICATION pub_ins" >/dev/null || fail "subscriber set-up"
+
+# A slot of our own reads what pub_ins publishes, message by message.
+pub -c "SELECT 'made' FROM pg_create_logical_replication_slot('check_ins', 'pgoutput')" >/dev/null || fail "slot"
 
 # Every partition counter_ext made has its parent's replica identity.
 bad=$(pub -Atc "SELECT t.relid::regclass FROM pg_partition_tree('public.events') t JOIN pg_class c ON c.oid = t.relid
@@ -73,6 +87,8 @@ load() {
                 FROM generate_series(1, 20) g;
                 INSERT INTO public.events_ix SELECT event_id, link_id, occurred_at FROM public.events
                 WHERE event_id > $i * 1000 AND event_id < ($i + 1) * 1000;
+                INSERT INTO public.events_ins SELECT event_id, link_id, occurred_at FROM public.events
+                WHERE event_id > $i * 1000 AND event_id < ($i + 1) * 1000;
                 DELETE FROM public.events WHERE event_id % 23 = 0;
                 DELETE FROM public.events_ix WHERE event_id % 29 = 0;" >/dev/null || return 1
     done
@@ -88,7 +104,8 @@ maintain() {
 # committed transaction each, while the load goes on.
 pub -c "INSERT INTO public.events SELECT 900000 + g, g % 7, date_trunc('hour', now()) - interval '20 hours' + g * interval '1 second'
         FROM generate_series(1, 200) g;
-        INSERT INTO public.events_ix SELECT * FROM public.events WHERE event_id > 900000" >/dev/null || fail "stragglers"
+        INSERT INTO public.events_ix SELECT * FROM public.events WHERE event_id > 900000;
+        INSERT INTO public.events_ins SELECT * FROM public.events WHERE event_id > 900000" >/dev/null || fail "stragglers"
 load &
 loader=$!
 maintain &
@@ -96,7 +113,8 @@ maintainer=$!
 wait $loader || fail "the insert load failed (a delete without replica identity?)"
 wait $maintainer || fail "maintenance failed under load"
 for i in $(seq 1 20); do pub -c "CALL counter.run_maintenance()" >/dev/null || fail "maintenance"; done
-[ "$(pub -Atc "SELECT count(*) FROM public.events_default") $(pub -Atc "SELECT count(*) FROM public.events_ix_default")" = "0 0" ] ||
+[ "$(pub -Atc "SELECT (SELECT count(*) FROM public.events_default) + (SELECT count(*) FROM public.events_ix_default)
+                     + (SELECT count(*) FROM public.events_ins_default)")" = 0 ] ||
     fail "the default partitions were not drained"
 [ "$(pub -Atc "SELECT count(*) FROM counter.partition_bounds('public.events')
               WHERE lo = date_trunc('hour', now()) - interval '20 hours'")" = 1 ] || fail "the big hour was not drained"
@@ -116,21 +134,33 @@ from="SELECT * FROM public.events"
 want_root=$(fingerprint pub)
 from="SELECT * FROM public.events_ix"
 want_leaf=$(fingerprint pub)
+from="SELECT * FROM public.events_ins"
+want_ins=$(fingerprint pub)
 from_leaf_sub=$(sub -Atc "SELECT string_agg(format('SELECT * FROM public.%I', c.relname), ' UNION ALL ')
                           FROM pg_class c WHERE c.relname LIKE 'events\_ix\_%' AND c.relkind = 'r'")
-got_root= got_leaf=
+got_root= got_leaf= got_ins=
 for i in $(seq 1 120); do
     from="SELECT * FROM public.events"
     got_root=$(fingerprint sub)
     from=$from_leaf_sub
     got_leaf=$(fingerprint sub)
-    [ "$got_root" = "$want_root" ] && [ "$got_leaf" = "$want_leaf" ] && break
+    from="SELECT * FROM public.events_ins"
+    got_ins=$(fingerprint sub)
+    [ "$got_root" = "$want_root" ] && [ "$got_leaf" = "$want_leaf" ] && [ "$got_ins" = "$want_ins" ] && break
     sleep 0.5
 done
 echo "publisher root: $want_root; subscriber: $got_root"
 echo "publisher leaf: $want_leaf; subscriber: $got_leaf"
+echo "publisher inserts only: $want_ins; subscriber: $got_ins"
 [ "$got_root" = "$want_root" ] || fail "via the partition root: the subscriber does not have the publisher's rows"
 [ "$got_leaf" = "$want_leaf" ] || fail "partition by partition: the subscriber does not have the publisher's rows"
+[ "$got_ins" = "$want_ins" ] || fail "inserts only: the subscriber does not have the publisher's rows"
+# pub_ins published each row once: as many inserts as rows (no deletes there).
+inserts=$(pub -Atc "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('check_ins', NULL, NULL,
+                        'proto_version', '1', 'publication_names', 'pub_ins') WHERE substr(data, 1, 1) = 'I'::bytea")
+[ "$inserts ${want_ins%% *}" = "${want_ins%% *} ${want_ins%% *}" ] ||
+    fail "pub_ins published $inserts inserts for ${want_ins%% *} rows"
+pub -c "SELECT pg_drop_replication_slot('check_ins')" >/dev/null
 for c in pub sub; do
     d="CE_${c}_LOG"
     ce_scan_log "${!d}" || fail "crash in the $c server log"

@@ -46,6 +46,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT EXISTS (
         SELECT 1 FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname OPERATOR(pg_catalog.=) pt.pubname AND p.pubdelete
         JOIN pg_class c ON c.relname OPERATOR(pg_catalog.=) pt.tablename
         JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
                            AND n.nspname OPERATOR(pg_catalog.=) pt.schemaname
