@@ -168,12 +168,17 @@ AS $$
       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) ''
 $$;
 
--- Logical replication (doc/operations.md). A partition gets its parent's
--- REPLICA IDENTITY: PostgreSQL does not copy it, and a partition that is
--- published without one refuses UPDATE and DELETE. USING INDEX maps to the
--- partition's index attached to the parent's identity index, so t must be
--- attached already.
-CREATE FUNCTION counter.partition_copy_identity(parent regclass, t regclass)
+-- Logical replication (doc/operations.md): a partition made by counter_ext
+-- is replicated as its parent is.
+--   REPLICA IDENTITY: PostgreSQL does not copy it, and a partition that is
+--   published without one refuses UPDATE and DELETE. USING INDEX maps to the
+--   partition's index attached to the parent's identity index, so t must be
+--   attached already.
+--   Publications that list partitions of the parent one by one (not the
+--   parent, an ancestor, their schema, nor all tables, which include new
+--   partitions by themselves) get t too, when t is a new partition. That needs the publication's owner
+--   (ALTER PUBLICATION); a maintenance run without that right warns and goes on.
+CREATE FUNCTION counter.partition_replicate_like_parent(parent regclass, t regclass, new_partition boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -181,29 +186,52 @@ AS $$
 DECLARE
     ident "char" := (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent);
     idx regclass;
+    pub name;
 BEGIN
-    IF ident OPERATOR(pg_catalog.=) (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t)
-       AND ident OPERATOR(pg_catalog.<>) 'i' THEN
-        RETURN;
+    IF ident OPERATOR(pg_catalog.<>) (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t)
+       OR ident OPERATOR(pg_catalog.=) 'i' THEN
+        CASE ident
+        WHEN 'f' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', t);
+        WHEN 'n' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY NOTHING', t);
+        WHEN 'd' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', t);
+        ELSE
+            SELECT h.inhrelid::regclass INTO idx
+            FROM pg_index pi
+            JOIN pg_inherits h ON h.inhparent OPERATOR(pg_catalog.=) pi.indexrelid
+            JOIN pg_index ci ON ci.indexrelid OPERATOR(pg_catalog.=) h.inhrelid
+            WHERE pi.indrelid OPERATOR(pg_catalog.=) parent AND pi.indisreplident
+              AND ci.indrelid OPERATOR(pg_catalog.=) t;
+            IF idx IS NULL THEN
+                RAISE EXCEPTION 'partition % has no index attached to the replica identity index of %', t, parent
+                    USING ERRCODE = 'object_not_in_prerequisite_state';
+            END IF;
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', t,
+                           (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) idx));
+        END CASE;
     END IF;
-    CASE ident
-    WHEN 'f' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', t);
-    WHEN 'n' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY NOTHING', t);
-    WHEN 'd' THEN EXECUTE format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', t);
-    ELSE
-        SELECT h.inhrelid::regclass INTO idx
-        FROM pg_index pi
-        JOIN pg_inherits h ON h.inhparent OPERATOR(pg_catalog.=) pi.indexrelid
-        JOIN pg_index ci ON ci.indexrelid OPERATOR(pg_catalog.=) h.inhrelid
-        WHERE pi.indrelid OPERATOR(pg_catalog.=) parent AND pi.indisreplident
-          AND ci.indrelid OPERATOR(pg_catalog.=) t;
-        IF idx IS NULL THEN
-            RAISE EXCEPTION 'partition % has no index attached to the replica identity index of %', t, parent
-                USING ERRCODE = 'object_not_in_prerequisite_state';
-        END IF;
-        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', t,
-                       (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) idx));
-    END CASE;
+    FOR pub IN
+        SELECT DISTINCT p.pubname FROM pg_publication p
+        JOIN pg_publication_rel pr ON pr.prpubid OPERATOR(pg_catalog.=) p.oid
+        JOIN pg_inherits h ON h.inhrelid OPERATOR(pg_catalog.=) pr.prrelid
+                          AND h.inhparent OPERATOR(pg_catalog.=) parent
+        WHERE new_partition AND NOT p.puballtables AND h.inhrelid OPERATOR(pg_catalog.<>) t
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_rel x
+                          WHERE x.prpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(parent) a
+                                              UNION ALL SELECT t))
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace x
+                          WHERE x.pnpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.pnnspid IN (SELECT c.relnamespace FROM pg_class c
+                                              WHERE c.oid OPERATOR(pg_catalog.=) t))
+        ORDER BY 1
+    LOOP
+        BEGIN
+            EXECUTE format('ALTER PUBLICATION %I ADD TABLE %s', pub, t);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING 'partition % of % is not added to publication %: %', t, parent, pub, SQLERRM
+                USING HINT = 'The publication''s owner can add it: ALTER PUBLICATION ... ADD TABLE.';
+        END;
+    END LOOP;
 END
 $$;
 
@@ -258,7 +286,7 @@ BEGIN
     IF how = 'direct' THEN
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
                        nsp, tname, nsp, rel.relname, lo, hi);
-        PERFORM counter.partition_copy_identity(parent, format('%I.%I', nsp, tname)::regclass);
+        PERFORM counter.partition_replicate_like_parent(parent, format('%I.%I', nsp, tname)::regclass, true);
     ELSE
         EXECUTE format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)%s', nsp, tname, nsp, rel.relname,
                        CASE WHEN rel.reltablespace <> 0
@@ -323,7 +351,7 @@ BEGIN
     IF bounded THEN
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT counter_ext_bounds', t);
     END IF;
-    PERFORM counter.partition_copy_identity(parent, t);
+    PERFORM counter.partition_replicate_like_parent(parent, t, true);
     IF held IS NOT NULL THEN
         PERFORM counter.partition_move(parent, held, parent, NULL, NULL, NULL);
         EXECUTE format('DROP TABLE %s', held);
@@ -867,7 +895,7 @@ BEGIN
     END IF;
 
     -- Every partition, those made before too, gets the parent's replica identity.
-    PERFORM counter.partition_copy_identity(parent, b.partition) FROM counter.partition_bounds(parent) b;
+    PERFORM counter.partition_replicate_like_parent(parent, b.partition, false) FROM counter.partition_bounds(parent) b;
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));
     UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
@@ -981,7 +1009,7 @@ REVOKE ALL ON FUNCTION counter.partition_make_table(regclass, timestamptz, times
 REVOKE ALL ON FUNCTION counter.partition_attach(regclass, regclass, timestamptz, timestamptz, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_move_rows(regclass, regclass, timestamptz, timestamptz, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_move(regclass, regclass, regclass, timestamptz, timestamptz, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION counter.partition_copy_identity(regclass, regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION counter.partition_replicate_like_parent(regclass, regclass, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_step(regclass, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_record(regclass, text, text, bigint, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) FROM PUBLIC;

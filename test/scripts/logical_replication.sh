@@ -12,7 +12,8 @@
 #              a drain is invisible to it, and is not re-published (the
 #              subscriber's unique key would stop the subscription on a
 #              duplicate)
-# Every partition gets its parent's replica identity (else the deletes fail),
+# Every partition gets its parent's replica identity (else the deletes fail)
+# and joins the publications that list its siblings one by one,
 # and the subscriber ends with exactly the publisher's rows (count and md5),
 # although each drain moved rows from the default partition into tables that
 # were not yet published.
@@ -62,6 +63,11 @@ sub -c "CREATE TABLE public.events (event_id bigint NOT NULL, link_id int NOT NU
     -c "CREATE SUBSCRIPTION sub_root CONNECTION '$conn' PUBLICATION pub_root" \
     -c "CREATE SUBSCRIPTION sub_leaf CONNECTION '$conn' PUBLICATION pub_leaf" \
     -c "CREATE SUBSCRIPTION sub_ins CONNECTION '$conn' PUBLICATION pub_ins" >/dev/null || fail "subscriber set-up"
+
+# A publication that lists events_ix's partitions one by one: counter_ext
+# adds each new partition to it.
+pub -c "$(pub -Atc "SELECT format('CREATE PUBLICATION pub_list FOR TABLE %s', string_agg(relid::regclass::text, ', '))
+                     FROM pg_partition_tree('public.events_ix') WHERE isleaf")" >/dev/null || fail "pub_list"
 
 # A slot of our own reads what pub_ins publishes, message by message.
 pub -c "SELECT 'made' FROM pg_create_logical_replication_slot('check_ins', 'pgoutput')" >/dev/null || fail "slot"
@@ -118,6 +124,13 @@ for i in $(seq 1 20); do pub -c "CALL counter.run_maintenance()" >/dev/null || f
     fail "the default partitions were not drained"
 [ "$(pub -Atc "SELECT count(*) FROM counter.partition_bounds('public.events')
               WHERE lo = date_trunc('hour', now()) - interval '20 hours'")" = 1 ] || fail "the big hour was not drained"
+unlisted=$(pub -Atc "SELECT t.relid::regclass FROM pg_partition_tree('public.events_ix') t WHERE t.isleaf AND NOT EXISTS (
+                        SELECT FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+                        WHERE p.pubname = 'pub_list' AND r.prrelid = t.relid)")
+[ -z "$unlisted" ] || fail "new partitions not added to the publication listing the others: $unlisted"
+[ "$(pub -Atc "SELECT count(*) FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+              WHERE p.pubname = 'pub_list' AND r.prrelid NOT IN (SELECT relid FROM pg_partition_tree('public.events_ix'))")" = 0 ] ||
+    fail "pub_list got tables that are not partitions of events_ix"
 staged=$(pub -Atc "SELECT count(*) FROM counter.partition_staging")
 [ "$staged" = 0 ] || fail "a staged drain did not finish"
 pub -c "DELETE FROM public.events WHERE event_id % 31 = 0; DELETE FROM public.events_ix WHERE event_id % 37 = 0" >/dev/null ||
