@@ -571,11 +571,72 @@ KeptPlans *plans_of(int32 id) {
 	return &(*kept_plans)[id];
 }
 
+// The catalog rows counter.add, value and values_of need, kept per backend
+// by name. counter.track, untrack and the other writers of the rows an entry
+// holds send a relcache invalidation of counter.tracked
+// (counter_internal.tracked_invalidate); the callback marks the cache stale
+// and the next lookup empties it. Bounded by cache_limit.
+struct NameCache {
+	std::unordered_map<std::string, Counter> rows;
+	MemoryContext context = nullptr;
+	bool stale = false;
+};
+NameCache *name_cache = nullptr;
+Oid catalog_relid = InvalidOid;
+
+void catalog_invalidate(Datum, Oid relid) {
+	if (relid == InvalidOid || relid == catalog_relid) {
+		if (name_cache != nullptr)
+			name_cache->stale = true;
+		catalog_relid = InvalidOid;
+		fold_invalidate((Datum)0, InvalidOid);
+	}
+}
+
 Counter find_counter(FunctionCallInfo fcinfo) {
 	if (PG_ARGISNULL(0))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
-	return load_counter(PG_GETARG_DATUM(0), false, CurrentMemoryContext);
+	if (name_cache == nullptr) {
+		name_cache = new NameCache();
+		name_cache->context = ce::pg_guard([] {
+			return AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked catalog", ALLOCSET_SMALL_SIZES);
+		});
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(catalog_invalidate, (Datum)0); });
+	}
+	if (catalog_relid == InvalidOid)
+		catalog_relid = ce::pg_guard([] {
+			Oid nsp = get_namespace_oid("counter", false);
+			return get_relname_relid("tracked", nsp);
+		});
+	if (name_cache->stale || name_cache->rows.size() >= cache_limit) {
+		name_cache->rows.clear();
+		ce::pg_guard([] { MemoryContextReset(name_cache->context); });
+		name_cache->stale = false;
+	}
+	std::string name = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(0)); });
+	auto found = name_cache->rows.find(name);
+	if (found != name_cache->rows.end())
+		return found->second;
+	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
+	if (!name_cache->stale) // an invalidation while reading: do not keep what was read
+		name_cache->rows.emplace(name, c);
+	return c;
 }
+
+} // namespace
+
+// counter_internal.tracked_invalidate(): every backend forgets the catalog
+// rows it keeps (sent when the transaction commits).
+CE_FUNCTION(counter_tracked_invalidate) {
+	(void)fcinfo;
+	ce::pg_guard([] {
+		Oid nsp = get_namespace_oid("counter", false);
+		CacheInvalidateRelcacheByRelid(get_relname_relid("tracked", nsp));
+	});
+	PG_RETURN_VOID();
+}
+
+namespace {
 
 // Owns nothing C++: runs as the owner, between SPI_connect and SPI_finish.
 SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {

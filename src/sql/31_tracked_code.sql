@@ -19,6 +19,13 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
 
+-- Every backend forgets the counter rows it keeps (src/tracked.cpp): called
+-- by every function here that changes a row's registration.
+CREATE FUNCTION counter_internal.tracked_invalidate()
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
+
 -- The counter row, or an errcode'd error.
 CREATE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
@@ -338,6 +345,7 @@ BEGIN
     EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
     PERFORM counter_internal.tracked_build(t);
+    PERFORM counter_internal.tracked_invalidate();
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     RETURN t.counter_id;
@@ -371,6 +379,7 @@ BEGIN
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                    counter_internal.tracked_table(t, 'delta'));
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    PERFORM counter_internal.tracked_invalidate();
     PERFORM counter.job_unregister('reconcile', name);
 END
 $fn$;
@@ -592,6 +601,7 @@ BEGIN
         filter_relid = CASE WHEN compiled IS NULL THEN c.filter_relid ELSE t.source::oid END
     WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
     RETURNING * INTO t;
+    PERFORM counter_internal.tracked_invalidate();
     RAISE NOTICE 'tracked counter "%": its source % is not the table it was registered on (restored?); every key is verified now',
         t.name, t.source;
     RETURN t;
@@ -852,7 +862,23 @@ AS $fn$
 DECLARE
     t counter.tracked;
     off boolean;
+    new_owner regrole;
 BEGIN
+    -- A source given to another role (ALTER TABLE ... OWNER TO): its counters'
+    -- work runs as the new owner from now on, and their state is its.
+    FOR t IN SELECT c.* FROM counter.tracked c
+             WHERE c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)
+               AND c.owner::oid OPERATOR(pg_catalog.<>) (SELECT r.relowner FROM pg_catalog.pg_class r
+                                                         WHERE r.oid OPERATOR(pg_catalog.=) c.source) LOOP
+        new_owner := (SELECT r.relowner::regrole FROM pg_catalog.pg_class r WHERE r.oid OPERATOR(pg_catalog.=) t.source);
+        UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+        RETURNING * INTO t;
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'base'), new_owner);
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'delta'), new_owner);
+        PERFORM counter_internal.tracked_build(t);
+        PERFORM counter_internal.tracked_invalidate();
+    END LOOP;
     FOR t IN SELECT c.* FROM counter.tracked c
              WHERE c.mode OPERATOR(pg_catalog.=) 'trigger'
                AND c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
@@ -895,6 +921,7 @@ BEGIN
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                        counter_internal.tracked_table(t, 'delta'));
         DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        PERFORM counter_internal.tracked_invalidate();
         PERFORM counter.job_unregister('reconcile', t.name);
     END LOOP;
 END

@@ -41,7 +41,9 @@ INSERT INTO ev SELECT g, 1 + g % 6, now() - g * interval '10 ms' FROM generate_s
 SELECT FROM counter.reconcile('ev');
 SQL
 
-# A batch over several hot keys in random order; deletes of a few rows.
+# A batch over several hot keys in random order; deletes of a few rows. The
+# writers lock the source rows they change in id order (FOR UPDATE in the
+# subquery), as any application must, or they deadlock on those rows alone.
 cat >"$work/batch.sql" <<'SQL'
 \set base random(1000, 400000)
 INSERT INTO ev SELECT :base * 10 + g, 1 + (random() * 5)::int, now() - random() * interval '3 seconds'
@@ -49,7 +51,7 @@ FROM generate_series(0, 9) g ON CONFLICT (id) DO NOTHING;
 SQL
 cat >"$work/delete.sql" <<'SQL'
 \set k1 random(1, 6)
-DELETE FROM ev WHERE id IN (SELECT id FROM ev WHERE k = :k1 ORDER BY id LIMIT 3 OFFSET 9);
+DELETE FROM ev WHERE id IN (SELECT id FROM ev WHERE k = :k1 ORDER BY id LIMIT 3 OFFSET 9 FOR UPDATE);
 SQL
 # A re-delivered batch: the same ids again (counted once).
 cat >"$work/redeliver.sql" <<'SQL'
@@ -60,7 +62,7 @@ SQL
 cat >"$work/move.sql" <<'SQL'
 \set k1 random(1, 6)
 \set k2 random(1, 6)
-UPDATE ev SET t = t - interval '1 second' WHERE id IN (SELECT id FROM ev ORDER BY id DESC LIMIT 4 OFFSET 3);
+UPDATE ev SET t = t - interval '1 second' WHERE id IN (SELECT id FROM ev ORDER BY id DESC LIMIT 4 OFFSET 3 FOR UPDATE);
 UPDATE ev SET k = :k2 WHERE id = (SELECT id FROM ev WHERE k = :k1 ORDER BY id DESC LIMIT 1 OFFSET 5);
 SQL
 
