@@ -104,6 +104,24 @@ on b -d dst_table -Atc "SELECT counter.value('clicks_per_link', 1000::bigint) = 
     grep -qx t || fail "-t: the counter registered again does not count"
 echo "restore of -t public.clicks: refused, naming what to do; done so, it counts"
 
+# Into a database whose counter 1 and rollup 1 count other tables: the
+# restored triggers name them, and are refused rather than count into them.
+"$CE_PGBIN/createdb" dst_collide || exit 1
+on b -d dst_collide -c "CREATE EXTENSION counter_ext" \
+    -c "CREATE TABLE public.other (k int NOT NULL, at timestamptz NOT NULL)" \
+    -c "SELECT counter.track('other_per_k', 'public.other', 'k', 'at')" \
+    -c "SELECT counter.rollup_create('other_hourly', 'public.other', 'at', '{k}')" >/dev/null || exit 1
+"$CE_PGBIN/pg_dump" -h 127.0.0.1 -p "$CE_a_PORT" -d src -t public.clicks -t public.events -t 'public.events_*' \
+    -T public.events_hourly -f "$work/two_tables.sql" || fail "pg_dump -t -t"
+on b -d dst_collide -v ON_ERROR_STOP=0 -f "$work/two_tables.sql" >"$work/two_tables.out" 2>&1
+out=$(on b -d dst_collide -c "INSERT INTO public.clicks (link_id, occurred_at) VALUES (1, now())" 2>&1) &&
+    fail "a restored trigger counted into another table's counter"
+echo "$out" | grep -q "names tracked counter \"other_per_k\", whose source is public.other" || fail "unexpected: $out"
+refused dst_collide "INSERT INTO public.events VALUES (1, 1, 1, now())" "rollup 1"
+[ "$(on b -d dst_collide -Atc "SELECT (SELECT count(*) FROM counter.tracked_values) + (SELECT count(*) FROM public.other_hourly)")" = 0 ] ||
+    fail "the other table's counter or rollup changed"
+echo "restore of tables into a database whose ids are taken: refused, nothing counted into the wrong counter"
+
 # The same checks hold on the source itself (they are not made to fit a restore).
 on a -d src -f "$here/check.sql" >"$work/src.check" 2>&1 || { cat "$work/src.check"; fail "checks on the source"; }
 echo ok
