@@ -62,9 +62,19 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter.tracked_caller(): the role that called the outermost function.
+// counter_internal.caller(): the role that called the outermost function.
+// Inside a security-restricted operation (code counter_ext runs for an
+// object's owner: a filter, a trigger on the owner's table, a CHECK
+// constraint), the outer role is whoever started that work (a superuser's
+// run_jobs, the worker), not the owner whose code is running: the SECURITY
+// DEFINER entry points that ask for their caller refuse to run there.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
+	if (InSecurityRestrictedOperation())
+		throw ce::Error("42501",
+		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
+		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                "counters, rollups or partitions.");
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
@@ -217,6 +227,8 @@ struct FoldCache {
 	SPIPlanPtr truncate;
 	Oid key_array_type;
 	char key_align;
+	TupleTableSlot *row_slot; // row triggers (replicated mode)
+	ExprContext *row_econtext;
 };
 
 constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps plans for
@@ -249,6 +261,10 @@ void fold_release(FoldCache *c) {
 		for (SPIPlanPtr plan : {c->upsert, c->upsert_many, c->truncate})
 			if (plan != nullptr)
 				SPI_freeplan(plan);
+		if (c->row_econtext != nullptr)
+			FreeExprContext(c->row_econtext, true);
+		if (c->row_slot != nullptr)
+			ExecDropSingleTupleTableSlot(c->row_slot);
 		MemoryContextDelete(c->context);
 	}
 	memset(c, 0, sizeof(*c));
@@ -297,12 +313,19 @@ struct Row {
 	int64 bucket;
 };
 
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep);
+
 // Owns nothing C++: called inside pg_guard, once per row. Key copies live in
 // 'keep' (the trigger call's memory), filter garbage in the per-tuple memory.
 Row next_row(FoldCache *c, Tuplestorestate *store, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
-	Row row{};
 	if (!tuplestore_gettupleslot(store, true, false, slot))
-		return row;
+		return Row{};
+	return row_of(c, slot, econtext, keep);
+}
+
+// One row in 'slot', as the fold sees it. Owns nothing C++.
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
+	Row row{};
 	row.more = true;
 	bool isnull;
 	Datum key = slot_getattr(slot, c->key_att, &isnull);
@@ -372,6 +395,22 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 			FreeExprContext(scan.econtext, true);
 		ExecDropSingleTupleTableSlot(scan.slot);
 	});
+}
+
+// A row trigger's row (replicated mode: the apply worker of a subscription
+// fires row triggers only). Owns nothing C++: inside pg_guard.
+Row tuple_row(FoldCache *c, Relation rel, HeapTuple tuple, MemoryContext keep) {
+	if (c->row_slot == nullptr) {
+		MemoryContext old = MemoryContextSwitchTo(c->context);
+		c->row_slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(RelationGetDescr(rel)), &TTSOpsHeapTuple);
+		if (c->filter != nullptr)
+			c->row_econtext = CreateStandaloneExprContext();
+		MemoryContextSwitchTo(old);
+	}
+	ExecStoreHeapTuple(tuple, c->row_slot, false);
+	Row row = row_of(c, c->row_slot, c->row_econtext, keep);
+	ExecClearTuple(c->row_slot);
+	return row;
 }
 
 SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
@@ -486,8 +525,9 @@ CE_FUNCTION(counter_tracked_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
-		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER statement trigger");
+	if (!TRIGGER_FIRED_AFTER(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER trigger");
+	bool for_row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
 	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
 		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
 		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
@@ -525,6 +565,23 @@ CE_FUNCTION(counter_tracked_fold) {
 	try {
 		if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 			ce::pg_guard([c] { truncate_state(c); });
+		} else if (for_row) {
+			ce::tracked::Fold fold;
+			MemoryContext keep = CurrentMemoryContext;
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? td->tg_trigtuple
+			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
+			                                                          : nullptr;
+			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;
+			for (auto [tuple, sign] : {std::pair<HeapTuple, int64>{added, 1}, {removed, -1}}) {
+				if (tuple == nullptr)
+					continue;
+				Row row = ce::pg_guard([c, rel, tuple, keep] { return tuple_row(c, rel, tuple, keep); });
+				if (row.counted)
+					fold.add(row.key, row.bucket, sign);
+			}
+			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			if (!entries.empty())
+				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		} else {
 			ce::tracked::Fold fold;
 			if (!TRIGGER_FIRED_BY_DELETE(td->tg_event) && td->tg_newtable != nullptr)

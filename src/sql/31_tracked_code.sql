@@ -188,7 +188,10 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
     END IF;
     EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
                    ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
-                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS %L', fn_batch, body);
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
+                   -- plans made for each batch's arrays (a generic plan takes
+                   -- every unnest for 10 rows and joins 1,000 keys in loops)
+                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body);
     EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
                    fn_batch, t.owner);
     EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
@@ -201,9 +204,7 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
     IF t.mode = 'trigger' THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
-                     AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_%s_ins', t.counter_id),
-                         format('counter_%s_del', t.counter_id), format('counter_%s_upd', t.counter_id),
-                         format('counter_%s_trunc', t.counter_id)]::name[]) LOOP
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
             EXECUTE format('DROP TRIGGER %I ON %s', trg, t.source);
         END LOOP;
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
@@ -218,6 +219,23 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
                        ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
                        format('counter_%s_trunc', t.counter_id), t.source, t.counter_id);
+    END IF;
+    -- Replicated: the apply worker of a subscription (session_replication_role
+    -- = replica) fires only row triggers enabled for replicas, and none of the
+    -- above; these count what it applies, row by row.
+    IF t.mode = 'trigger' AND t.replicated THEN
+        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd'] LOOP
+            EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                           format('counter_%s_r%s', t.counter_id, trg),
+                           CASE trg WHEN 'ins' THEN 'INSERT' WHEN 'del' THEN 'DELETE' ELSE 'UPDATE' END,
+                           t.source, t.counter_id);
+        END LOOP;
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_rtrunc', t.counter_id), t.source, t.counter_id);
+        FOREACH trg IN ARRAY ARRAY['rins', 'rdel', 'rupd', 'rtrunc'] LOOP
+            EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER %I', t.source, format('counter_%s_%s', t.counter_id, trg));
+        END LOOP;
     END IF;
 END
 $fn$;
@@ -237,7 +255,8 @@ CREATE FUNCTION counter.track(
     drift_log_threshold bigint DEFAULT 0,
     alert_threshold bigint DEFAULT 1000,
     reconcile_every interval DEFAULT interval '1 minute',
-    verify_every interval DEFAULT interval '1 day')
+    verify_every interval DEFAULT interval '1 day',
+    replicated boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -256,7 +275,7 @@ BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
        OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL
-       OR verify_every IS NULL THEN
+       OR verify_every IS NULL OR replicated IS NULL THEN
         RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -266,6 +285,9 @@ BEGIN
     IF mode NOT IN ('trigger', 'application') THEN
         RAISE EXCEPTION 'invalid mode "%"', mode
             USING ERRCODE = '22023', HINT = 'mode is ''trigger'' or ''application''.';
+    END IF;
+    IF replicated AND mode OPERATOR(pg_catalog.<>) 'trigger' THEN
+        RAISE EXCEPTION 'replicated => true needs mode ''trigger''' USING ERRCODE = '22023';
     END IF;
     IF shards < 1 OR shards > 1024 THEN
         RAISE EXCEPTION 'shards must be between 1 and 1024' USING ERRCODE = '22023';
@@ -330,10 +352,11 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid)
+        reconcile_every, owner, verify_every, source_relid, replicated)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
-        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid)
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
+        replicated)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -352,7 +375,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
-    bigint, bigint, interval, interval) IS 'registers a tracked counter of count(*) per key of a source table';
+    bigint, bigint, interval, interval, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
 CREATE FUNCTION counter.untrack(name text)
@@ -370,8 +393,10 @@ BEGIN
     PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     src := pg_catalog.to_regclass(t.source::oid::regclass::text);
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
-        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd', 'trunc'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
+        FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+                   WHERE g.tgrelid OPERATOR(pg_catalog.=) src
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
         END LOOP;
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',

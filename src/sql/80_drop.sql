@@ -6,13 +6,13 @@
 -- as it is.
 
 -- A rollup whose source or rollup table is dropped (DROP TABLE, DROP SCHEMA
--- ... CASCADE, DROP OWNED BY) is dropped with it by counter.rollup_drop, run
--- by the role that dropped the table (its owner, or a superuser; not
--- SECURITY DEFINER: rollup_drop drops the triggers on the source when the
--- source is still there): its triggers, its rollup table, its catalog rows,
--- its job. The DROP TABLE of the rollup table that rollup_drop runs comes
--- back here: a rollup whose source is still there without its triggers is
--- already being dropped, and is left to that drop.
+-- ... CASCADE, DROP OWNED BY) is dropped with it by counter.rollup_drop,
+-- which checks that the role that dropped the table may drop the rollup (its
+-- owner, or a superuser): its triggers, its rollup table, its catalog rows,
+-- its job. The DROP TABLE of the rollup table that rollup_drop itself runs
+-- (as the owner, restricted) comes back here with the source already gone,
+-- or still there without its triggers: that rollup is being dropped, and is
+-- left to that drop.
 CREATE FUNCTION counter_internal.rollup_forget_dropped()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -21,11 +21,14 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT c.name, c.rollup_id, c.source::oid AS source FROM counter.rollups c
+    FOR r IN SELECT c.name, c.rollup_id, c.source::oid AS source,
+                    bool_or(d.objid OPERATOR(pg_catalog.=) c.source::oid) AS source_dropped
+             FROM counter.rollups c
              JOIN pg_event_trigger_dropped_objects() d
                ON d.classid OPERATOR(pg_catalog.=) 'pg_class'::regclass AND d.objsubid OPERATOR(pg_catalog.=) 0
-              AND d.objid IN (c.source::oid, c.rollup_table::oid) LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) r.source)
+              AND d.objid IN (c.source::oid, c.rollup_table::oid)
+             GROUP BY 1, 2, 3 LOOP
+        IF r.source_dropped
            OR EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                       AND g.tgname IN ('counter_rollup_' || r.rollup_id || '_insert',
                                        'counter_rollup_' || r.rollup_id || '_delete',
