@@ -83,6 +83,12 @@ endif
 demo:
 	bash test/demo/run.sh
 
+deb:
+	bash test/deb/build.sh $(if $(PG),$(PG),host)
+
+deb-test:
+	bash test/deb/test.sh $(if $(PG),$(PG),15)
+
 format-check:
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
 
