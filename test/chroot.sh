@@ -43,6 +43,18 @@ ce_mirror() {
     return 1
 }
 
+# The security archive of this machine's apt sources (a URIs: or deb line
+# naming "security"), empty when it has none.
+ce_security_mirror() {
+    local f
+    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        grep -hoE '^(URIs:[[:space:]]*|deb[[:space:]]+(\[[^]]*\][[:space:]]+)?)[^[:space:]]*security[^[:space:]]*' "$f" |
+            awk '{ print $NF; exit }' | grep . && return 0
+    done
+    return 0
+}
+
 # The packages a test chroot for MAJOR holds (clang-format stays out: the
 # format check runs once, on the host).
 ce_chroot_packages() {
@@ -79,6 +91,17 @@ ce_chroot_make() {
         return 1
     fi
     rm -f "$dir.debootstrap.log"
+    # A released suite gets its point-release updates and security fixes, as
+    # an installed machine would (PostgreSQL minors come through them).
+    if [ "$suite" != sid ]; then
+        local security
+        security=$(ce_security_mirror)
+        {
+            echo "deb $mirror $suite main"
+            echo "deb $mirror $suite-updates main"
+            [ -n "$security" ] && echo "deb $security $suite-security main"
+        } >"$dir/etc/apt/sources.list"
+    fi
     # sid's Release files may carry a Valid-Until that a mirror snapshot has
     # passed; the chroot's apt only (the machine's apt is left alone).
     echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/99counter-ext"
@@ -103,7 +126,7 @@ ce_chroot_make() {
 # package list. One maker at a time per chroot (flock).
 ce_chroot_ensure() {
     local name=$1 suite=$2; shift 2
-    local dir=$CE_CHROOT_CACHE/$name want="$suite $*"
+    local dir=$CE_CHROOT_CACHE/$name want="$suite (with updates) $*"
     mkdir -p "$CE_CHROOT_CACHE" || return 1
     (
         flock 9 || exit 1
