@@ -51,7 +51,7 @@ SELECT full_pending FROM counter.tracked WHERE name = 'comments';
 -- INSERT of 10,000 rows: one delta per (key, bucket), not one per row.
 INSERT INTO tt.comments SELECT g, g % 3, '2024-01-03 00:00+00'::timestamptz + (g % 120) * interval '1 minute'
 FROM generate_series(100, 10099) g;
-SELECT count(*) AS delta_rows, sum(delta) AS delta_sum FROM counter.tracked_1_delta;
+SELECT count(*) AS delta_rows, sum(delta) AS delta_sum FROM counter_internal.tracked_1_delta;
 SELECT * FROM tt.mismatches('comments', :'truth_comments');
 
 -- COPY counts like INSERT.
@@ -97,13 +97,13 @@ SELECT counter.value('comments', 9) AS int_key;
 -- folded into the base, buckets from it on are kept.
 SELECT watermark, keys_checked, keys_corrected, drift_positive, drift_negative, outcome
 FROM counter.reconcile('comments', '2024-01-03 01:30+00');
-SELECT min(bucket) AS first_kept_bucket, count(*) > 0 AS kept FROM counter.tracked_1_delta;
+SELECT min(bucket) AS first_kept_bucket, count(*) > 0 AS kept FROM counter_internal.tracked_1_delta;
 SELECT * FROM tt.mismatches('comments', :'truth_comments');
 -- A second run finds nothing dirty.
 SELECT keys_checked, keys_corrected FROM counter.reconcile('comments', '2024-01-03 01:30+00');
 -- Drift in the base, introduced by hand, is found and repaired with its sign.
-UPDATE counter.tracked_1_base SET base = base + 5 WHERE key = 0;
-UPDATE counter.tracked_1_base SET base = base - 2 WHERE key = 1;
+UPDATE counter_internal.tracked_1_base SET base = base + 5 WHERE key = 0;
+UPDATE counter_internal.tracked_1_base SET base = base - 2 WHERE key = 1;
 SELECT keys_checked, keys_corrected, drift_positive, drift_negative, max_abs_drift
 FROM counter.reconcile('comments', '2024-01-03 01:30+00', all_keys => true);
 SELECT key, cached, truth, drift FROM counter.tracked_key_drift_history
@@ -113,8 +113,8 @@ SELECT * FROM tt.mismatches('comments', :'truth_comments');
 DELETE FROM tt.comments WHERE post = 9;
 SELECT keys_corrected FROM counter.reconcile('comments', '2024-01-10 00:00+00');
 SELECT count(*) AS state_rows_of_key_9 FROM (
-    SELECT key FROM counter.tracked_1_base WHERE key = 9 UNION ALL
-    SELECT key FROM counter.tracked_1_delta WHERE key = 9) s;
+    SELECT key FROM counter_internal.tracked_1_base WHERE key = 9 UNION ALL
+    SELECT key FROM counter_internal.tracked_1_delta WHERE key = 9) s;
 SELECT counter.value('comments', 9::bigint) AS key9;
 -- TRUNCATE of the source empties the counter at once.
 TRUNCATE tt.comments;
@@ -338,10 +338,10 @@ RESET ROLE;
 -- nothing half-created
 SELECT count(*) AS counters FROM counter.tracked WHERE name = 'bad1';
 SELECT count(*) AS triggers_on_bad FROM pg_trigger WHERE tgrelid = 'tt.bad'::regclass;
-SELECT count(*) AS stray_state_tables FROM pg_class WHERE relnamespace = 'counter'::regnamespace
+SELECT count(*) AS stray_state_tables FROM pg_class WHERE relnamespace = 'counter_internal'::regnamespace
   AND relname ~ '^tracked_[0-9]+_' AND relkind = 'r'
   AND substring(relname from '^tracked_([0-9]+)_')::int NOT IN (SELECT counter_id FROM counter.tracked);
-SELECT count(*) AS stray_functions FROM pg_proc WHERE pronamespace = 'counter'::regnamespace
+SELECT count(*) AS stray_functions FROM pg_proc WHERE pronamespace = 'counter_internal'::regnamespace
   AND proname ~ '^tracked_[0-9]+_'
   AND substring(proname from '^tracked_([0-9]+)_')::int NOT IN (SELECT counter_id FROM counter.tracked);
 
@@ -369,7 +369,7 @@ CREATE TABLE tt.mine (k bigint, t timestamptz);
 ALTER TABLE tt.mine OWNER TO tracked_writer;
 SET ROLE tracked_writer;
 CREATE TRIGGER steal AFTER INSERT ON tt.mine REFERENCING NEW TABLE AS ce_new FOR EACH STATEMENT
-    EXECUTE FUNCTION counter.tracked_fold('1', 'counter.tracked_1_delta', '10', 'k', 't', '60000000', '1');
+    EXECUTE FUNCTION counter_internal.tracked_fold('1');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT counter.value('strangers', 1::bigint) AS after_writer;
@@ -390,9 +390,9 @@ SELECT count(*) AS counters FROM counter.tracked;
 SELECT count(*) AS runs FROM counter.tracked_runs;
 SELECT count(*) AS jobs FROM counter.jobs WHERE kind = 'reconcile';
 SELECT count(*) AS triggers FROM pg_trigger WHERE tgrelid IN ('tt.comments'::regclass, 'tt.views'::regclass);
-SELECT count(*) AS state_objects FROM pg_class WHERE relnamespace = 'counter'::regnamespace
+SELECT count(*) AS state_objects FROM pg_class WHERE relnamespace = 'counter_internal'::regnamespace
   AND relname ~ '^tracked_[0-9]+_';
-SELECT count(*) AS generated_functions FROM pg_proc WHERE pronamespace = 'counter'::regnamespace
+SELECT count(*) AS generated_functions FROM pg_proc WHERE pronamespace = 'counter_internal'::regnamespace
   AND proname ~ '^tracked_[0-9]+_';
 INSERT INTO tt.comments VALUES (2, 5, '2024-01-03');   -- the source works without its triggers
 

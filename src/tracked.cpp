@@ -1,20 +1,25 @@
-// Tracked counters (src/sql/30_tracked.sql): the two checks counter.track
-// needs that SQL cannot make.
+// Tracked counters (src/sql/30_tracked.sql): the hot paths, in C++.
 //
-// counter.track runs as the extension's owner (SECURITY DEFINER) because it
-// creates objects in schema counter; inside it current_user is that owner, so
-// the role that called it comes from GetOuterUserId() (the session's role
-// after SET ROLE, unchanged by SECURITY DEFINER functions).
+//   counter_internal.tracked_fold()   trigger mode: the statement trigger
+//   counter.add / value / values_of   application mode and reads
 //
-// The filter is SQL text the caller writes; it is pasted into the functions
-// that track generates (owned by the source table's owner, so it never runs
-// with more rights than that owner has). It must be one boolean expression,
-// nothing that could close the expression and add clauses or statements.
-#include "counter_ext/wall.hpp"
+// Privileges (doc/security.md): these run as the caller. They read the
+// counter's catalog row as the catalog's owner (ce::catalog_owner), check
+// the caller's privilege on the source table (INSERT to add, SELECT to
+// read), and do everything else (the key's conversion, the state tables) as
+// the source table's owner, through ce::as_owner / ce::owner_enter: a
+// security-restricted operation with search_path pg_catalog, pg_temp. Keys
+// are converted by ce::keys::convert (no user-defined cast ever runs), keys
+// are compared with the operators of the key type's default btree class.
+#include "counter_ext/filter.hpp"
+#include "counter_ext/keys.hpp"
+#include "counter_ext/owner.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/tracked_fold.hpp"
+#include "counter_ext/wall.hpp"
 
 extern "C" {
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "parser/parse_coerce.h"
@@ -39,6 +44,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 #include "utils/typcache.h"
 }
 
@@ -62,73 +68,135 @@ CE_FUNCTION(counter_tracked_caller) {
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
+// ---------------------------------------------------------------------------
+// A counter's catalog row, read as the catalog's owner with kept plans.
+
 namespace {
 
-// True when 'stmt' is exactly "SELECT 1 WHERE (<expression>)".
-bool is_plain_where(const SelectStmt *s) {
-	return s->op == SETOP_NONE && s->distinctClause == NIL && s->intoClause == nullptr &&
-	       list_length(s->targetList) == 1 && s->fromClause == NIL && s->whereClause != nullptr &&
-	       s->groupClause == NIL && s->havingClause == nullptr && s->windowClause == NIL && s->valuesLists == NIL &&
-	       s->sortClause == NIL && s->limitOffset == nullptr && s->limitCount == nullptr && s->lockingClause == NIL &&
-	       s->withClause == nullptr;
+struct Counter {
+	int32 id;
+	Oid key_type;
+	bool application;
+	int32 shards;
+	Interval width;
+	Oid source;
+	Oid owner;
+	char *name;
+	char *key_column;
+	char *time_column;
+	char *filter; // canonical text, or nullptr
+	char *filter_tree;
+	Oid filter_relid;
+};
+
+SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
+
+char *copy_value(HeapTuple tuple, TupleDesc desc, int col, MemoryContext keep) {
+	char *v = SPI_getvalue(tuple, desc, col);
+	return v == nullptr ? nullptr : MemoryContextStrdup(keep, v);
+}
+
+// Strings are copied into 'keep'. Raises 42704 when there is no such counter.
+Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
+	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
+	return ce::as_owner(catalog, [key, by_id, keep] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		SPIPlanPtr &plan = lookup_plans[by_id ? 1 : 0];
+		if (plan == nullptr) {
+			Oid types[1] = {static_cast<Oid>(by_id ? INT4OID : TEXTOID)};
+			plan = ce::prepare_kept(
+			    by_id ? "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
+			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
+			            " t.filter_tree, t.filter_relid FROM counter.tracked t"
+			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
+			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
+			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
+			            " t.filter_tree, t.filter_relid FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) $1",
+			    1, types);
+		}
+		Datum args[1] = {key};
+		if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.tracked failed")));
+		if (SPI_processed == 0) {
+			if (by_id)
+				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+				                errmsg("tracked counter %d does not exist", DatumGetInt32(key)),
+				                errhint("A trigger of a counter that was dropped is left on its table: DROP it.")));
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+			                errmsg("tracked counter \"%s\" does not exist", TextDatumGetCString(key)),
+			                errhint("See counter.tracked for the registered counters.")));
+		}
+		HeapTuple tuple = SPI_tuptable->vals[0];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		bool isnull;
+		Counter c;
+		c.id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
+		c.key_type = DatumGetObjectId(SPI_getbinval(tuple, desc, 2, &isnull));
+		c.application = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+		c.shards = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
+		c.width = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 5, &isnull));
+		c.source = DatumGetObjectId(SPI_getbinval(tuple, desc, 6, &isnull));
+		c.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 7, &isnull));
+		c.name = copy_value(tuple, desc, 8, keep);
+		c.key_column = copy_value(tuple, desc, 9, keep);
+		c.time_column = copy_value(tuple, desc, 10, keep);
+		c.filter = copy_value(tuple, desc, 11, keep);
+		c.filter_tree = copy_value(tuple, desc, 12, keep);
+		Datum relid = SPI_getbinval(tuple, desc, 13, &isnull);
+		c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
+		SPI_finish();
+		return c;
+	});
+}
+
+char *qualified_name(Oid relid) {
+	char *nsp = get_namespace_name(get_rel_namespace(relid));
+	char *rel = get_rel_name(relid);
+	if (nsp == nullptr || rel == nullptr)
+		return psprintf("%u", relid);
+	return quote_qualified_identifier(nsp, rel);
+}
+
+char *state_table(int32 id, const char *part) {
+	return psprintf("counter_internal.%s", quote_identifier(psprintf("tracked_%d_%s", id, part)));
+}
+
+// Raises 42501 unless the current user has 'mode' on the counter's source.
+void require_privilege(const Counter &c, AclMode mode, const char *verb, const char *needs) {
+	ce::pg_guard([&c, mode, verb, needs] {
+		if (pg_class_aclcheck(c.source, GetUserId(), mode) != ACLCHECK_OK)
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			                errmsg("permission denied to %s tracked counter \"%s\"", verb, c.name),
+			                errdetail("%s %s on %s.", verb[0] == 'a' ? "Adding needs" : "Reading needs", needs,
+			                          qualified_name(c.source))));
+	});
 }
 
 } // namespace
 
-// counter.tracked_check_filter(filter text): raises 42601 unless the text is
-// one SQL expression. Column references and types are checked later, by
-// running the generated query as the source table's owner.
-CE_FUNCTION(counter_tracked_check_filter) {
-	const char *filter = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	std::string query = std::string("SELECT 1 WHERE (") + filter + "\n)";
-	List *parsed = nullptr;
-	try {
-		parsed = ce::pg_guard([&query] { return raw_parser(query.c_str(), RAW_PARSE_DEFAULT); });
-	} catch (const ce::PgError &e) {
-		// The parser's cursor points into our wrapper query, not the caller's.
-		throw ce::Error("42601", ce::format("filter does not parse: %s", e.what()),
-		                ce::format("The filter was: %s", filter));
-	}
-	bool ok = list_length(parsed) == 1;
-	if (ok) {
-		Node *stmt = linitial_node(RawStmt, parsed)->stmt;
-		ok = IsA(stmt, SelectStmt) && is_plain_where(castNode(SelectStmt, stmt));
-	}
-	if (!ok)
-		throw ce::Error("42601", "filter must be one boolean expression", ce::format("The filter was: %s", filter),
-		                "Write a condition on the source table's columns, such as: deleted_at IS NULL");
-	return (Datum)0;
-}
-
 // ---------------------------------------------------------------------------
-// The hot path of trigger mode: counter.tracked_fold(), a statement-level
-// AFTER trigger (INSERT, UPDATE, DELETE) with transition tables. It reads the
-// transition tables directly, keeps the rows that match the filter (compiled
-// once per backend into an ExprState), folds them into one delta per (key,
-// bucket) with a Boost.Hash map, sorts the deltas in (key, bucket) order (the
-// btree order of the key type, the order reconciliation locks rows in) and
-// upserts them on this backend's shard with one cached SPI plan. It runs as
-// the counter's owner (the owner of the state tables), as the PL/pgSQL
-// functions track generates do.
-//
-// Trigger arguments, written by counter.track (only it can attach this
-// function: EXECUTE is revoked from PUBLIC):
-//   0 counter id, 1 delta table (qualified), 2 owner oid, 3 key column,
-//   4 time column, 5 bucket width in microseconds, 6 shards, 7 filter (optional)
+// The hot path of trigger mode: counter_internal.tracked_fold(counter id), a
+// statement-level AFTER trigger (INSERT, UPDATE, DELETE) with transition
+// tables, and an AFTER TRUNCATE trigger. It reads the transition tables
+// directly, keeps the rows that match the counter's stored filter, folds them
+// into one delta per (key, bucket) with a Boost.Hash map, sorts the deltas in
+// (key, bucket) order (the btree order of the key type) and upserts them on
+// this backend's shard with one cached SPI plan. Everything after reading the
+// catalog row runs as the counter's owner (owner_enter).
 
 namespace {
 
-constexpr int fold_nargs_min = 7;
-
 // What a backend keeps per trigger: resolved once, rebuilt when the source
-// table's relcache entry is invalidated or the trigger's arguments differ.
+// table's relcache entry is invalidated or the trigger's argument differs.
 struct FoldCache {
 	bool valid;
+	int32 id;
 	Oid relid;
 	MemoryContext context; // everything below that is palloc'd
-	char **args;
-	int nargs;
 	Oid owner;
+	char *delta_table;
+	char *base_table;
 	AttrNumber key_att;
 	AttrNumber time_att;
 	Oid key_collation;
@@ -140,9 +208,12 @@ struct FoldCache {
 	ExprState *filter;      // nullptr: every row counts
 	SPIPlanPtr upsert;      // one delta
 	SPIPlanPtr upsert_many; // many, as arrays
+	SPIPlanPtr truncate;
 	Oid key_array_type;
 	char key_align;
 };
+
+constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps plans for
 
 std::unordered_map<Oid, FoldCache> *fold_caches = nullptr;
 bool fold_callback_registered = false;
@@ -153,28 +224,6 @@ void fold_invalidate(Datum, Oid relid) {
 	for (auto &entry : *fold_caches)
 		if (relid == InvalidOid || entry.second.relid == relid)
 			entry.second.valid = false;
-}
-
-// Compiles a filter (already checked to be one expression by
-// tracked_check_filter) against the relation, as the current user.
-ExprState *compile_filter(Relation rel, const char *filter) {
-	char *query = psprintf("SELECT 1 WHERE (%s\n)", filter);
-	List *parsed = raw_parser(query, RAW_PARSE_DEFAULT);
-	if (list_length(parsed) != 1)
-		ereport(ERROR, (errcode(ERRCODE_SYNTAX_ERROR), errmsg("filter must be one boolean expression")));
-	SelectStmt *select = castNode(SelectStmt, linitial_node(RawStmt, parsed)->stmt);
-	ParseState *pstate = make_parsestate(nullptr);
-	pstate->p_sourcetext = query;
-	ParseNamespaceItem *item =
-	    addRangeTableEntryForRelation(pstate, rel, AccessShareLock, makeAlias("ce_new", NIL), false, true);
-	addNSItemToQuery(pstate, item, false, true, true);
-	Node *expr = transformExpr(pstate, select->whereClause, EXPR_KIND_WHERE);
-	expr = coerce_to_boolean(pstate, expr, "filter");
-	assign_expr_collations(pstate, expr);
-	if (checkExprHasSubLink(expr))
-		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("filter must not contain a subquery")));
-	free_parsestate(pstate);
-	return ExecInitExpr(expression_planner(reinterpret_cast<Expr *>(expr)), nullptr);
 }
 
 AttrNumber column_number(TupleDesc desc, const char *name) {
@@ -188,50 +237,36 @@ AttrNumber column_number(TupleDesc desc, const char *name) {
 	return InvalidAttrNumber;
 }
 
-bool same_args(const FoldCache &c, const Trigger *trigger) {
-	if (c.nargs != trigger->tgnargs)
-		return false;
-	for (int i = 0; i < c.nargs; i++)
-		if (strcmp(c.args[i], trigger->tgargs[i]) != 0)
-			return false;
-	return true;
-}
-
-// Owns nothing C++: called inside pg_guard, with the map's entry for this
-// trigger (zeroed when new). Runs as the counter's owner.
-FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
-	const Trigger *trigger = td->tg_trigger;
-	if (trigger->tgnargs < fold_nargs_min)
-		ereport(ERROR, (errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION), errmsg("counter.tracked_fold: bad arguments")));
-	if (!fold_callback_registered) {
-		CacheRegisterRelcacheCallback(fold_invalidate, (Datum)0);
-		fold_callback_registered = true;
-	}
-	if (c->valid && same_args(*c, trigger))
-		return c;
+// Owns nothing C++: frees what a cache entry holds and zeroes it.
+void fold_release(FoldCache *c) {
 	if (c->context != nullptr) {
-		if (c->upsert != nullptr)
-			SPI_freeplan(c->upsert);
-		if (c->upsert_many != nullptr)
-			SPI_freeplan(c->upsert_many);
+		for (SPIPlanPtr plan : {c->upsert, c->upsert_many, c->truncate})
+			if (plan != nullptr)
+				SPI_freeplan(plan);
 		MemoryContextDelete(c->context);
 	}
 	memset(c, 0, sizeof(*c));
-	c->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked fold", ALLOCSET_SMALL_SIZES);
+}
+
+// Owns nothing C++: fills the cache entry of counter 'k' for the trigger's
+// table, as the counter's owner (the filter is prepared as the owner).
+void fold_fill(FoldCache *c, const Counter &k, Relation rel, MemoryContext context) {
+	c->context = context;
 	MemoryContext old = MemoryContextSwitchTo(c->context);
-	c->nargs = trigger->tgnargs;
-	c->args = static_cast<char **>(palloc(sizeof(char *) * c->nargs));
-	for (int i = 0; i < c->nargs; i++)
-		c->args[i] = pstrdup(trigger->tgargs[i]);
-	Relation rel = td->tg_relation;
 	TupleDesc desc = RelationGetDescr(rel);
+	c->id = k.id;
 	c->relid = RelationGetRelid(rel);
-	c->owner = static_cast<Oid>(strtoul(c->args[2], nullptr, 10));
-	c->key_att = column_number(desc, c->args[3]);
-	c->time_att = column_number(desc, c->args[4]);
+	c->owner = k.owner;
+	c->delta_table = state_table(k.id, "delta");
+	c->base_table = state_table(k.id, "base");
+	c->key_att = column_number(desc, k.key_column);
+	c->time_att = column_number(desc, k.time_column);
 	Form_pg_attribute key = TupleDescAttr(desc, c->key_att - 1);
 	if (TupleDescAttr(desc, c->time_att - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tracked time column is not timestamptz")));
+	if (key->atttypid != k.key_type)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH), errmsg("tracked key column changed its type"),
+		                errhint("Changing a tracked column needs counter.untrack and counter.track.")));
 	c->key_collation = key->attcollation;
 	c->key_len = key->attlen;
 	c->key_byval = key->attbyval;
@@ -240,15 +275,12 @@ FoldCache *fold_cache(TriggerData *td, FoldCache *c) {
 	c->key_array_type = get_array_type(key->atttypid);
 	if (!OidIsValid(c->key_type->cmp_proc_finfo.fn_oid))
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("tracked key type has no btree comparison")));
-	c->width = static_cast<Interval *>(palloc0(sizeof(Interval)));
-	c->width->time = pg_strtoint64(c->args[5]); // microseconds
-	c->shards = pg_strtoint32(c->args[6]);
-	if (c->shards < 1)
-		c->shards = 1;
-	c->filter = c->nargs > fold_nargs_min ? compile_filter(rel, c->args[7]) : nullptr;
+	c->width = static_cast<Interval *>(palloc(sizeof(Interval)));
+	*c->width = k.width;
+	c->shards = k.shards < 1 ? 1 : k.shards;
+	c->filter = k.filter != nullptr ? ce::filter::prepare(rel, k.filter_tree, k.filter_relid, k.filter) : nullptr;
 	MemoryContextSwitchTo(old);
 	c->valid = true;
-	return c;
 }
 
 // One row of a transition table, as the fold sees it.
@@ -341,8 +373,9 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 	Oid types[4];
 	if (!many) {
 		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
-		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
-		               c->args[1]);
+		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
+		               " excluded.delta",
+		               c->delta_table);
 		types[0] = c->key_type->type_id;
 		types[1] = TIMESTAMPTZOID;
 		types[3] = INT8OID;
@@ -350,8 +383,9 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) SELECT u.k, u.b, $3, u.v"
 		               " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4))"
 		               " WITH ORDINALITY AS u(k, b, v, o) ORDER BY u.o"
-		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
-		               c->args[1]);
+		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
+		               " excluded.delta",
+		               c->delta_table);
 		types[0] = c->key_array_type;
 		types[1] = TIMESTAMPTZARRAYOID;
 		types[3] = INT8ARRAYOID;
@@ -424,200 +458,290 @@ void write_deltas(FoldCache *c, ce::tracked::FoldEntry *entries, size_t n) {
 	SPI_finish();
 }
 
+// Owns nothing C++: TRUNCATE of the source empties the counter (every row is
+// gone, so is every count). The source's lock keeps reconciliation out until
+// the truncation commits.
+void truncate_state(FoldCache *c) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if (c->truncate == nullptr)
+		c->truncate = ce::prepare_kept(
+		    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", c->delta_table, c->base_table), 0,
+		    nullptr);
+	if (SPI_execute_plan(c->truncate, nullptr, nullptr, false, 0) != SPI_OK_DELETE)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("emptying a tracked counter failed")));
+	SPI_finish();
+}
+
 } // namespace
 
-// counter.tracked_fold(): see above.
+// counter_internal.tracked_fold(counter id): see above.
 CE_FUNCTION(counter_tracked_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		throw ce::Error("39P01", "counter.tracked_fold must be called as a trigger");
+		throw ce::Error("39P01", "counter_internal.tracked_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
-	    TRIGGER_FIRED_BY_TRUNCATE(td->tg_event))
-		throw ce::Error("39P01", "counter.tracked_fold must be an AFTER INSERT, UPDATE or DELETE statement trigger");
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER statement trigger");
+	if (td->tg_trigger->tgnargs != 1)
+		throw ce::Error("39P01", "counter_internal.tracked_fold takes one argument, the counter id");
 	if (fold_caches == nullptr)
 		fold_caches = new std::unordered_map<Oid, FoldCache>();
-
-	Oid saved_user;
-	int saved_context;
-	GetUserIdAndSecContext(&saved_user, &saved_context);
-	FoldCache *slot = &(*fold_caches)[td->tg_trigger->tgoid]; // a new entry is zeroed
-	FoldCache *c = ce::pg_guard([td, slot, saved_context] {
-		FoldCache *found = fold_cache(td, slot);
-		SetUserIdAndSecContext(found->owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-		return found;
-	});
-	// If anything below fails, the (sub)transaction's abort restores the user.
-	ce::tracked::Fold fold;
+	if (!fold_callback_registered) {
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(fold_invalidate, (Datum)0); });
+		fold_callback_registered = true;
+	}
+	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	Relation rel = td->tg_relation;
-	if (!TRIGGER_FIRED_BY_DELETE(td->tg_event) && td->tg_newtable != nullptr)
-		fold_table(c, rel, td->tg_newtable, 1, fold);
-	if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) && td->tg_oldtable != nullptr)
-		fold_table(c, rel, td->tg_oldtable, -1, fold);
-	std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
-	if (!entries.empty())
-		ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
-	SetUserIdAndSecContext(saved_user, saved_context);
+	Oid tgoid = td->tg_trigger->tgoid;
+	if (fold_caches->size() >= cache_limit && fold_caches->find(tgoid) == fold_caches->end()) {
+		for (auto &entry : *fold_caches)
+			ce::pg_guard([&entry] { fold_release(&entry.second); });
+		fold_caches->clear();
+	}
+	FoldCache *c = &(*fold_caches)[tgoid]; // a new entry is zeroed
+	if (!c->valid || c->id != id) {
+		ce::pg_guard([c] { fold_release(c); });
+		MemoryContext context = ce::pg_guard(
+		    [] { return AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked fold", ALLOCSET_SMALL_SIZES); });
+		Counter k = load_counter(Int32GetDatum(id), true, context);
+		if (k.source != RelationGetRelid(rel))
+			ce::pg_guard([&k, rel] {
+				ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				                errmsg("the trigger on %s names tracked counter \"%s\", whose source is %s",
+				                       RelationGetRelationName(rel), k.name, qualified_name(k.source))));
+			});
+		ce::as_owner(k.owner, [c, &k, rel, context] { fold_fill(c, k, rel, context); });
+	}
+
+	ce::OwnerSwitch as = ce::pg_guard([c] { return ce::owner_enter(c->owner); });
+	try {
+		if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+			ce::pg_guard([c] { truncate_state(c); });
+		} else {
+			ce::tracked::Fold fold;
+			if (!TRIGGER_FIRED_BY_DELETE(td->tg_event) && td->tg_newtable != nullptr)
+				fold_table(c, rel, td->tg_newtable, 1, fold);
+			if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) && td->tg_oldtable != nullptr)
+				fold_table(c, rel, td->tg_oldtable, -1, fold);
+			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			if (!entries.empty())
+				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
+		}
+	} catch (...) {
+		ce::owner_leave(as);
+		throw;
+	}
+	ce::owner_leave(as);
 	return PointerGetDatum(nullptr);
 }
 
-// counter.tracked_compile_filter(source regclass, filter text, as_role regrole):
-// raises unless the filter compiles against the source as a WHERE condition
-// without subqueries, compiled as as_role (constant folding may run functions).
-CE_FUNCTION(counter_tracked_compile_filter) {
-	Oid relid = PG_GETARG_OID(0);
-	const char *filter = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	Oid role = PG_GETARG_OID(2);
-	Oid saved_user;
-	int saved_context;
-	GetUserIdAndSecContext(&saved_user, &saved_context);
-	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-	Relation rel = table_open(relid, AccessShareLock);
-	(void)compile_filter(rel, filter);
-	table_close(rel, AccessShareLock);
-	SetUserIdAndSecContext(saved_user, saved_context);
-	return (Datum)0;
-}
-
 // ---------------------------------------------------------------------------
-// counter.add(name text, key anyelement, delta bigint, at timestamptz):
-// application mode's hot path. SECURITY DEFINER (it reads counter.tracked
-// and writes the state tables); privileges are checked for the calling role.
-// The counter's row is read and its delta written with plans kept per backend.
+// counter.add(name, key, delta, at), counter.value(name, key) and
+// counter.values_of(name, keys): plans kept per counter and backend.
 
 namespace {
 
-SPIPlanPtr add_lookup_plan = nullptr;
-
-struct AddPlan {
-	Oid key_type;
-	SPIPlanPtr plan;
+struct KeptPlans {
+	SPIPlanPtr add = nullptr;
+	SPIPlanPtr value = nullptr;
+	SPIPlanPtr values = nullptr;
 };
-std::unordered_map<int32, AddPlan> *add_plans = nullptr;
+std::unordered_map<int32, KeptPlans> *kept_plans = nullptr;
 
-struct Counter {
-	int32 id;
-	Oid key_type;
-	bool application;
-	int32 shards;
-	Interval width;
-	Oid source;
-};
-
-char *qualified_name(Oid relid) {
-	char *nsp = get_namespace_name(get_rel_namespace(relid));
-	char *rel = get_rel_name(relid);
-	if (nsp == nullptr || rel == nullptr)
-		return psprintf("%u", relid);
-	return quote_qualified_identifier(nsp, rel);
-}
-
-// Owns nothing C++: inside pg_guard, between SPI_connect and SPI_finish.
-Counter add_find_counter(text *name) {
-	if (add_lookup_plan == nullptr) {
-		Oid types[1] = {TEXTOID};
-		add_lookup_plan =
-		    ce::prepare_kept("SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application',"
-		                     " t.shards, t.bucket_width, t.source::oid FROM counter.tracked t"
-		                     " WHERE t.name OPERATOR(pg_catalog.=) $1",
-		                     1, types);
+KeptPlans *plans_of(int32 id) {
+	if (kept_plans == nullptr)
+		kept_plans = new std::unordered_map<int32, KeptPlans>();
+	if (kept_plans->size() >= cache_limit && kept_plans->find(id) == kept_plans->end()) {
+		for (auto &entry : *kept_plans)
+			ce::pg_guard([&entry] {
+				for (SPIPlanPtr plan : {entry.second.add, entry.second.value, entry.second.values})
+					if (plan != nullptr)
+						SPI_freeplan(plan);
+			});
+		kept_plans->clear();
 	}
-	Datum args[1] = {PointerGetDatum(name)};
-	int rc = SPI_execute_plan(add_lookup_plan, args, nullptr, true, 1);
-	if (rc != SPI_OK_SELECT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.tracked failed")));
-	if (SPI_processed == 0)
-		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-		                errmsg("tracked counter \"%s\" does not exist", text_to_cstring(name)),
-		                errhint("See counter.tracked for the registered counters.")));
-	HeapTuple tuple = SPI_tuptable->vals[0];
-	TupleDesc desc = SPI_tuptable->tupdesc;
-	bool isnull;
-	Counter c;
-	c.id = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
-	c.key_type = DatumGetObjectId(SPI_getbinval(tuple, desc, 2, &isnull));
-	c.application = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
-	c.shards = DatumGetInt32(SPI_getbinval(tuple, desc, 4, &isnull));
-	c.width = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 5, &isnull));
-	c.source = DatumGetObjectId(SPI_getbinval(tuple, desc, 6, &isnull));
-	return c;
+	return &(*kept_plans)[id];
 }
 
-SPIPlanPtr add_prepare(const Counter &c) {
-	char *sql = psprintf("INSERT INTO counter.%s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
-	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta",
-	                     quote_identifier(psprintf("tracked_%d_delta", c.id)));
-	Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
-	return ce::prepare_kept(sql, 4, types);
+Counter find_counter(FunctionCallInfo fcinfo) {
+	if (PG_ARGISNULL(0))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
+	return load_counter(PG_GETARG_DATUM(0), false, CurrentMemoryContext);
+}
+
+// Owns nothing C++: runs as the owner, between SPI_connect and SPI_finish.
+SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
+	if (*slot != nullptr)
+		return *slot;
+	char *eq = ce::keys::qualified_operator(c.key_type, BTEqualStrategyNumber);
+	char *base = state_table(c.id, "base");
+	char *delta = state_table(c.id, "delta");
+	Oid types[1] = {c.key_type};
+	char *sql;
+	if (!many) {
+		sql = psprintf("SELECT (coalesce((SELECT b.base FROM %s b WHERE b.key %s $1), 0) OPERATOR(pg_catalog.+)"
+		               " coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s $1), 0))::bigint",
+		               base, eq, delta, eq);
+	} else {
+		types[0] = get_array_type(c.key_type);
+		if (!OidIsValid(types[0]))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+		sql = psprintf("SELECT u.o, (coalesce((SELECT b.base FROM %s b WHERE b.key %s u.k), 0) OPERATOR(pg_catalog.+)"
+		               " coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s u.k), 0))::bigint"
+		               " FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, o)",
+		               base, eq, delta, eq);
+	}
+	*slot = ce::prepare_kept(sql, 1, types);
+	return *slot;
 }
 
 } // namespace
 
 CE_FUNCTION(counter_tracked_add) {
-	if (PG_ARGISNULL(0))
-		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
-	if (add_plans == nullptr)
-		add_plans = new std::unordered_map<int32, AddPlan>();
-	text *name = PG_GETARG_TEXT_PP(0);
-	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
-	if (ce::pg_guard([] { return SPI_connect(); }) != SPI_OK_CONNECT)
-		throw ce::Error(ce::sqlstate::internal_error, "SPI_connect failed");
-	Counter c = ce::pg_guard([name] { return add_find_counter(name); });
+	Counter c = find_counter(fcinfo);
 	if (PG_ARGISNULL(1))
-		ce::pg_guard([name] {
-			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			                errmsg("key of tracked counter \"%s\" must not be NULL", text_to_cstring(name))));
-		});
-	Datum key = PG_GETARG_DATUM(1);
-	if (given != c.key_type) {
-		Oid cast = InvalidOid;
-		CoercionPathType path = ce::pg_guard(
-		    [given, &c, &cast] { return find_coercion_pathway(c.key_type, given, COERCION_IMPLICIT, &cast); });
-		if (path == COERCION_PATH_FUNC && OidIsValid(cast))
-			key = ce::pg_guard([cast, key] { return OidFunctionCall1(cast, key); });
-		else if (path != COERCION_PATH_RELABELTYPE)
-			ce::pg_guard([name, &c, given] {
-				ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-				                errmsg("tracked counter \"%s\" has keys of type %s, not %s", text_to_cstring(name),
-				                       format_type_be(c.key_type), format_type_be(given)),
-				                errhint("Cast the key: ...::%s", format_type_be(c.key_type))));
-			});
-	}
+		throw ce::Error(ce::sqlstate::null_value_not_allowed,
+		                ce::format("key of tracked counter \"%s\" must not be NULL", c.name));
 	if (PG_ARGISNULL(2) || PG_ARGISNULL(3))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "delta and at must not be NULL");
+	if (!c.application)
+		ce::pg_guard([&c] {
+			ereport(ERROR,
+			        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			         errmsg("tracked counter \"%s\" is counted by triggers on %s", c.name, qualified_name(c.source)),
+			         errhint("counter.add is for counters registered with mode => 'application'.")));
+		});
+	require_privilege(c, ACL_INSERT, "add to", "INSERT");
+	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	Datum key = PG_GETARG_DATUM(1);
 	int64 delta = PG_GETARG_INT64(2);
 	TimestampTz at = PG_GETARG_TIMESTAMPTZ(3);
-	if (!c.application)
-		ce::pg_guard([name, &c] {
-			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			                errmsg("tracked counter \"%s\" is counted by triggers on %s", text_to_cstring(name),
-			                       qualified_name(c.source)),
-			                errhint("counter.add is for counters registered with mode => 'application'.")));
-		});
-	if (pg_class_aclcheck(c.source, GetOuterUserId(), ACL_INSERT) != ACLCHECK_OK)
-		ce::pg_guard([name, &c] {
-			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			                errmsg("permission denied to add to tracked counter \"%s\"", text_to_cstring(name)),
-			                errdetail("Adding needs INSERT on %s.", qualified_name(c.source))));
-		});
-	if (delta != 0) {
-		AddPlan &slot = (*add_plans)[c.id];
-		ce::pg_guard([&slot, &c, key, delta, at] {
-			if (slot.plan != nullptr && slot.key_type != c.key_type) {
-				SPI_freeplan(slot.plan);
-				slot.plan = nullptr;
-			}
-			if (slot.plan == nullptr) {
-				slot.plan = add_prepare(c);
-				slot.key_type = c.key_type;
-			}
-			Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
-			                                   TimestampTzGetDatum(0));
-			Datum values[4] = {key, bucket, Int16GetDatum(static_cast<int16>(MyProcPid % c.shards)),
-			                   Int64GetDatum(delta)};
-			if (SPI_execute_plan(slot.plan, values, nullptr, false, 0) != SPI_OK_INSERT)
-				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
-		});
-	}
-	ce::pg_guard([] { SPI_finish(); });
+	if (delta == 0)
+		PG_RETURN_VOID();
+	KeptPlans *plans = plans_of(c.id);
+	ce::as_owner(c.owner, [&c, plans, given, key, delta, at] {
+		Datum value = ce::keys::convert(given, key, c.key_type, c.name);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		if (plans->add == nullptr) {
+			char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
+			                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta"
+			                     " OPERATOR(pg_catalog.+) excluded.delta",
+			                     state_table(c.id, "delta"));
+			Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
+			plans->add = ce::prepare_kept(sql, 4, types);
+		}
+		Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
+		                                   TimestampTzGetDatum(0));
+		Datum values[4] = {value, bucket, Int16GetDatum(static_cast<int16>(MyProcPid % (c.shards < 1 ? 1 : c.shards))),
+		                   Int64GetDatum(delta)};
+		if (SPI_execute_plan(plans->add, values, nullptr, false, 0) != SPI_OK_INSERT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
+		SPI_finish();
+	});
 	PG_RETURN_VOID();
+}
+
+CE_FUNCTION(counter_tracked_value) {
+	Counter c = find_counter(fcinfo);
+	if (PG_ARGISNULL(1))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed,
+		                ce::format("key of tracked counter \"%s\" must not be NULL", c.name));
+	require_privilege(c, ACL_SELECT, "read", "SELECT");
+	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	Datum key = PG_GETARG_DATUM(1);
+	KeptPlans *plans = plans_of(c.id);
+	int64 result = ce::as_owner(c.owner, [&c, plans, given, key] {
+		Datum value = ce::keys::convert(given, key, c.key_type, c.name);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		Datum values[1] = {value};
+		if (SPI_execute_plan(value_plan(c, &plans->value, false), values, nullptr, true, 1) != SPI_OK_SELECT ||
+		    SPI_processed != 1)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
+		bool isnull;
+		int64 v = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_finish();
+		return v;
+	});
+	PG_RETURN_INT64(result);
+}
+
+namespace {
+
+// One distinct key of values_of: the key as given, as the key type, and
+// where it stands in the query's answer.
+struct Given {
+	Datum given;
+	Datum key;
+	int position;
+};
+
+} // namespace
+
+CE_FUNCTION(counter_tracked_values_of) {
+	Counter c = find_counter(fcinfo);
+	if (PG_ARGISNULL(1))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "keys must not be NULL");
+	require_privilege(c, ACL_SELECT, "read", "SELECT");
+	ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
+	Oid elem = ARR_ELEMTYPE(array);
+	KeptPlans *plans = plans_of(c.id);
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	ce::as_owner(c.owner, [&c, plans, array, elem, rsinfo] {
+		int16 len;
+		bool byval;
+		char align;
+		get_typlenbyvalalign(elem, &len, &byval, &align);
+		Datum *elems;
+		bool *nulls;
+		int n;
+		deconstruct_array(array, elem, len, byval, align, &elems, &nulls, &n);
+		Given *keys = static_cast<Given *>(palloc(sizeof(Given) * (n + 1)));
+		for (int i = 0; i < n; i++) {
+			if (nulls[i])
+				ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				                errmsg("key of tracked counter \"%s\" must not be NULL", c.name)));
+			keys[i] = Given{elems[i], ce::keys::convert(elem, elems[i], c.key_type, c.name), 0};
+		}
+		TypeCacheEntry *type = lookup_type_cache(c.key_type, TYPECACHE_CMP_PROC_FINFO);
+		if (!OidIsValid(type->cmp_proc_finfo.fn_oid))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("tracked key type has no btree comparison")));
+		Oid collation = type->typcollation;
+		auto cmp = [type, collation](const Given &a, const Given &b) {
+			return DatumGetInt32(FunctionCall2Coll(&type->cmp_proc_finfo, collation, a.key, b.key));
+		};
+		std::sort(keys, keys + n, [&cmp](const Given &a, const Given &b) { return cmp(a, b) < 0; });
+		int distinct = 0;
+		for (int i = 0; i < n; i++)
+			if (distinct == 0 || cmp(keys[distinct - 1], keys[i]) != 0)
+				keys[distinct++] = keys[i];
+		Datum *converted = static_cast<Datum *>(palloc(sizeof(Datum) * (distinct + 1)));
+		for (int i = 0; i < distinct; i++)
+			converted[i] = keys[i].key;
+		int16 klen;
+		bool kbyval;
+		char kalign;
+		get_typlenbyvalalign(c.key_type, &klen, &kbyval, &kalign);
+		Datum arg[1] = {PointerGetDatum(construct_array(converted, distinct, c.key_type, klen, kbyval, kalign))};
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		if (SPI_execute_plan(value_plan(c, &plans->values, true), arg, nullptr, true, 0) != SPI_OK_SELECT ||
+		    SPI_processed != static_cast<uint64>(distinct))
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
+		int64 *value = static_cast<int64 *>(palloc(sizeof(int64) * (distinct + 1)));
+		for (uint64 i = 0; i < SPI_processed; i++) {
+			bool isnull;
+			int64 o = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+			value[o - 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		}
+		SPI_finish();
+		for (int i = 0; i < distinct; i++) {
+			Datum out[2] = {keys[i].given, Int64GetDatum(value[i])};
+			bool outnull[2] = {false, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
+		}
+	});
+	return (Datum)0;
 }

@@ -2,20 +2,27 @@
 -- written as small deltas on the hot path and repaired from the rows by
 -- reconciliation (doc/reference/tracked.md).
 --
--- State of counter N (its id), created by counter.track, owned by the source
--- table's owner, with the key column's real type:
---   counter.tracked_N_base   (key PRIMARY KEY, base)          reconciliation's
---   counter.tracked_N_delta  (key, bucket, shard, delta)      the hot path's
+-- State of counter N (its id), created by counter.track in schema
+-- counter_internal, owned by the source table's owner, with the key column's
+-- real type:
+--   counter_internal.tracked_N_base   (key PRIMARY KEY, base)       reconciliation's
+--   counter_internal.tracked_N_delta  (key, bucket, shard, delta)   the hot path's
 -- value(key) = base + sum(delta). A delta is attributed to the event-time
 -- bucket of the row it stands for. Reconciliation up to watermark W (a bucket
 -- boundary) sets base to count(rows with time < W) and subtracts from each
--- delta row with bucket < W exactly the amount its snapshot saw, in the same
--- statement (one snapshot), so a concurrent write is never overwritten.
--- Functions generated per counter (same owner, SECURITY DEFINER, no PUBLIC
--- execute): tracked_N_trigger (TRUNCATE in trigger mode), tracked_N_batch (one
--- reconciliation batch), tracked_N_check (validates the filter).
--- The hot paths are C++ (src/tracked.cpp): counter.tracked_fold, the
--- statement trigger of trigger mode, and counter.add.
+-- delta row with bucket < W exactly the amount its snapshot saw, so a
+-- concurrent write is never overwritten.
+-- One function is generated per counter (owned by the same owner, run only
+-- through counter_internal.exec_as_owner): tracked_N_batch, one
+-- reconciliation batch.
+--
+-- Privileges (doc/security.md): everything that touches a counter's state or
+-- its source runs as the source table's owner in a security-restricted
+-- operation (src/owner.cpp); the SECURITY DEFINER functions below touch only
+-- the catalogs of this file and hand the rest to exec_as_owner. The hot paths
+-- are C++ (src/tracked.cpp): the trigger counter_internal.tracked_fold and
+-- counter.add / counter.value / counter.values_of, which run as the caller
+-- and switch to the owner after checking the caller's privilege.
 --
 -- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
 -- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
@@ -28,7 +35,9 @@ CREATE TABLE counter.tracked (
     key_column          name NOT NULL,
     key_type            regtype NOT NULL,
     time_column         name NOT NULL,
-    filter              text,
+    filter              text,           -- canonical text of the stored filter (src/filter.cpp)
+    filter_tree         text,           -- the resolved tree (nodeToString)
+    filter_relid        oid,            -- the source's oid the tree was resolved against
     mode                text NOT NULL CHECK (mode IN ('trigger', 'application')),
     watermark_lag       interval NOT NULL CHECK (watermark_lag >= interval '0'),
     bucket_width        interval NOT NULL,
@@ -57,6 +66,7 @@ CREATE TABLE counter.tracked_runs (
     drift_positive  bigint NOT NULL DEFAULT 0,
     drift_negative  bigint NOT NULL DEFAULT 0,
     max_abs_drift   bigint NOT NULL DEFAULT 0,
+    keys_busy       bigint NOT NULL DEFAULT 0,
     outcome         text NOT NULL DEFAULT 'running'
                     CHECK (outcome IN ('running', 'ok', 'skipped', 'partial', 'interrupted'))
 );
@@ -71,36 +81,40 @@ CREATE TABLE counter.tracked_key_drift (
     drift   bigint NOT NULL
 );
 CREATE INDEX ON counter.tracked_key_drift (run_id);
+
+-- Every role reads the catalog rows of the counters it owns (or belongs to
+-- the owner of), and nothing else; nobody writes them but this file's
+-- functions.
+ALTER TABLE counter.tracked ENABLE ROW LEVEL SECURITY;
+ALTER TABLE counter.tracked_runs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE counter.tracked_key_drift ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tracked_read ON counter.tracked FOR SELECT USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+CREATE POLICY tracked_runs_read ON counter.tracked_runs FOR SELECT
+    USING (EXISTS (SELECT FROM counter.tracked t WHERE t.counter_id OPERATOR(pg_catalog.=) tracked_runs.counter_id));
+CREATE POLICY tracked_key_drift_read ON counter.tracked_key_drift FOR SELECT
+    USING (EXISTS (SELECT FROM counter.tracked_runs r WHERE r.run_id OPERATOR(pg_catalog.=) tracked_key_drift.run_id));
+GRANT SELECT ON counter.tracked, counter.tracked_runs, counter.tracked_key_drift TO PUBLIC;
 COMMENT ON TABLE counter.tracked_key_drift IS
     'keys whose drift exceeded the counter''s drift_log_threshold in a run (drift = cached - truth)';
 
-CREATE FUNCTION counter.tracked_caller()
+-- The role that called the outermost function (for SECURITY DEFINER code).
+CREATE FUNCTION counter_internal.caller()
 RETURNS regrole
 LANGUAGE c STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_tracked_caller';
 
-CREATE FUNCTION counter.tracked_check_filter(filter text)
-RETURNS void
-LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'counter_tracked_check_filter';
-
-CREATE FUNCTION counter.tracked_compile_filter(source regclass, filter text, as_role regrole)
-RETURNS void
-LANGUAGE c VOLATILE STRICT
-AS 'MODULE_PATHNAME', 'counter_tracked_compile_filter';
-REVOKE ALL ON FUNCTION counter.tracked_compile_filter(regclass, text, regrole) FROM PUBLIC;
-
 -- The hot path of trigger mode (src/tracked.cpp): folds a statement's
 -- transition tables into one delta per (key, bucket) and writes them in
--- order. Only counter.track attaches it.
-CREATE FUNCTION counter.tracked_fold()
+-- order, as the counter's owner; on TRUNCATE, empties the counter. Its one
+-- argument is the counter id; everything else comes from counter.tracked.
+-- Only counter.track attaches it.
+CREATE FUNCTION counter_internal.tracked_fold()
 RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
-REVOKE ALL ON FUNCTION counter.tracked_fold() FROM PUBLIC;
 
 -- The counter row, or an errcode'd error.
-CREATE FUNCTION counter.tracked_get(counter_name text)
+CREATE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -120,15 +134,15 @@ BEGIN
 END
 $$;
 
--- Raises unless the calling role may manage counter t (owner of the source
--- table, a member of that role, or a superuser).
-CREATE FUNCTION counter.tracked_require_owner(t counter.tracked, action text)
+-- Raises unless the calling role may manage counter t (a member of the
+-- source table's owner, or a superuser).
+CREATE FUNCTION counter_internal.tracked_require_owner(t counter.tracked, action text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    caller regrole := counter.tracked_caller();
+    caller regrole := counter_internal.caller();
 BEGIN
     IF NOT (pg_catalog.pg_has_role(caller, t.owner, 'USAGE')
             OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
@@ -138,46 +152,162 @@ BEGIN
 END
 $$;
 
--- A key argument converted to the counter's key type: the same type, or one
--- with an implicit cast to it. NULL keys are refused.
-CREATE FUNCTION counter.tracked_key_check(t counter.tracked, given regtype, is_null boolean)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF is_null THEN
-        RAISE EXCEPTION 'key of tracked counter "%" must not be NULL', t.name USING ERRCODE = '22004';
-    END IF;
-    IF given OPERATOR(pg_catalog.<>) t.key_type AND NOT EXISTS (
-        SELECT FROM pg_catalog.pg_cast c
-        WHERE c.castsource OPERATOR(pg_catalog.=) given AND c.casttarget OPERATOR(pg_catalog.=) t.key_type
-          AND c.castcontext OPERATOR(pg_catalog.=) 'i') THEN
-        RAISE EXCEPTION 'tracked counter "%" has keys of type %, not %', t.name, t.key_type, given
-            USING ERRCODE = '42804', HINT = format('Cast the key: ...::%s', t.key_type);
-    END IF;
-END
-$$;
-
--- Raises unless the calling role may read the source table of counter t.
-CREATE FUNCTION counter.tracked_require_select(t counter.tracked)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF NOT pg_catalog.has_table_privilege(counter.tracked_caller(), t.source, 'SELECT') THEN
-        RAISE EXCEPTION 'permission denied to read tracked counter "%"', t.name
-            USING ERRCODE = '42501', DETAIL = format('Reading needs SELECT on %s.', t.source);
-    END IF;
-END
-$$;
-
-CREATE FUNCTION counter.tracked_table(t counter.tracked, part text)
+CREATE FUNCTION counter_internal.tracked_table(t counter.tracked, part text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.format('counter.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
+AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
+
+-- (Re)creates what counter t needs beyond its state tables: the batch
+-- function and, in trigger mode, the triggers on the source. Used by
+-- counter.track and by the update from 1.1.
+CREATE FUNCTION counter_internal.tracked_build(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ops text[] := counter_internal.key_operators(t.key_type);
+    fn_batch text := format('counter_internal.%I', format('tracked_%s_batch', t.counter_id));
+    f text;
+    body text;
+    trg text;
+BEGIN
+    f := CASE WHEN t.filter IS NULL THEN 'true'
+              ELSE format('counter_internal.filter_match(''tracked'', %s, ce_new)', t.counter_id) END;
+    -- One reconciliation batch: the next ce_limit keys after ce_after (keys
+    -- with deltas before the watermark, keys with source rows whose event
+    -- time is in [ce_from, ce_w), and with ce_all every key with a base),
+    -- compared and repaired. It never waits for a writer: delta rows locked
+    -- by a writer are skipped, and so is every key with a delta row it did
+    -- not lock (busy; it stays dirty and the next run takes it), so the rows
+    -- it folds are exactly the rows it locked.
+    body := format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %5$s[];
+    ce_after_key %5$s := ce_after::%5$s;
+    ce_lk %5$s[];
+    ce_lb timestamptz[];
+    ce_ls smallint[];
+BEGIN
+    IF ce_after IS NULL THEN
+        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b WHERE ce_all ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    ELSE
+        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b WHERE ce_all AND b.key %9$s ce_after_key ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key %9$s ce_after_key AND d.bucket < ce_w
+                 ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s %9$s ce_after_key AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    END IF;
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
+    INTO ce_lk, ce_lb, ce_ls
+    FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+          FOR UPDATE SKIP LOCKED) l;
+
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        SELECT l.key, l.bucket, l.shard
+        FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls))
+             AS l(key, bucket, shard)
+    ), seen AS MATERIALIZED (
+        SELECT d.key, d.bucket, d.shard, d.delta FROM %7$s d
+        JOIN locked l ON d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard
+    ), busy AS MATERIALIZED (
+        SELECT DISTINCT d.key FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+          AND NOT EXISTS (SELECT FROM locked l WHERE l.key %8$s d.key AND l.bucket = d.bucket AND l.shard = d.shard)
+    ), keys AS MATERIALIZED (
+        SELECT k.key, k.o, EXISTS (SELECT FROM busy WHERE busy.key %8$s k.key) AS busy
+        FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
+    ), truth AS MATERIALIZED (
+        SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
+        WHERE ce_new.%2$s %8$s ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
+        GROUP BY 1
+    ), cmp AS MATERIALIZED (
+        SELECT k.key, coalesce(b.base, 0) + coalesce(sd.s, 0) AS cached, coalesce(t.n, 0) AS truth
+        FROM keys k
+        LEFT JOIN %6$s b ON b.key %8$s k.key
+        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta)::bigint AS s FROM seen GROUP BY 1) sd
+               ON sd.key %8$s k.key
+        LEFT JOIN truth t ON t.key %8$s k.key
+        WHERE NOT k.busy
+    ), absorbed AS (
+        UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
+        WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
+          AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
+        RETURNING 1
+    ), installed AS (
+        INSERT INTO %6$s AS b (key, base) SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0
+        ON CONFLICT (key) DO UPDATE SET base = excluded.base
+        RETURNING 1
+    ), emptied AS (
+        DELETE FROM %6$s b USING cmp WHERE b.key %8$s cmp.key AND cmp.truth = 0
+        RETURNING 1
+    )
+    SELECT k.key::text, c.cached, c.truth, k.busy, k.o FROM keys k LEFT JOIN cmp c ON c.key %8$s k.key;
+
+    DELETE FROM %7$s d
+    USING ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls)) AS l(key, bucket, shard)
+    WHERE d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard AND d.delta = 0;
+END
+$b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);
+    IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
+        EXECUTE format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch);
+    END IF;
+    EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
+                   ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS %L', fn_batch, body);
+    EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
+                   fn_batch, t.owner);
+    EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
+                   fn_batch);
+    IF t.filter IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       t.owner);
+    END IF;
+
+    IF t.mode = 'trigger' THEN
+        FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+                   WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
+                     AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_%s_ins', t.counter_id),
+                         format('counter_%s_del', t.counter_id), format('counter_%s_upd', t.counter_id),
+                         format('counter_%s_trunc', t.counter_id)]::name[]) LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', trg, t.source);
+        END LOOP;
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_ins', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_del', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_upd', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_trunc', t.counter_id), t.source, t.counter_id);
+    END IF;
+END
+$fn$;
 
 -- Registers a tracked counter. See doc/reference/tracked.md.
 CREATE FUNCTION counter.track(
@@ -200,24 +330,14 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-    caller regrole := counter.tracked_caller();
+    caller regrole := counter_internal.caller();
     rel record;
     kcol record;
     tcol record;
     t counter.tracked;
-    id integer;
+    compiled text[];
     base_t text;
     delta_t text;
-    f text;
-    fn_trigger text;
-    fn_batch text;
-    fn_check text;
-    src text;
-    kc text;
-    tc text;
-    kt text;
-    body text;
-    fold_args text;
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
@@ -246,8 +366,8 @@ BEGIN
         RAISE EXCEPTION 'bucket_width must be positive, at most 1 day, without months'
             USING ERRCODE = '22023';
     END IF;
-    IF reconcile_every <= interval '0' THEN
-        RAISE EXCEPTION 'reconcile_every must be positive' USING ERRCODE = '22023';
+    IF reconcile_every < interval '1 second' THEN
+        RAISE EXCEPTION 'reconcile_every must be at least 1 second' USING ERRCODE = '22023';
     END IF;
     IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
         RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
@@ -256,10 +376,13 @@ BEGIN
         RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
     END IF;
 
-    SELECT c.oid, c.relkind, c.relowner::regrole AS owner INTO rel
+    SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
     FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
     IF rel.relkind NOT IN ('r', 'p') THEN
         RAISE EXCEPTION '% is not a table', source USING ERRCODE = '42809';
+    END IF;
+    IF rel.relpersistence OPERATOR(pg_catalog.=) 't' THEN
+        RAISE EXCEPTION '% is a temporary table', source USING ERRCODE = '42809';
     END IF;
     IF NOT (pg_catalog.pg_has_role(caller, rel.owner, 'USAGE')
             OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
@@ -273,180 +396,40 @@ BEGIN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
     END IF;
+    PERFORM counter_internal.key_operators(kcol.typ);   -- 42883 unless the key type can be compared
+    -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        PERFORM counter.tracked_check_filter(filter);
+        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                   WHERE i.indrelid OPERATOR(pg_catalog.=) source
+                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum
+                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum)) THEN
+        RAISE WARNING 'no index on %(%): each scheduled reconciliation scans the table for rows newly past the watermark',
+            source, time_column
+            USING HINT = format('CREATE INDEX ON %s (%I)', source, time_column);
     END IF;
 
-    INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, mode, watermark_lag,
-        bucket_width, shards, batch_size, drift_log_threshold, alert_threshold, reconcile_every, owner)
-    VALUES (name, source, key_column, kcol.typ, time_column, filter, mode, watermark_lag, bucket_width, shards,
+    INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
+        filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
+        reconcile_every, owner)
+    VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
+        CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner)
     RETURNING * INTO t;
-    id := t.counter_id;
 
-    base_t := counter.tracked_table(t, 'base');
-    delta_t := counter.tracked_table(t, 'delta');
-    fn_trigger := format('counter.%I', format('tracked_%s_trigger', id));
-    fn_batch := format('counter.%I', format('tracked_%s_batch', id));
-    fn_check := format('counter.%I', format('tracked_%s_check', id));
-    src := source::text;                       -- regclass output is quoted as needed
-    kc := format('%I', key_column);
-    tc := format('%I', time_column);
-    kt := kcol.typ::text;                      -- regtype output is quoted as needed
-    f := coalesce('(' || filter || E'\n)', 'true');
-
-    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kt);
+    base_t := counter_internal.tracked_table(t, 'base');
+    delta_t := counter_internal.tracked_table(t, 'delta');
+    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
-                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kt);
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
     EXECUTE format('ALTER TABLE %s OWNER TO %I', base_t, rel.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
-
-    -- Filter check: the query shape the trigger and reconciliation use, run
-    -- as the source table's owner.
-    body := format($b$
-BEGIN
-    PERFORM 1 FROM (SELECT * FROM %1$s LIMIT 0) AS ce_new
-    WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s IS NOT NULL AND %4$s;
-END
-$b$, src, kc, tc, f);
-    EXECUTE format('CREATE FUNCTION %s() RETURNS void LANGUAGE plpgsql SECURITY DEFINER'
-                   ' SET search_path = pg_catalog, pg_temp AS %L', fn_check, body);
-
-    -- One reconciliation batch: the next batch_size keys after ce_after
-    -- (dirty: with deltas before the watermark; all: also every key with a
-    -- base or with source rows), compared and repaired in one statement.
-    body := format($b$
-#variable_conflict use_column
-DECLARE
-    ce_keys %5$s[];
-    ce_after_key %5$s := ce_after::%5$s;
-BEGIN
-    IF NOT ce_all AND ce_after IS NULL THEN
-        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
-            SELECT DISTINCT d.key AS k FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit) s;
-    ELSIF NOT ce_all THEN
-        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
-            SELECT DISTINCT d.key AS k FROM %7$s d WHERE d.key > ce_after_key AND d.bucket < ce_w
-            ORDER BY 1 LIMIT ce_limit) s;
-    ELSIF ce_after IS NULL THEN
-        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
-            SELECT DISTINCT u.k FROM (
-                (SELECT b.key AS k FROM %6$s b ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s < ce_w AND %4$s ORDER BY 1 LIMIT ce_limit)
-            ) u ORDER BY 1 LIMIT ce_limit) s;
-    ELSE
-        SELECT pg_catalog.array_agg(k) INTO ce_keys FROM (
-            SELECT DISTINCT u.k FROM (
-                (SELECT b.key AS k FROM %6$s b WHERE b.key > ce_after_key ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key > ce_after_key AND d.bucket < ce_w
-                 ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s > ce_after_key AND ce_new.%3$s < ce_w AND %4$s ORDER BY 1 LIMIT ce_limit)
-            ) u ORDER BY 1 LIMIT ce_limit) s;
-    END IF;
-    IF ce_keys IS NULL THEN
-        RETURN;
-    END IF;
-    -- Lock the delta rows to fold in (key, bucket, shard) order, the order
-    -- writers lock them in, so a reconciler and a writer never deadlock.
-    PERFORM 1 FROM %7$s d WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w
-    ORDER BY d.key, d.bucket, d.shard FOR UPDATE;
-
-    RETURN QUERY
-    WITH seen AS MATERIALIZED (
-        SELECT d.key, d.bucket, d.shard, d.delta FROM %7$s d
-        WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w
-    ), truth AS MATERIALIZED (
-        SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
-        WHERE ce_new.%2$s = ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
-        GROUP BY 1
-    ), cmp AS MATERIALIZED (
-        SELECT k.key, coalesce(b.base, 0) + coalesce(sd.s, 0) AS cached, coalesce(t.n, 0) AS truth
-        FROM pg_catalog.unnest(ce_keys) AS k(key)
-        LEFT JOIN %6$s b ON b.key = k.key
-        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta)::bigint AS s FROM seen GROUP BY 1) sd
-               ON sd.key = k.key
-        LEFT JOIN truth t ON t.key = k.key
-    ), absorbed AS (
-        UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
-        WHERE d.key = seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
-        RETURNING 1
-    ), installed AS (
-        INSERT INTO %6$s AS b (key, base) SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0
-        ON CONFLICT (key) DO UPDATE SET base = excluded.base
-        RETURNING 1
-    ), emptied AS (
-        DELETE FROM %6$s b USING cmp WHERE b.key = cmp.key AND cmp.truth = 0
-        RETURNING 1
-    )
-    SELECT cmp.key::text, cmp.cached, cmp.truth, pg_catalog.row_number() OVER (ORDER BY cmp.key)
-    FROM cmp;
-
-    DELETE FROM %7$s d WHERE d.key = ANY (ce_keys) AND d.bucket < ce_w AND d.delta = 0;
-END
-$b$, src, kc, tc, f, kt, base_t, delta_t);
-    EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_after text, ce_all boolean, ce_limit integer)'
-                   ' RETURNS TABLE (key text, cached bigint, truth bigint, n bigint)'
-                   ' LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %L',
-                   fn_batch, body);
-
-    IF mode = 'trigger' THEN
-        -- TRUNCATE: every row is gone, so is every count. The source table's
-        -- lock keeps reconciliation of this counter out until we commit.
-        body := format($b$
-BEGIN
-    DELETE FROM %1$s;
-    DELETE FROM %2$s;
-    RETURN NULL;
-END
-$b$, delta_t, base_t);
-        EXECUTE format('CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER'
-                       ' SET search_path = pg_catalog, pg_temp AS %L', fn_trigger, body);
-    END IF;
-
-    EXECUTE format('ALTER FUNCTION %s() OWNER TO %I', fn_check, rel.owner);
-    EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn_check);
-    EXECUTE format('ALTER FUNCTION %s(timestamptz, text, boolean, integer) OWNER TO %I', fn_batch, rel.owner);
-    EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, text, boolean, integer) FROM PUBLIC', fn_batch);
-    IF mode = 'trigger' THEN
-        EXECUTE format('ALTER FUNCTION %s() OWNER TO %I', fn_trigger, rel.owner);
-        EXECUTE format('REVOKE ALL ON FUNCTION %s() FROM PUBLIC', fn_trigger);
-    END IF;
-
-    -- Errors in the filter (missing column, not boolean, a subquery...)
-    -- surface here, with their own SQLSTATE, and roll back everything above.
-    EXECUTE format('SELECT %s()', fn_check);
-    IF filter IS NOT NULL THEN
-        PERFORM counter.tracked_compile_filter(source, filter, rel.owner);
-    END IF;
-
-    IF mode = 'trigger' THEN
-        -- counter.tracked_fold's arguments: see src/tracked.cpp.
-        fold_args := format('%L, %L, %L, %L, %L, %L, %L', id, delta_t, rel.owner::oid, key_column, time_column,
-                            (pg_catalog.date_part('epoch', bucket_width) * 1000000)::bigint, shards)
-                     || coalesce(', ' || pg_catalog.quote_literal(filter), '');
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
-                       format('counter_%s_ins', id), src, fold_args);
-        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
-                       format('counter_%s_del', id), src, fold_args);
-        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter.tracked_fold(%s)',
-                       format('counter_%s_upd', id), src, fold_args);
-        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION %s()', format('counter_%s_trunc', id), src, fn_trigger);
-    END IF;
+    PERFORM counter_internal.tracked_build(t);
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
-    RETURN id;
+    RETURN t.counter_id;
 END
 $fn$;
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
@@ -460,11 +443,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-    t counter.tracked := counter.tracked_get(name);
+    t counter.tracked := counter_internal.tracked_get(name);
     src regclass;
     trg text;
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'untrack');
+    PERFORM counter_internal.tracked_require_owner(t, 'untrack');
     PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     -- The source, when it still exists (to_regclass of the OID's text is no such
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
@@ -474,80 +457,46 @@ BEGIN
             EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
         END LOOP;
     END IF;
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_trigger', t.counter_id));
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_check', t.counter_id));
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I(timestamptz, text, boolean, integer)',
+    EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
                    format('tracked_%s_batch', t.counter_id));
-    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'));
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
+                   counter_internal.tracked_table(t, 'delta'));
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     PERFORM counter.job_unregister('reconcile', name);
 END
 $fn$;
 COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its state, triggers, history and job';
 
--- Application mode: adds delta to key, attributed to event time 'at'
--- (src/tracked.cpp: the counter is looked up and its delta written with
--- plans kept per backend; INSERT on the source is checked for the caller).
+-- Application mode: adds delta to key, attributed to event time 'at'. The
+-- key is of the counter's key type, or text (through the type's input
+-- function). src/tracked.cpp: runs as the caller, checks INSERT on the
+-- source, then writes as the source's owner.
 CREATE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
                             at timestamptz DEFAULT pg_catalog.now())
 RETURNS void
-LANGUAGE c VOLATILE SECURITY DEFINER
+LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_add';
 COMMENT ON FUNCTION counter.add(text, anyelement, bigint, timestamptz) IS
     'application mode: adds delta (default 1) to a key of a tracked counter at event time "at"';
 
--- Value of one key: base + every delta; 0 for a key never seen.
+-- Value of one key: base + every delta; 0 for a key never seen. Needs SELECT
+-- on the source.
 CREATE FUNCTION counter.value(name text, key anyelement)
 RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_variable
-DECLARE
-    t counter.tracked := counter.tracked_get(name);
-    v bigint;
-BEGIN
-    PERFORM counter.tracked_key_check(t, pg_catalog.pg_typeof(key), key IS NULL);
-    PERFORM counter.tracked_require_select(t);
-    EXECUTE format('SELECT coalesce((SELECT b.base FROM %s b WHERE b.key = $1::%s), 0)'
-                   ' + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key = $1::%s), 0)',
-                   counter.tracked_table(t, 'base'), t.key_type, counter.tracked_table(t, 'delta'), t.key_type)
-    INTO v USING key;
-    RETURN v;
-END
-$fn$;
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_tracked_value';
 COMMENT ON FUNCTION counter.value(text, anyelement) IS 'value of one key of a tracked counter (0 when never seen)';
 
--- Values of many keys, one row per distinct key given.
+-- Values of many keys, one row per distinct key given, in key order.
 CREATE FUNCTION counter.values_of(name text, keys anyarray)
 RETURNS TABLE (key anyelement, value bigint)
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_variable
-DECLARE
-    t counter.tracked := counter.tracked_get(name);
-    elem regtype;
-BEGIN
-    IF keys IS NULL THEN
-        RAISE EXCEPTION 'keys must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    elem := (SELECT ty.typelem::regtype FROM pg_catalog.pg_type ty
-             WHERE ty.oid OPERATOR(pg_catalog.=) pg_catalog.pg_typeof(keys));
-    PERFORM counter.tracked_key_check(t, elem, pg_catalog.array_position(keys, NULL) IS NOT NULL);
-    PERFORM counter.tracked_require_select(t);
-    RETURN QUERY EXECUTE format(
-        'SELECT k.k, coalesce(b.base, 0) + coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d'
-        '  WHERE d.key = k.k::%s), 0)::bigint'
-        ' FROM (SELECT DISTINCT u.k FROM pg_catalog.unnest($1) AS u(k)) k'
-        ' LEFT JOIN %s b ON b.key = k.k::%s ORDER BY 1',
-        counter.tracked_table(t, 'delta'), t.key_type, counter.tracked_table(t, 'base'), t.key_type)
-    USING keys;
-END
-$fn$;
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_tracked_values_of';
 COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of a tracked counter';
 
--- Every key with state of every tracked counter the caller may read.
+-- Every key with state of every tracked counter the caller may read (SELECT
+-- on the source), each read as its owner. It touches only counter.tracked
+-- itself; the state is read through exec_as_owner.
 CREATE FUNCTION counter.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -555,18 +504,18 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     t counter.tracked;
-    caller regrole := counter.tracked_caller();
+    caller regrole := counter_internal.caller();
 BEGIN
     FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
         CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
-        RETURN QUERY EXECUTE format(
-            'SELECT %L::text, k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0))::bigint'
-            ' FROM (SELECT key FROM %s UNION SELECT key FROM %s) k'
-            ' LEFT JOIN %s b ON b.key = k.key'
-            ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %s GROUP BY key) d ON d.key = k.key'
-            ' ORDER BY k.key',
-            t.name, counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'),
-            counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'));
+        RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
+            'SELECT k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0))::bigint'
+            ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s) k'
+            ' LEFT JOIN %1$s b ON b.key %3$s k.key'
+            ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
+            ' WHERE $1 ORDER BY k.key',
+            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
+            (counter_internal.key_operators(t.key_type))[1]), true) AS v(key text, value bigint);
     END LOOP;
 END
 $fn$;
@@ -576,7 +525,7 @@ COMMENT ON VIEW counter.tracked_values IS 'every key with state of every tracked
 
 -- The watermark a run uses: the given one (or now - lag), down to a bucket
 -- boundary.
-CREATE FUNCTION counter.tracked_watermark(t counter.tracked, w timestamptz)
+CREATE FUNCTION counter_internal.tracked_watermark(t counter.tracked, w timestamptz)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -587,10 +536,11 @@ $$;
 
 -- One batch of a run, inside the caller's transaction: takes the counter's
 -- advisory lock (false when another reconciler holds it), runs the counter's
--- batch function, records drifted keys; 'after' moves to the batch's last key.
-CREATE FUNCTION counter.tracked_run_batch(t counter.tracked, run bigint, w timestamptz, all_keys boolean,
-    INOUT after text, OUT locked boolean, OUT checked bigint, OUT corrected bigint, OUT pos bigint,
-    OUT neg bigint, OUT max_abs bigint)
+-- batch function as the owner, records drifted keys; 'after' moves to the
+-- batch's last key.
+CREATE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
+    w_from timestamptz, all_keys boolean, INOUT after text, OUT locked boolean, OUT checked bigint,
+    OUT corrected bigint, OUT pos bigint, OUT neg bigint, OUT max_abs bigint, OUT busy bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -599,36 +549,34 @@ BEGIN
     IF NOT locked THEN
         RETURN;
     END IF;
-    <<retry>>
-    FOR attempt IN 1..3 LOOP
-    BEGIN
-    EXECUTE format(
-        'WITH r AS MATERIALIZED (SELECT * FROM counter.%I($1, $2, $3, $4)),'
-        ' logged AS (INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)'
-        '   SELECT $5, r.key, r.cached, r.truth, r.cached - r.truth FROM r'
-        '   WHERE r.cached <> r.truth AND abs(r.cached - r.truth) > $6)'
-        ' SELECT count(*), count(*) FILTER (WHERE r.cached <> r.truth),'
-        '   coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached > r.truth), 0),'
-        '   coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached < r.truth), 0),'
-        '   coalesce(max(abs(r.cached - r.truth)), 0),'
-        '   (SELECT r2.key FROM r r2 ORDER BY r2.n DESC LIMIT 1)'
-        ' FROM r', format('tracked_%s_batch', t.counter_id))
-    INTO checked, corrected, pos, neg, max_abs, after
-    USING w, after, all_keys, t.batch_size, run, t.drift_log_threshold;
-    EXIT retry;
-    EXCEPTION WHEN deadlock_detected THEN
-        -- a writer's transaction locked delta rows out of order; try again
-        IF attempt = 3 THEN
-            RAISE;
-        END IF;
-    END;
-    END LOOP;
+    WITH r AS MATERIALIZED (
+        SELECT * FROM counter_internal.exec_as_owner(t.owner,
+            format('SELECT * FROM counter_internal.%I($1, $2, $3, $4, $5)', format('tracked_%s_batch', t.counter_id)),
+            w, CASE WHEN all_keys THEN '-infinity'::timestamptz ELSE w_from END, after, all_keys, t.batch_size)
+        AS x(key text, cached bigint, truth bigint, busy boolean, n bigint)
+    ), logged AS (
+        INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)
+        SELECT run, r.key, r.cached, r.truth, r.cached - r.truth FROM r
+        WHERE NOT r.busy AND r.cached <> r.truth AND abs(r.cached - r.truth) > t.drift_log_threshold
+    )
+    SELECT count(*) FILTER (WHERE NOT r.busy), count(*) FILTER (WHERE r.cached <> r.truth),
+        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached > r.truth), 0),
+        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached < r.truth), 0),
+        coalesce(max(abs(r.cached - r.truth)), 0), count(*) FILTER (WHERE r.busy),
+        (SELECT r2.key FROM r r2 ORDER BY r2.n DESC LIMIT 1)
+    INTO checked, corrected, pos, neg, max_abs, busy, after
+    FROM r;
+    IF after IS NULL THEN
+        checked := 0;   -- no key left
+    ELSIF checked = 0 THEN
+        checked := -1;  -- every key of this batch was busy: go on after it
+    END IF;
 END
 $fn$;
 
 -- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
 -- counter_ext_drift) when total |drift| exceeds the counter's threshold.
-CREATE FUNCTION counter.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
+CREATE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
 RETURNS counter.tracked_runs
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -637,7 +585,8 @@ DECLARE
     r counter.tracked_runs;
 BEGIN
     UPDATE counter.tracked_runs x SET finished_at = pg_catalog.clock_timestamp(), outcome = run_outcome
-    WHERE x.run_id OPERATOR(pg_catalog.=) run RETURNING * INTO r;
+    WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO r;
     IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
         RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
             r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
@@ -655,12 +604,17 @@ $fn$;
 -- Starts a run. Watermarks never go back: a base holds the truth before the
 -- watermark its key was last reconciled at, and the deltas before it are
 -- gone, so a run uses the greatest watermark ever used for the counter.
-CREATE FUNCTION counter.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
-    OUT run bigint, OUT run_watermark timestamptz)
+-- run_from is the previous watermark: source rows in [run_from, watermark)
+-- are newly past it, and their keys are checked even when nothing was
+-- written through the counter.
+CREATE FUNCTION counter_internal.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
+    OUT run bigint, OUT run_watermark timestamptz, OUT run_from timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    SELECT coalesce(c.last_watermark, '-infinity') INTO run_from FROM counter.tracked c
+    WHERE c.counter_id = t.counter_id FOR UPDATE;
     UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
     WHERE c.counter_id = t.counter_id
     RETURNING c.last_watermark INTO run_watermark;
@@ -672,19 +626,35 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter.tracked_add_batch(run bigint, checked bigint, corrected bigint, pos bigint, neg bigint,
-    max_abs bigint)
+CREATE FUNCTION counter_internal.tracked_add_batch(t counter.tracked, run bigint, b record)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-    UPDATE counter.tracked_runs x SET keys_checked = x.keys_checked OPERATOR(pg_catalog.+) checked,
-        keys_corrected = x.keys_corrected OPERATOR(pg_catalog.+) corrected,
-        drift_positive = x.drift_positive OPERATOR(pg_catalog.+) pos,
-        drift_negative = x.drift_negative OPERATOR(pg_catalog.+) neg,
-        max_abs_drift = GREATEST(x.max_abs_drift, max_abs)
-    WHERE x.run_id OPERATOR(pg_catalog.=) run
-$$;
+AS $fn$
+BEGIN
+    UPDATE counter.tracked_runs x SET keys_checked = x.keys_checked + GREATEST(b.checked, 0),
+        keys_corrected = x.keys_corrected + b.corrected,
+        drift_positive = x.drift_positive + b.pos,
+        drift_negative = x.drift_negative + b.neg,
+        max_abs_drift = GREATEST(x.max_abs_drift, b.max_abs),
+        keys_busy = x.keys_busy + b.busy
+    WHERE x.run_id = run AND x.counter_id = t.counter_id;
+END
+$fn$;
+
+-- The run of counter t with id 'run', while it runs; or 42704.
+CREATE FUNCTION counter_internal.tracked_require_run(t counter.tracked, run bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT FROM counter.tracked_runs x WHERE x.run_id = run AND x.counter_id = t.counter_id
+                   AND x.outcome = 'running') THEN
+        RAISE EXCEPTION 'tracked counter "%" has no running run %', t.name, run USING ERRCODE = '42704';
+    END IF;
+END
+$fn$;
 
 -- Reconciles a tracked counter up to watermark W (default now() - lag, down
 -- to a bucket boundary), in the caller's transaction: dirty keys, or every
@@ -701,36 +671,37 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-    t counter.tracked := counter.tracked_get(name);
+    t counter.tracked := counter_internal.tracked_get(name);
     w timestamptz;
+    w_from timestamptz;
     every_key boolean;
     run bigint;
     after text;
     b record;
     r counter.tracked_runs;
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
     IF all_keys IS NULL THEN
         RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
     END IF;
-    w := counter.tracked_watermark(t, watermark);
+    w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
     END IF;
-    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
     LOOP
-        b := counter.tracked_run_batch(t, run, w, every_key, after);
+        b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
         EXIT WHEN b.checked IS NULL OR b.checked = 0;
-        PERFORM counter.tracked_add_batch(run, b.checked, b.corrected, b.pos, b.neg, b.max_abs);
+        PERFORM counter_internal.tracked_add_batch(t, run, b);
         after := b.after;
     END LOOP;
     IF every_key AND t.full_pending THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     END IF;
-    r := counter.tracked_finish_run(t, run, 'ok');
+    r := counter_internal.tracked_finish_run(t, run, 'ok');
     RETURN ROW(t.name, r.run_id, r.watermark, r.all_keys, r.keys_checked, r.keys_corrected,
         r.drift_positive, r.drift_negative, r.max_abs_drift, r.finished_at - r.started_at,
         r.outcome)::counter.reconcile_result;
@@ -739,19 +710,22 @@ $fn$;
 COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
--- The job the background worker (or pg_cron) runs: reconcile the named
--- counter with the default watermark, dirty keys (every key while a full run
--- is pending), one transaction per batch. rows_affected = keys corrected.
--- A procedure that COMMITs may have neither SECURITY DEFINER nor SET, so it
--- only loops (operators schema-qualified); the steps are functions.
-CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean)
+-- The job the background worker (or pg_cron) runs, in a session of the
+-- counter's owner: reconcile the named counter with the default watermark,
+-- dirty keys (every key while a full run is pending), one transaction per
+-- batch. rows_affected = keys corrected. A procedure that COMMITs may have
+-- neither SECURITY DEFINER nor SET, so it only loops (operators
+-- schema-qualified); the steps are functions that check the caller owns the
+-- counter and that the run is this counter's running run.
+CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
+    OUT w_from timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    t counter.tracked := counter.tracked_get(target);
+    t counter.tracked := counter_internal.tracked_get(target);
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
     w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
                              '2000-01-01 00:00:00+00'::timestamptz);
     every_key := t.full_pending;
@@ -759,25 +733,29 @@ BEGIN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN;
     END IF;
-    SELECT s.run, s.run_watermark INTO run, w FROM counter.tracked_start_run(t, w, every_key) s;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
 END
 $fn$;
 
 CREATE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
-    INOUT after text, OUT locked boolean, OUT checked bigint)
+    w_from timestamptz, INOUT after text, OUT locked boolean, OUT checked bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    t counter.tracked := counter.tracked_get(target);
+    t counter.tracked := counter_internal.tracked_get(target);
     b record;
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'reconcile');
-    b := counter.tracked_run_batch(t, run, w, every_key, after);
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_run(t, run);
+    IF w OPERATOR(pg_catalog.<>) (SELECT x.watermark FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+        RAISE EXCEPTION 'run % of tracked counter "%" has another watermark', run, t.name USING ERRCODE = '22023';
+    END IF;
+    b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
     locked := b.locked;
     checked := coalesce(b.checked, 0);
-    IF checked > 0 THEN
-        PERFORM counter.tracked_add_batch(run, b.checked, b.corrected, b.pos, b.neg, b.max_abs);
+    IF checked <> 0 THEN
+        PERFORM counter_internal.tracked_add_batch(t, run, b);
         after := b.after;
     END IF;
 END
@@ -789,14 +767,18 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    t counter.tracked := counter.tracked_get(target);
+    t counter.tracked := counter_internal.tracked_get(target);
     r counter.tracked_runs;
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_run(t, run);
+    IF run_outcome NOT IN ('ok', 'partial') THEN
+        RAISE EXCEPTION 'a job ends a run as ok or partial, not %', run_outcome USING ERRCODE = '22023';
+    END IF;
     IF run_outcome = 'ok' AND (SELECT x.all_keys FROM counter.tracked_runs x WHERE x.run_id = run) THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
     END IF;
-    r := counter.tracked_finish_run(t, run, run_outcome);
+    r := counter_internal.tracked_finish_run(t, run, run_outcome);
     RETURN r.keys_corrected;
 END
 $fn$;
@@ -817,7 +799,7 @@ BEGIN
     END IF;
     COMMIT;
     LOOP
-        b := counter.tracked_job_step(target, s.run, s.w, s.every_key, after);
+        b := counter.tracked_job_step(target, s.run, s.w, s.every_key, s.w_from, after);
         IF NOT b.locked THEN
             run_outcome := 'partial';
             EXIT;
@@ -836,7 +818,7 @@ COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
 CREATE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
-       r.outcome
+       r.outcome, r.keys_busy
 FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
@@ -861,7 +843,3 @@ COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past the
 -- The views show the counters of the roles the reader belongs to.
 GRANT SELECT ON counter.tracked_values, counter.tracked_history, counter.tracked_drift,
     counter.tracked_key_drift_history TO PUBLIC;
-REVOKE ALL ON FUNCTION counter.tracked_run_batch(counter.tracked, bigint, timestamptz, boolean, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION counter.tracked_finish_run(counter.tracked, bigint, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION counter.tracked_start_run(counter.tracked, timestamptz, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION counter.tracked_add_batch(bigint, bigint, bigint, bigint, bigint, bigint) FROM PUBLIC;

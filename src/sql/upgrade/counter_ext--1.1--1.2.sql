@@ -14,11 +14,11 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-    t counter.tracked := counter.tracked_get(name);
+    t counter.tracked := counter_internal.tracked_get(name);
     src regclass;
     trg text;
 BEGIN
-    PERFORM counter.tracked_require_owner(t, 'untrack');
+    PERFORM counter_internal.tracked_require_owner(t, 'untrack');
     PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     -- The source, when it still exists (to_regclass of the OID's text is no such
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
@@ -28,11 +28,10 @@ BEGIN
             EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
         END LOOP;
     END IF;
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_trigger', t.counter_id));
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_check', t.counter_id));
-    EXECUTE format('DROP FUNCTION IF EXISTS counter.%I(timestamptz, text, boolean, integer)',
+    EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
                    format('tracked_%s_batch', t.counter_id));
-    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter.tracked_table(t, 'base'), counter.tracked_table(t, 'delta'));
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
+                   counter_internal.tracked_table(t, 'delta'));
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     PERFORM counter.job_unregister('reconcile', name);
 END

@@ -1,0 +1,68 @@
+// Running work as the owner of the object it serves: the one mechanism.
+//
+// Everything counter_ext does for an object (a counter's deltas, a
+// reconciliation, a rollup's refresh, a partition drain) runs as the role
+// that owns the object, in a security-restricted operation, with a new GUC
+// nest level and search_path pinned to pg_catalog, pg_temp: PostgreSQL's
+// own pattern for REFRESH MATERIALIZED VIEW, CREATE INDEX and autovacuum
+// (matview.c ExecRefreshMatView). Inside, SET ROLE, RESET ROLE, SET SESSION
+// AUTHORIZATION and temporary objects are refused, so code the owner
+// controls (a filter's function, a trigger on a state table, a CHECK
+// constraint) cannot leave the owner's rights, whoever the session user is.
+//
+// C++ code uses ce::as_owner; SQL code uses counter_internal.exec_as_owner
+// (src/owner.cpp), which is a thin SQL face of the same functions.
+// doc/security.md says which role runs what.
+#pragma once
+
+#include "counter_ext/wall.hpp"
+
+#include <type_traits>
+
+namespace ce {
+
+// What owner_enter changed, for owner_leave to restore.
+struct OwnerSwitch {
+	Oid saved_user;
+	int saved_context;
+	int guc_level;
+};
+
+// Becomes 'role' (restricted, new GUC level, pinned search_path). Owns
+// nothing C++: may be called inside pg_guard, or from code that owns
+// nothing. If an ERROR ends the (sub)transaction before owner_leave, the
+// abort restores the user, the security context and the GUC level.
+OwnerSwitch owner_enter(Oid role);
+
+// Undoes owner_enter (GUC level first, then the user).
+void owner_leave(const OwnerSwitch &s) noexcept;
+
+// Runs f(), a lambda that calls PostgreSQL and owns nothing (as for
+// pg_guard), as 'role'. A PostgreSQL ERROR inside comes out as ce::PgError
+// with the caller's user, context and GUC level already restored.
+template <typename F>
+auto as_owner(Oid role, F &&f) -> decltype(f()) {
+	OwnerSwitch s = pg_guard([role] { return owner_enter(role); });
+	try {
+		if constexpr (std::is_void_v<decltype(f())>) {
+			pg_guard(f);
+			owner_leave(s);
+			return;
+		} else {
+			auto result = pg_guard(f);
+			owner_leave(s);
+			return result;
+		}
+	} catch (...) {
+		owner_leave(s);
+		throw;
+	}
+}
+
+// The owner of counter_ext's catalog tables (the role that ran CREATE
+// EXTENSION). Reading the catalogs as that role (restricted, like any other
+// owner) is how C code finds a registration without giving the caller any
+// right on the catalogs. Owns nothing C++.
+Oid catalog_owner();
+
+} // namespace ce

@@ -1,0 +1,16 @@
+-- Last piece of the install script: EXECUTE on every function and procedure
+-- of schema counter_internal is revoked from PUBLIC, whatever piece made it.
+-- A registration grants what an owner needs (counter.track grants
+-- filter_match to the counter's owner).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_catalog.pg_proc p
+             WHERE p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::regnamespace LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM PUBLIC',
+            CASE WHEN (SELECT p.prokind FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f)
+                      OPERATOR(pg_catalog.=) 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, f);
+    END LOOP;
+END
+$$;
