@@ -26,7 +26,12 @@ OBJS = $(SRCS:.cpp=.o)
 # can start at an old version and be updated, as the upgrade test does); both
 # are installed as they are.
 SQL_PIECES := $(sort $(wildcard src/sql/*.sql))
-DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+# Upgrade scripts from 1.1 on are assembled too: src/sql/upgrade/A--B/*.sql
+# in name order, where a line "--@include FILE" stands for FILE (a piece of
+# the install script that holds only functions and views).
+UPGRADE_DIRS := $(notdir $(wildcard src/sql/upgrade/*--*))
+UPGRADES_built := $(foreach d,$(filter-out %.sql,$(UPGRADE_DIRS)),$(EXTENSION)--$(d).sql)
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(UPGRADES_built)
 DATA = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql) $(wildcard src/sql/released/$(EXTENSION)--*.sql)
 
 # pg_regress files: sql/NAME.sql with expected/NAME.out
@@ -64,6 +69,13 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PIECES) Makefile counter_ext.control
 	@{ printf '%s\n' "-- counter_ext $(EXTVERSION): generated from src/sql/*.sql by make; edit those."; \
 	   printf '%s\n' '\echo Use "CREATE EXTENSION counter_ext" to load this file. \quit'; \
 	   for f in $(SQL_PIECES); do printf '\n-- ---- %s\n' "$$f"; cat "$$f"; done; } > $@
+
+
+$(EXTENSION)--%.sql: src/sql/upgrade/%/* $(SQL_PIECES) Makefile
+	@for f in $(sort $(wildcard src/sql/upgrade/$*/*.sql)); do \
+	   printf '\n-- ---- %s\n' "$$f"; \
+	   awk '/^--@include /{ f = $$2; while ((getline line < f) > 0) print line; close(f); next } { print }' "$$f"; \
+	 done > $@
 
 
 CLANG_FORMAT ?= clang-format

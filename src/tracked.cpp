@@ -482,8 +482,10 @@ CE_FUNCTION(counter_tracked_fold) {
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
 	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER statement trigger");
-	if (td->tg_trigger->tgnargs != 1)
-		throw ce::Error("39P01", "counter_internal.tracked_fold takes one argument, the counter id");
+	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
+		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
+		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
+		                "Run ALTER EXTENSION counter_ext UPDATE in this database.");
 	if (fold_caches == nullptr)
 		fold_caches = new std::unordered_map<Oid, FoldCache>();
 	if (!fold_callback_registered) {
@@ -744,4 +746,30 @@ CE_FUNCTION(counter_tracked_values_of) {
 		}
 	});
 	return (Datum)0;
+}
+
+// ---------------------------------------------------------------------------
+// C symbols of 1.0 and 1.1 that 1.2 no longer calls. They stay, so that the
+// SQL of an installation not yet updated still loads (CREATE EXTENSION
+// counter_ext VERSION '1.1' works, ALTER EXTENSION ... UPDATE can run);
+// called, they say what to do.
+
+namespace {
+
+[[noreturn]] void needs_update() {
+	throw ce::Error("55000", "this counter_ext function belongs to an older version of the extension's SQL",
+	                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
+	                "Run ALTER EXTENSION counter_ext UPDATE in this database.");
+}
+
+} // namespace
+
+CE_FUNCTION(counter_tracked_check_filter) {
+	(void)fcinfo;
+	needs_update();
+}
+
+CE_FUNCTION(counter_tracked_compile_filter) {
+	(void)fcinfo;
+	needs_update();
 }

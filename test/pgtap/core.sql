@@ -1,7 +1,7 @@
 -- The extension's own objects: schema, functions, their volatility and
 -- parallel safety, and that every object it creates lives in schema counter.
 BEGIN;
-SELECT plan(7);
+SELECT plan(9);
 
 SELECT has_schema('counter');
 SELECT has_function('counter', 'version', ARRAY[]::text[]);
@@ -10,14 +10,31 @@ SELECT is(counter.version(), (SELECT extversion FROM pg_extension WHERE extname 
           'library version equals the installed script version');
 SELECT ok(counter.preloaded(), 'the suite runs with shared_preload_libraries = counter_ext');
 
--- Every function of the extension lives in schema counter.
+-- Every function of the extension lives in schema counter (the API) or
+-- counter_internal (helpers).
 SELECT is_empty($$
     SELECT p.oid::regprocedure::text
     FROM pg_proc p
     JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
     JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'counter_ext'
-    WHERE p.pronamespace <> 'counter'::regnamespace
-$$, 'every function of the extension is in schema counter');
+    WHERE p.pronamespace NOT IN ('counter'::regnamespace, 'counter_internal'::regnamespace)
+$$, 'every function of the extension is in schema counter or counter_internal');
+
+-- No helper is executable by PUBLIC (doc/security.md).
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text FROM pg_proc p
+    WHERE p.pronamespace = 'counter_internal'::regnamespace
+      AND has_function_privilege('public', p.oid, 'EXECUTE')
+$$, 'no function of counter_internal is executable by PUBLIC');
+
+-- Every SECURITY DEFINER function pins its search_path.
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text
+    FROM pg_proc p
+    JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+    JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'counter_ext'
+    WHERE p.prosecdef AND NOT coalesce(p.proconfig::text ~ 'search_path=pg_catalog, pg_temp', false)
+$$, 'every SECURITY DEFINER function sets search_path = pg_catalog, pg_temp');
 
 -- Functions written in SQL or PL/pgSQL that run dynamic SQL pin search_path.
 SELECT is_empty($$

@@ -1,0 +1,746 @@
+-- Tracked counters: the functions and views (the tables are in
+-- 30_tracked.sql). This piece holds code only, so the update from 1.1
+-- (src/sql/upgrade/1.1--1.2/) includes it as it is, after dropping 1.1's
+-- functions and views.
+
+-- The role that called the outermost function (for SECURITY DEFINER code).
+CREATE FUNCTION counter_internal.caller()
+RETURNS regrole
+LANGUAGE c STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_tracked_caller';
+
+-- The hot path of trigger mode (src/tracked.cpp): folds a statement's
+-- transition tables into one delta per (key, bucket) and writes them in
+-- order, as the counter's owner; on TRUNCATE, empties the counter. Its one
+-- argument is the counter id; everything else comes from counter.tracked.
+-- Only counter.track attaches it.
+CREATE FUNCTION counter_internal.tracked_fold()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_fold';
+
+-- The counter row, or an errcode'd error.
+CREATE FUNCTION counter_internal.tracked_get(counter_name text)
+RETURNS counter.tracked
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t counter.tracked;
+BEGIN
+    IF counter_name IS NULL THEN
+        RAISE EXCEPTION 'counter name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT * INTO t FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) counter_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'tracked counter "%" does not exist', counter_name
+            USING ERRCODE = '42704', HINT = 'See counter.tracked for the registered counters.';
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- Raises unless the calling role may manage counter t (a member of the
+-- source table's owner, or a superuser).
+CREATE FUNCTION counter_internal.tracked_require_owner(t counter.tracked, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+BEGIN
+    IF NOT (pg_catalog.pg_has_role(caller, t.owner, 'USAGE')
+            OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'permission denied to % tracked counter "%"', action, t.name
+            USING ERRCODE = '42501', DETAIL = format('Only the owner of %s (or a superuser) may.', t.source);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION counter_internal.tracked_table(t counter.tracked, part text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
+
+-- (Re)creates what counter t needs beyond its state tables: the batch
+-- function and, in trigger mode, the triggers on the source. Used by
+-- counter.track and by the update from 1.1.
+CREATE FUNCTION counter_internal.tracked_build(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ops text[] := counter_internal.key_operators(t.key_type);
+    fn_batch text := format('counter_internal.%I', format('tracked_%s_batch', t.counter_id));
+    f text;
+    body text;
+    trg text;
+BEGIN
+    f := CASE WHEN t.filter IS NULL THEN 'true'
+              ELSE format('counter_internal.filter_match(''tracked'', %s, ce_new)', t.counter_id) END;
+    -- One reconciliation batch: the next ce_limit keys after ce_after (keys
+    -- with deltas before the watermark, keys with source rows whose event
+    -- time is in [ce_from, ce_w), and with ce_all every key with a base),
+    -- compared and repaired. It never waits for a writer: delta rows locked
+    -- by a writer are skipped, and so is every key with a delta row it did
+    -- not lock (busy; it stays dirty and the next run takes it), so the rows
+    -- it folds are exactly the rows it locked.
+    body := format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %5$s[];
+    ce_after_key %5$s := ce_after::%5$s;
+    ce_lk %5$s[];
+    ce_lb timestamptz[];
+    ce_ls smallint[];
+BEGIN
+    IF ce_after IS NULL THEN
+        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b WHERE ce_all ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    ELSE
+        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+            SELECT DISTINCT u.k FROM (
+                (SELECT b.key AS k FROM %6$s b WHERE ce_all AND b.key %9$s ce_after_key ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key %9$s ce_after_key AND d.bucket < ce_w
+                 ORDER BY 1 LIMIT ce_limit)
+                UNION ALL
+                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+                 WHERE ce_new.%2$s %9$s ce_after_key AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 ORDER BY 1 LIMIT ce_limit)
+            ) u ORDER BY 1 LIMIT ce_limit) s;
+    END IF;
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
+    INTO ce_lk, ce_lb, ce_ls
+    FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+          FOR UPDATE SKIP LOCKED) l;
+
+    RETURN QUERY
+    WITH locked AS MATERIALIZED (
+        SELECT l.key, l.bucket, l.shard
+        FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls))
+             AS l(key, bucket, shard)
+    ), seen AS MATERIALIZED (
+        SELECT d.key, d.bucket, d.shard, d.delta FROM %7$s d
+        JOIN locked l ON d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard
+    ), busy AS MATERIALIZED (
+        SELECT DISTINCT d.key FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+          AND NOT EXISTS (SELECT FROM locked l WHERE l.key %8$s d.key AND l.bucket = d.bucket AND l.shard = d.shard)
+    ), keys AS MATERIALIZED (
+        SELECT k.key, k.o, EXISTS (SELECT FROM busy WHERE busy.key %8$s k.key) AS busy
+        FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
+    ), truth AS MATERIALIZED (
+        SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
+        WHERE ce_new.%2$s %8$s ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
+        GROUP BY 1
+    ), cmp AS MATERIALIZED (
+        SELECT k.key, coalesce(b.base, 0) + coalesce(sd.s, 0) AS cached, coalesce(t.n, 0) AS truth
+        FROM keys k
+        LEFT JOIN %6$s b ON b.key %8$s k.key
+        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta)::bigint AS s FROM seen GROUP BY 1) sd
+               ON sd.key %8$s k.key
+        LEFT JOIN truth t ON t.key %8$s k.key
+        WHERE NOT k.busy
+    ), absorbed AS (
+        UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
+        WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
+          AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
+        RETURNING 1
+    ), installed AS (
+        INSERT INTO %6$s AS b (key, base) SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0
+        ON CONFLICT (key) DO UPDATE SET base = excluded.base
+        RETURNING 1
+    ), emptied AS (
+        DELETE FROM %6$s b USING cmp WHERE b.key %8$s cmp.key AND cmp.truth = 0
+        RETURNING 1
+    )
+    SELECT k.key::text, c.cached, c.truth, k.busy, k.o FROM keys k LEFT JOIN cmp c ON c.key %8$s k.key;
+
+    DELETE FROM %7$s d
+    USING ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls)) AS l(key, bucket, shard)
+    WHERE d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard AND d.delta = 0;
+END
+$b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);
+    IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
+        EXECUTE format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch);
+    END IF;
+    EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
+                   ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS %L', fn_batch, body);
+    EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
+                   fn_batch, t.owner);
+    EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
+                   fn_batch);
+    IF t.filter IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       t.owner);
+    END IF;
+
+    IF t.mode = 'trigger' THEN
+        FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+                   WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
+                     AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_%s_ins', t.counter_id),
+                         format('counter_%s_del', t.counter_id), format('counter_%s_upd', t.counter_id),
+                         format('counter_%s_trunc', t.counter_id)]::name[]) LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', trg, t.source);
+        END LOOP;
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_ins', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_del', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_upd', t.counter_id), t.source, t.counter_id);
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_trunc', t.counter_id), t.source, t.counter_id);
+    END IF;
+END
+$fn$;
+
+-- Registers a tracked counter. See doc/reference/tracked.md.
+CREATE FUNCTION counter.track(
+    name text,
+    source regclass,
+    key_column name,
+    time_column name,
+    filter text DEFAULT NULL,
+    mode text DEFAULT 'trigger',
+    watermark_lag interval DEFAULT interval '5 seconds',
+    bucket_width interval DEFAULT interval '1 minute',
+    shards integer DEFAULT 16,
+    batch_size integer DEFAULT 1000,
+    drift_log_threshold bigint DEFAULT 0,
+    alert_threshold bigint DEFAULT 1000,
+    reconcile_every interval DEFAULT interval '1 minute')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    caller regrole := counter_internal.caller();
+    rel record;
+    kcol record;
+    tcol record;
+    t counter.tracked;
+    compiled text[];
+    base_t text;
+    delta_t text;
+BEGIN
+    IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
+       OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
+       OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL THEN
+        RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid tracked counter name "%"', name
+            USING ERRCODE = '22023', DETAIL = 'A name is 1 to 63 letters, digits, ''_'', ''-'' or ''.''.';
+    END IF;
+    IF mode NOT IN ('trigger', 'application') THEN
+        RAISE EXCEPTION 'invalid mode "%"', mode
+            USING ERRCODE = '22023', HINT = 'mode is ''trigger'' or ''application''.';
+    END IF;
+    IF shards < 1 OR shards > 1024 THEN
+        RAISE EXCEPTION 'shards must be between 1 and 1024' USING ERRCODE = '22023';
+    END IF;
+    IF batch_size < 1 OR batch_size > 1000000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 1000000' USING ERRCODE = '22023';
+    END IF;
+    IF watermark_lag < interval '0' THEN
+        RAISE EXCEPTION 'watermark_lag must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF bucket_width <= interval '0' OR pg_catalog.date_part('month', bucket_width) <> 0
+       OR pg_catalog.date_part('year', bucket_width) <> 0 OR bucket_width > interval '1 day' THEN
+        RAISE EXCEPTION 'bucket_width must be positive, at most 1 day, without months'
+            USING ERRCODE = '22023';
+    END IF;
+    IF reconcile_every < interval '1 second' THEN
+        RAISE EXCEPTION 'reconcile_every must be at least 1 second' USING ERRCODE = '22023';
+    END IF;
+    IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
+        RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) name) THEN
+        RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
+    END IF;
+
+    SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
+    FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
+    IF rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '% is not a table', source USING ERRCODE = '42809';
+    END IF;
+    IF rel.relpersistence OPERATOR(pg_catalog.=) 't' THEN
+        RAISE EXCEPTION '% is a temporary table', source USING ERRCODE = '42809';
+    END IF;
+    IF NOT (pg_catalog.pg_has_role(caller, rel.owner, 'USAGE')
+            OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'permission denied to track %', source
+            USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
+    END IF;
+
+    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter.column_of(source, key_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter.column_of(source, time_column) c;
+    IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
+            USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
+    END IF;
+    PERFORM counter_internal.key_operators(kcol.typ);   -- 42883 unless the key type can be compared
+    -- The filter is resolved here, once, as the owner (src/filter.cpp).
+    IF filter IS NOT NULL THEN
+        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                   WHERE i.indrelid OPERATOR(pg_catalog.=) source
+                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum
+                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum)) THEN
+        RAISE WARNING 'no index on %(%): each scheduled reconciliation scans the table for rows newly past the watermark',
+            source, time_column
+            USING HINT = format('CREATE INDEX ON %s (%I)', source, time_column);
+    END IF;
+
+    INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
+        filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
+        reconcile_every, owner)
+    VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
+        CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner)
+    RETURNING * INTO t;
+
+    base_t := counter_internal.tracked_table(t, 'base');
+    delta_t := counter_internal.tracked_table(t, 'delta');
+    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
+    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', base_t, rel.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
+    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+    PERFORM counter_internal.tracked_build(t);
+
+    PERFORM counter.job_register('reconcile', name, reconcile_every);
+    RETURN t.counter_id;
+END
+$fn$;
+COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
+    bigint, bigint, interval) IS 'registers a tracked counter of count(*) per key of a source table';
+
+-- Removes a tracked counter and every object track created for it.
+CREATE FUNCTION counter.untrack(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(name);
+    src regclass;
+    trg text;
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'untrack');
+    PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
+    -- The source, when it still exists (to_regclass of the OID's text is no such
+    -- test: since PostgreSQL 16 it takes a number as the OID it names).
+    SELECT c.oid INTO src FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.source::oid;
+    IF t.mode = 'trigger' AND src IS NOT NULL THEN
+        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd', 'trunc'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
+        END LOOP;
+    END IF;
+    EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
+                   format('tracked_%s_batch', t.counter_id));
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
+                   counter_internal.tracked_table(t, 'delta'));
+    DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    PERFORM counter.job_unregister('reconcile', name);
+END
+$fn$;
+COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its state, triggers, history and job';
+
+-- Application mode: adds delta to key, attributed to event time 'at'. The
+-- key is of the counter's key type, or text (through the type's input
+-- function). src/tracked.cpp: runs as the caller, checks INSERT on the
+-- source, then writes as the source's owner.
+CREATE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
+                            at timestamptz DEFAULT pg_catalog.now())
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_tracked_add';
+COMMENT ON FUNCTION counter.add(text, anyelement, bigint, timestamptz) IS
+    'application mode: adds delta (default 1) to a key of a tracked counter at event time "at"';
+
+-- Value of one key: base + every delta; 0 for a key never seen. Needs SELECT
+-- on the source.
+CREATE FUNCTION counter.value(name text, key anyelement)
+RETURNS bigint
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_tracked_value';
+COMMENT ON FUNCTION counter.value(text, anyelement) IS 'value of one key of a tracked counter (0 when never seen)';
+
+-- Values of many keys, one row per distinct key given, in key order.
+CREATE FUNCTION counter.values_of(name text, keys anyarray)
+RETURNS TABLE (key anyelement, value bigint)
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_tracked_values_of';
+COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of a tracked counter';
+
+-- Every key with state of every tracked counter the caller may read (SELECT
+-- on the source), each read as its owner. It touches only counter.tracked
+-- itself; the state is read through exec_as_owner.
+CREATE FUNCTION counter.tracked_all_values()
+RETURNS TABLE (counter text, key text, value bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked;
+    caller regrole := counter_internal.caller();
+BEGIN
+    FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
+        CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
+        RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
+            'SELECT k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0))::bigint'
+            ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s) k'
+            ' LEFT JOIN %1$s b ON b.key %3$s k.key'
+            ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
+            ' WHERE $1 ORDER BY k.key',
+            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
+            (counter_internal.key_operators(t.key_type))[1]), true) AS v(key text, value bigint);
+    END LOOP;
+END
+$fn$;
+
+CREATE VIEW counter.tracked_values AS SELECT * FROM counter.tracked_all_values();
+COMMENT ON VIEW counter.tracked_values IS 'every key with state of every tracked counter the caller may read';
+
+-- The watermark a run uses: the given one (or now - lag), down to a bucket
+-- boundary.
+CREATE FUNCTION counter_internal.tracked_watermark(t counter.tracked, w timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.date_bin(t.bucket_width, coalesce(w, pg_catalog.now() OPERATOR(pg_catalog.-) t.watermark_lag),
+                               '2000-01-01 00:00:00+00'::timestamptz)
+$$;
+
+-- One batch of a run, inside the caller's transaction: takes the counter's
+-- advisory lock (false when another reconciler holds it), runs the counter's
+-- batch function as the owner, records drifted keys; 'after' moves to the
+-- batch's last key.
+CREATE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
+    w_from timestamptz, all_keys boolean, INOUT after text, OUT locked boolean, OUT checked bigint,
+    OUT corrected bigint, OUT pos bigint, OUT neg bigint, OUT max_abs bigint, OUT busy bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    locked := pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id);
+    IF NOT locked THEN
+        RETURN;
+    END IF;
+    WITH r AS MATERIALIZED (
+        SELECT * FROM counter_internal.exec_as_owner(t.owner,
+            format('SELECT * FROM counter_internal.%I($1, $2, $3, $4, $5)', format('tracked_%s_batch', t.counter_id)),
+            w, CASE WHEN all_keys THEN '-infinity'::timestamptz ELSE w_from END, after, all_keys, t.batch_size)
+        AS x(key text, cached bigint, truth bigint, busy boolean, n bigint)
+    ), logged AS (
+        INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)
+        SELECT run, r.key, r.cached, r.truth, r.cached - r.truth FROM r
+        WHERE NOT r.busy AND r.cached <> r.truth AND abs(r.cached - r.truth) > t.drift_log_threshold
+    )
+    SELECT count(*) FILTER (WHERE NOT r.busy), count(*) FILTER (WHERE r.cached <> r.truth),
+        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached > r.truth), 0),
+        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached < r.truth), 0),
+        coalesce(max(abs(r.cached - r.truth)), 0), count(*) FILTER (WHERE r.busy),
+        (SELECT r2.key FROM r r2 ORDER BY r2.n DESC LIMIT 1)
+    INTO checked, corrected, pos, neg, max_abs, busy, after
+    FROM r;
+    IF after IS NULL THEN
+        checked := 0;   -- no key left
+    ELSIF checked = 0 THEN
+        checked := -1;  -- every key of this batch was busy: go on after it
+    END IF;
+END
+$fn$;
+
+-- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
+-- counter_ext_drift) when total |drift| exceeds the counter's threshold.
+CREATE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
+RETURNS counter.tracked_runs
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    r counter.tracked_runs;
+BEGIN
+    UPDATE counter.tracked_runs x SET finished_at = pg_catalog.clock_timestamp(), outcome = run_outcome
+    WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO r;
+    IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
+        RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
+            r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
+            USING DETAIL = format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark);
+        PERFORM pg_catalog.pg_notify('counter_ext_drift', pg_catalog.json_build_object(
+            'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
+            'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
+            'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
+            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold)::text);
+    END IF;
+    RETURN r;
+END
+$fn$;
+
+-- Starts a run. Watermarks never go back: a base holds the truth before the
+-- watermark its key was last reconciled at, and the deltas before it are
+-- gone, so a run uses the greatest watermark ever used for the counter.
+-- run_from is the previous watermark: source rows in [run_from, watermark)
+-- are newly past it, and their keys are checked even when nothing was
+-- written through the counter.
+CREATE FUNCTION counter_internal.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
+    OUT run bigint, OUT run_watermark timestamptz, OUT run_from timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    SELECT coalesce(c.last_watermark, '-infinity') INTO run_from FROM counter.tracked c
+    WHERE c.counter_id = t.counter_id FOR UPDATE;
+    UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
+    WHERE c.counter_id = t.counter_id
+    RETURNING c.last_watermark INTO run_watermark;
+    UPDATE counter.tracked_runs x SET outcome = 'interrupted'
+    WHERE x.counter_id = t.counter_id AND x.outcome = 'running';
+    INSERT INTO counter.tracked_runs AS x (counter_id, watermark, all_keys)
+    VALUES (t.counter_id, run_watermark, all_keys)
+    RETURNING x.run_id INTO run;
+END
+$fn$;
+
+CREATE FUNCTION counter_internal.tracked_add_batch(t counter.tracked, run bigint, b record)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE counter.tracked_runs x SET keys_checked = x.keys_checked + GREATEST(b.checked, 0),
+        keys_corrected = x.keys_corrected + b.corrected,
+        drift_positive = x.drift_positive + b.pos,
+        drift_negative = x.drift_negative + b.neg,
+        max_abs_drift = GREATEST(x.max_abs_drift, b.max_abs),
+        keys_busy = x.keys_busy + b.busy
+    WHERE x.run_id = run AND x.counter_id = t.counter_id;
+END
+$fn$;
+
+-- The run of counter t with id 'run', while it runs; or 42704.
+CREATE FUNCTION counter_internal.tracked_require_run(t counter.tracked, run bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT FROM counter.tracked_runs x WHERE x.run_id = run AND x.counter_id = t.counter_id
+                   AND x.outcome = 'running') THEN
+        RAISE EXCEPTION 'tracked counter "%" has no running run %', t.name, run USING ERRCODE = '42704';
+    END IF;
+END
+$fn$;
+
+-- Reconciles a tracked counter up to watermark W (default now() - lag, down
+-- to a bucket boundary), in the caller's transaction: dirty keys, or every
+-- key when all_keys (or after registration, until one full run finished).
+CREATE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
+RETURNS counter.reconcile_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(name);
+    w timestamptz;
+    w_from timestamptz;
+    every_key boolean;
+    run bigint;
+    after text;
+    b record;
+    r counter.tracked_runs;
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    IF all_keys IS NULL THEN
+        RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    w := counter_internal.tracked_watermark(t, watermark);
+    every_key := all_keys OR t.full_pending;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
+            0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
+    END IF;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+    LOOP
+        b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
+        EXIT WHEN b.checked IS NULL OR b.checked = 0;
+        PERFORM counter_internal.tracked_add_batch(t, run, b);
+        after := b.after;
+    END LOOP;
+    IF every_key AND t.full_pending THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    END IF;
+    r := counter_internal.tracked_finish_run(t, run, 'ok');
+    RETURN ROW(t.name, r.run_id, r.watermark, r.all_keys, r.keys_checked, r.keys_corrected,
+        r.drift_positive, r.drift_negative, r.max_abs_drift, r.finished_at - r.started_at,
+        r.outcome)::counter.reconcile_result;
+END
+$fn$;
+COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
+    'reconciles a tracked counter from its source rows up to a watermark; one summary row';
+
+-- The job the background worker (or pg_cron) runs, in a session of the
+-- counter's owner: reconcile the named counter with the default watermark,
+-- dirty keys (every key while a full run is pending), one transaction per
+-- batch. rows_affected = keys corrected. A procedure that COMMITs may have
+-- neither SECURITY DEFINER nor SET, so it only loops (operators
+-- schema-qualified); the steps are functions that check the caller owns the
+-- counter and that the run is this counter's running run.
+CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
+    OUT w_from timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(target);
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                             '2000-01-01 00:00:00+00'::timestamptz);
+    every_key := t.full_pending;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        RETURN;
+    END IF;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+END
+$fn$;
+
+CREATE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
+    w_from timestamptz, INOUT after text, OUT locked boolean, OUT checked bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(target);
+    b record;
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_run(t, run);
+    IF w OPERATOR(pg_catalog.<>) (SELECT x.watermark FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+        RAISE EXCEPTION 'run % of tracked counter "%" has another watermark', run, t.name USING ERRCODE = '22023';
+    END IF;
+    b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
+    locked := b.locked;
+    checked := coalesce(b.checked, 0);
+    IF checked <> 0 THEN
+        PERFORM counter_internal.tracked_add_batch(t, run, b);
+        after := b.after;
+    END IF;
+END
+$fn$;
+
+CREATE FUNCTION counter.tracked_job_end(target text, run bigint, run_outcome text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(target);
+    r counter.tracked_runs;
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.tracked_require_run(t, run);
+    IF run_outcome NOT IN ('ok', 'partial') THEN
+        RAISE EXCEPTION 'a job ends a run as ok or partial, not %', run_outcome USING ERRCODE = '22023';
+    END IF;
+    IF run_outcome = 'ok' AND (SELECT x.all_keys FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
+    END IF;
+    r := counter_internal.tracked_finish_run(t, run, run_outcome);
+    RETURN r.keys_corrected;
+END
+$fn$;
+
+CREATE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    s record;
+    b record;
+    after text;
+    run_outcome text := 'ok';
+BEGIN
+    s := counter.tracked_job_begin(target);
+    IF s.run IS NULL THEN
+        rows_affected := 0;
+        RETURN;
+    END IF;
+    COMMIT;
+    LOOP
+        b := counter.tracked_job_step(target, s.run, s.w, s.every_key, s.w_from, after);
+        IF NOT b.locked THEN
+            run_outcome := 'partial';
+            EXIT;
+        END IF;
+        EXIT WHEN b.checked OPERATOR(pg_catalog.=) 0;
+        after := b.after;
+        COMMIT;
+    END LOOP;
+    rows_affected := counter.tracked_job_end(target, s.run, run_outcome);
+    COMMIT;
+END
+$fn$;
+COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
+    'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
+
+CREATE VIEW counter.tracked_history AS
+SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
+       r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
+       r.outcome, r.keys_busy
+FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
+
+CREATE VIEW counter.tracked_drift AS
+SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run,
+       coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
+       coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
+       (SELECT x.drift_positive - x.drift_negative FROM counter.tracked_runs x
+        WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift
+FROM counter.tracked c LEFT JOIN counter.tracked_runs r ON r.counter_id = c.counter_id AND r.outcome <> 'running'
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
+GROUP BY c.counter_id, c.name;
+COMMENT ON VIEW counter.tracked_drift IS 'per tracked counter: runs and total drift found';
+
+CREATE VIEW counter.tracked_key_drift_history AS
+SELECT c.name AS counter, r.run_id, r.started_at, k.key, k.cached, k.truth, k.drift
+FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id)
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past their counter''s drift_log_threshold';
+
+-- The views show the counters of the roles the reader belongs to.
+GRANT SELECT ON counter.tracked_values, counter.tracked_history, counter.tracked_drift,
+    counter.tracked_key_drift_history TO PUBLIC;

@@ -1,0 +1,66 @@
+-- ---- tracked counters: state moves to counter_internal, filters become
+-- stored trees, triggers take the counter id only, the catalogs get RLS.
+ALTER TABLE counter.tracked ADD COLUMN filter_tree text, ADD COLUMN filter_relid oid;
+ALTER TABLE counter.tracked_runs ADD COLUMN keys_busy bigint NOT NULL DEFAULT 0;
+--@include src/sql/32_tracked_acl.sql
+
+-- 1.1's code goes; the triggers of 1.1 (on users' tables) go with
+-- counter.tracked_fold and are made again below, with the counter id only.
+DROP VIEW counter.tracked_values, counter.tracked_history, counter.tracked_drift, counter.tracked_key_drift_history;
+DROP FUNCTION counter.tracked_fold() CASCADE;
+DROP FUNCTION counter.tracked_caller(), counter.tracked_check_filter(text),
+    counter.tracked_compile_filter(regclass, text, regrole), counter.tracked_get(text),
+    counter.tracked_require_owner(counter.tracked, text), counter.tracked_key_check(counter.tracked, regtype, boolean),
+    counter.tracked_require_select(counter.tracked), counter.tracked_table(counter.tracked, text),
+    counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer, bigint, bigint, interval),
+    counter.untrack(text), counter.add(text, anyelement, bigint, timestamptz), counter.value(text, anyelement),
+    counter.values_of(text, anyarray), counter.tracked_all_values(),
+    counter.tracked_watermark(counter.tracked, timestamptz),
+    counter.tracked_run_batch(counter.tracked, bigint, timestamptz, boolean, text),
+    counter.tracked_finish_run(counter.tracked, bigint, text),
+    counter.tracked_start_run(counter.tracked, timestamptz, boolean),
+    counter.tracked_add_batch(bigint, bigint, bigint, bigint, bigint, bigint),
+    counter.reconcile(text, timestamptz, boolean), counter.tracked_job_begin(text),
+    counter.tracked_job_step(text, bigint, timestamptz, boolean, text), counter.tracked_job_end(text, bigint, text);
+DROP PROCEDURE counter.job_reconcile(text, bigint);
+
+--@include src/sql/31_tracked_code.sql
+
+-- Every counter of 1.1: its state tables move, its filter is resolved (as
+-- its owner, with search_path pg_catalog, pg_temp: a filter that named a
+-- function outside pg_catalog without its schema is kept as text and fails
+-- loudly until the counter is registered again), its generated functions
+-- are replaced by the batch function and its triggers made again.
+DO $$
+DECLARE
+    t counter.tracked;
+    compiled text[];
+BEGIN
+    FOR t IN SELECT * FROM counter.tracked ORDER BY counter_id LOOP
+        EXECUTE format('ALTER TABLE counter.%I SET SCHEMA counter_internal', format('tracked_%s_base', t.counter_id));
+        EXECUTE format('ALTER TABLE counter.%I SET SCHEMA counter_internal', format('tracked_%s_delta', t.counter_id));
+        EXECUTE format('DROP FUNCTION IF EXISTS counter.%I() CASCADE', format('tracked_%s_trigger', t.counter_id));
+        EXECUTE format('DROP FUNCTION IF EXISTS counter.%I()', format('tracked_%s_check', t.counter_id));
+        EXECUTE format('DROP FUNCTION IF EXISTS counter.%I(timestamptz, text, boolean, integer)',
+                       format('tracked_%s_batch', t.counter_id));
+        IF t.filter IS NOT NULL THEN
+            BEGIN
+                compiled := counter_internal.filter_compile(t.source, t.filter, t.owner);
+                UPDATE counter.tracked c SET filter = compiled[1], filter_tree = compiled[2],
+                    filter_relid = t.source::oid
+                WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+                RETURNING * INTO t;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE WARNING 'the filter of tracked counter "%" does not resolve with search_path pg_catalog: %',
+                    t.name, SQLERRM
+                    USING HINT = 'Register the counter again (counter.untrack, counter.track) with schema-qualified names.';
+            END;
+        END IF;
+        PERFORM counter_internal.tracked_build(t);
+        -- made inside this script, the batch function would become a member
+        -- of the extension; it belongs to the counter, as after counter.track
+        EXECUTE format('ALTER EXTENSION counter_ext DROP FUNCTION counter_internal.%I(timestamptz, timestamptz, text,'
+                       ' boolean, integer)', format('tracked_%s_batch', t.counter_id));
+    END LOOP;
+END
+$$;

@@ -1,0 +1,1 @@
+--@include src/sql/99_internal.sql
