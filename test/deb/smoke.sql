@@ -38,6 +38,7 @@ FROM (SELECT counter.pncounter_increment(NULL, 10, node => 'a') AS a,
 -- Tracked counters: the trigger keeps the count; rows written behind its
 -- back are drift, and reconciliation repairs it from the rows.
 CREATE TABLE public.clicks (id bigint PRIMARY KEY, link_id bigint NOT NULL, occurred_at timestamptz NOT NULL);
+CREATE INDEX ON public.clicks (occurred_at);
 SELECT counter.track('clicks_per_link', 'public.clicks', 'link_id', 'occurred_at', reconcile_every => '1 second') IS NOT NULL;
 INSERT INTO public.clicks SELECT i, i % 3, now() - interval '2 hours' FROM generate_series(1, 300) i;
 SELECT pg_temp.expect('tracked value from the trigger', counter.value('clicks_per_link', 1::bigint), 100::bigint);
