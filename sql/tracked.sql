@@ -377,12 +377,28 @@ SET ROLE tracked_stranger;
 SELECT counter.untrack('strangers');
 RESET ROLE;
 DROP TABLE tt.mine;
--- A dropped source leaves a counter that untrack still removes.
+-- A dropped source takes its counter with it: state, catalog row, job.
 CREATE TABLE tt.gone (k bigint, t timestamptz);
 SELECT counter.track('gone', 'tt.gone', 'k', 't') > 0 AS ok;
+SELECT counter_id AS gone_id FROM counter.tracked WHERE name = 'gone' \gset
 DROP TABLE tt.gone;
-SELECT counter.untrack('gone');
 SELECT count(*) AS gone_left FROM counter.tracked WHERE name = 'gone';
+SELECT count(*) AS gone_jobs FROM counter.jobs WHERE kind = 'reconcile' AND target = 'gone';
+SELECT count(*) AS gone_state FROM pg_class WHERE relnamespace = 'counter_internal'::regnamespace
+  AND relname ~ ('^tracked_' || :gone_id || '_');
+-- Its triggers switched off and on again: every key is verified next run.
+CREATE TABLE tt.switch (k bigint, t timestamptz);
+SELECT counter.track('switch', 'tt.switch', 'k', 't') > 0 AS ok;
+SELECT outcome FROM counter.reconcile('switch', '2024-02-01');
+ALTER TABLE tt.switch DISABLE TRIGGER ALL;
+INSERT INTO tt.switch VALUES (1, '2023-01-01'), (1, '2023-01-01');   -- backdated, not counted
+SELECT counter.value('switch', 1::bigint) AS while_off, triggers_off, full_pending
+FROM counter.tracked_status WHERE counter = 'switch';
+ALTER TABLE tt.switch ENABLE TRIGGER ALL;
+SELECT triggers_off, full_pending FROM counter.tracked_status WHERE counter = 'switch';
+SELECT all_keys, keys_corrected, drift_negative FROM counter.reconcile('switch', '2024-02-01');
+SELECT counter.value('switch', 1::bigint) AS repaired;
+DROP TABLE tt.switch;
 
 -- ---------------------------------------------------------------- untrack removes everything
 SELECT counter.untrack('comments'), counter.untrack('views'), counter.untrack('likes');

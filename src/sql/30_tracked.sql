@@ -49,7 +49,16 @@ CREATE TABLE counter.tracked (
     full_pending        boolean NOT NULL DEFAULT true,
     last_watermark      timestamptz,
     owner               regrole NOT NULL,
-    created_at          timestamptz NOT NULL DEFAULT pg_catalog.now()
+    created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- the verification cycle: scheduled runs also check a slice of every
+    -- key, walking them from verify_after, so the whole key space is checked
+    -- once per verify_every (doc/reference/tracked.md, "What each run finds")
+    verify_every        interval NOT NULL DEFAULT interval '1 day' CHECK (verify_every >= interval '1 minute'),
+    verify_after        text,
+    verify_started      timestamptz,
+    last_verified       timestamptz,
+    source_relid        oid,            -- the source's oid when registered: another one means a restore
+    triggers_off        boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');
@@ -67,6 +76,7 @@ CREATE TABLE counter.tracked_runs (
     drift_negative  bigint NOT NULL DEFAULT 0,
     max_abs_drift   bigint NOT NULL DEFAULT 0,
     keys_busy       bigint NOT NULL DEFAULT 0,
+    keys_verified   bigint NOT NULL DEFAULT 0,
     outcome         text NOT NULL DEFAULT 'running'
                     CHECK (outcome IN ('running', 'ok', 'skipped', 'partial', 'interrupted'))
 );

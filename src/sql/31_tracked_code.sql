@@ -229,7 +229,8 @@ CREATE FUNCTION counter.track(
     batch_size integer DEFAULT 1000,
     drift_log_threshold bigint DEFAULT 0,
     alert_threshold bigint DEFAULT 1000,
-    reconcile_every interval DEFAULT interval '1 minute')
+    reconcile_every interval DEFAULT interval '1 minute',
+    verify_every interval DEFAULT interval '1 day')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -247,7 +248,8 @@ DECLARE
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
-       OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL THEN
+       OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL
+       OR verify_every IS NULL THEN
         RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -274,6 +276,9 @@ BEGIN
     END IF;
     IF reconcile_every < interval '1 second' THEN
         RAISE EXCEPTION 'reconcile_every must be at least 1 second' USING ERRCODE = '22023';
+    END IF;
+    IF verify_every < interval '1 minute' OR verify_every < reconcile_every THEN
+        RAISE EXCEPTION 'verify_every must be at least 1 minute and at least reconcile_every' USING ERRCODE = '22023';
     END IF;
     IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
         RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
@@ -318,10 +323,10 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner)
+        reconcile_every, owner, verify_every, source_relid)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
-        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner)
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -339,7 +344,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
-    bigint, bigint, interval) IS 'registers a tracked counter of count(*) per key of a source table';
+    bigint, bigint, interval, interval) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
 CREATE FUNCTION counter.untrack(name text)
@@ -565,6 +570,36 @@ $fn$;
 -- Reconciles a tracked counter up to watermark W (default now() - lag, down
 -- to a bucket boundary), in the caller's transaction: dirty keys, or every
 -- key when all_keys (or after registration, until one full run finished).
+-- A counter whose source has another oid than at registration was restored
+-- from a dump (or its table replaced): its rows were loaded without its
+-- triggers, so every key is verified in the next run, and a stored filter is
+-- resolved again against the new table (as the owner, from its canonical
+-- text). Returns the row as it now is.
+CREATE FUNCTION counter_internal.tracked_check_restored(t counter.tracked)
+RETURNS counter.tracked
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    compiled text[];
+BEGIN
+    IF t.source_relid IS NOT DISTINCT FROM t.source::oid THEN
+        RETURN t;
+    END IF;
+    IF t.filter IS NOT NULL AND t.filter_relid IS DISTINCT FROM t.source::oid THEN
+        compiled := counter_internal.filter_compile(t.source, t.filter, t.owner);
+    END IF;
+    UPDATE counter.tracked c SET full_pending = true, source_relid = t.source::oid, verify_after = NULL,
+        filter = coalesce(compiled[1], c.filter), filter_tree = coalesce(compiled[2], c.filter_tree),
+        filter_relid = CASE WHEN compiled IS NULL THEN c.filter_relid ELSE t.source::oid END
+    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO t;
+    RAISE NOTICE 'tracked counter "%": its source % is not the table it was registered on (restored?); every key is verified now',
+        t.name, t.source;
+    RETURN t;
+END
+$fn$;
+
 CREATE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
 RETURNS counter.reconcile_result
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -585,6 +620,7 @@ BEGIN
     IF all_keys IS NULL THEN
         RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
     END IF;
+    t := counter_internal.tracked_check_restored(t);
     w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
@@ -619,7 +655,44 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
 -- schema-qualified); the steps are functions that check the caller owns the
 -- counter and that the run is this counter's running run.
 CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
-    OUT w_from timestamptz)
+    OUT w_from timestamptz, OUT verify_after text, OUT verify_slice bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked := counter_internal.tracked_get(target);
+    est double precision;
+BEGIN
+    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        RETURN;
+    END IF;
+    t := counter_internal.tracked_check_restored(t);
+    w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                             '2000-01-01 00:00:00+00'::timestamptz);
+    every_key := t.full_pending;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+    -- This run's slice of the verification cycle: enough keys that every key
+    -- is checked once per verify_every at this job's interval.
+    IF NOT every_key THEN
+        SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
+        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
+        verify_slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
+                                            / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
+        verify_after := t.verify_after;
+        IF t.verify_after IS NULL THEN
+            UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
+            WHERE c.counter_id = t.counter_id;
+        END IF;
+    END IF;
+END
+$fn$;
+
+-- Moves the verification cycle on: 'after' is where the next slice starts;
+-- finished, the cycle is complete (the next one starts from the first key).
+CREATE FUNCTION counter.tracked_job_verified(target text, run bigint, after text, finished boolean, verified bigint)
+RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -627,14 +700,15 @@ DECLARE
     t counter.tracked := counter_internal.tracked_get(target);
 BEGIN
     PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
-    w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
-                             '2000-01-01 00:00:00+00'::timestamptz);
-    every_key := t.full_pending;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
-        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
-        RETURN;
+    PERFORM counter_internal.tracked_require_run(t, run);
+    IF finished THEN
+        UPDATE counter.tracked c SET verify_after = NULL, last_verified = pg_catalog.clock_timestamp()
+        WHERE c.counter_id = t.counter_id;
+    ELSE
+        UPDATE counter.tracked c SET verify_after = after WHERE c.counter_id = t.counter_id;
     END IF;
-    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+    UPDATE counter.tracked_runs x SET keys_verified = x.keys_verified + verified
+    WHERE x.run_id = run AND x.counter_id = t.counter_id;
 END
 $fn$;
 
@@ -691,6 +765,7 @@ DECLARE
     s record;
     b record;
     after text;
+    verified bigint := 0;
     run_outcome text := 'ok';
 BEGIN
     s := counter.tracked_job_begin(target);
@@ -699,6 +774,7 @@ BEGIN
         RETURN;
     END IF;
     COMMIT;
+    -- dirty keys (every key while a full run is pending)
     LOOP
         b := counter.tracked_job_step(target, s.run, s.w, s.every_key, s.w_from, after);
         IF NOT b.locked THEN
@@ -709,6 +785,29 @@ BEGIN
         after := b.after;
         COMMIT;
     END LOOP;
+    -- then this run's slice of the verification cycle
+    IF run_outcome OPERATOR(pg_catalog.=) 'ok' AND s.verify_slice IS NOT NULL THEN
+        after := s.verify_after;
+        LOOP
+            b := counter.tracked_job_step(target, s.run, s.w, true, s.w_from, after);
+            IF NOT b.locked THEN
+                run_outcome := 'partial';
+                EXIT;
+            END IF;
+            IF b.checked OPERATOR(pg_catalog.=) 0 THEN
+                PERFORM counter.tracked_job_verified(target, s.run, NULL, true, verified);
+                EXIT;
+            END IF;
+            after := b.after;
+            verified := verified OPERATOR(pg_catalog.+) pg_catalog.abs(b.checked);
+            IF verified OPERATOR(pg_catalog.>=) s.verify_slice THEN
+                PERFORM counter.tracked_job_verified(target, s.run, after, false, verified);
+                EXIT;
+            END IF;
+            COMMIT;
+        END LOOP;
+        COMMIT;
+    END IF;
     rows_affected := counter.tracked_job_end(target, s.run, run_outcome);
     COMMIT;
 END
@@ -719,7 +818,7 @@ COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
 CREATE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
-       r.outcome, r.keys_busy
+       r.outcome, r.keys_busy, r.keys_verified
 FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
@@ -741,6 +840,81 @@ FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past their counter''s drift_log_threshold';
 
+-- Triggers switched off and on again: rows written meanwhile were not
+-- counted, so when a counter's triggers are enabled again (ALTER TABLE ...
+-- ENABLE TRIGGER), every key is verified in its next run. (Rows written with
+-- session_replication_role = replica cannot be seen this way; the
+-- verification cycle and the check of rows newly past the watermark find
+-- them.) It reads pg_trigger and writes counter.tracked only.
+CREATE FUNCTION counter_internal.tracked_ddl()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked;
+    off boolean;
+BEGIN
+    FOR t IN SELECT c.* FROM counter.tracked c
+             WHERE c.mode OPERATOR(pg_catalog.=) 'trigger'
+               AND c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass) LOOP
+        off := EXISTS (SELECT FROM pg_catalog.pg_trigger g
+                       WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
+                         AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_%s_ins', t.counter_id),
+                             format('counter_%s_del', t.counter_id), format('counter_%s_upd', t.counter_id)]::name[])
+                         AND g.tgenabled OPERATOR(pg_catalog.=) ANY (ARRAY['D', 'R']::"char"[]));
+        IF off AND NOT t.triggers_off THEN
+            UPDATE counter.tracked c SET triggers_off = true WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+            RAISE WARNING 'tracked counter "%" stops counting while the triggers of % are disabled', t.name, t.source
+                USING HINT = 'Every key is verified once they are enabled again.';
+        ELSIF NOT off AND t.triggers_off THEN
+            UPDATE counter.tracked c SET triggers_off = false, full_pending = true, verify_after = NULL
+            WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        END IF;
+    END LOOP;
+END
+$fn$;
+CREATE EVENT TRIGGER counter_tracked_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
+    EXECUTE FUNCTION counter_internal.tracked_ddl();
+
+-- A source table dropped (DROP TABLE, DROP SCHEMA, DROP OWNED): its counters
+-- go with it, state, catalog rows, history and jobs.
+CREATE FUNCTION counter_internal.tracked_forget_dropped()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    t counter.tracked;
+BEGIN
+    FOR t IN SELECT c.* FROM counter.tracked c
+             WHERE c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_dropped_objects() d
+                                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                                       AND d.objsubid OPERATOR(pg_catalog.=) 0) LOOP
+        EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
+                       format('tracked_%s_batch', t.counter_id));
+        EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
+                       counter_internal.tracked_table(t, 'delta'));
+        DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        PERFORM counter.job_unregister('reconcile', t.name);
+    END LOOP;
+END
+$fn$;
+CREATE EVENT TRIGGER counter_tracked_forget_dropped ON sql_drop
+    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
+    EXECUTE FUNCTION counter_internal.tracked_forget_dropped();
+
+-- Where each counter stands: the watermark, pending full runs, the
+-- verification cycle, triggers switched off.
+CREATE VIEW counter.tracked_status AS
+SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.triggers_off, c.verify_every,
+       c.verify_started AS verify_cycle_started, c.verify_after AS verify_cursor, c.last_verified,
+       c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue
+FROM counter.tracked c
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_status IS 'per tracked counter: watermark, pending full run, verification cycle';
+
 -- The views show the counters of the roles the reader belongs to.
 GRANT SELECT ON counter.tracked_values, counter.tracked_history, counter.tracked_drift,
-    counter.tracked_key_drift_history TO PUBLIC;
+    counter.tracked_key_drift_history, counter.tracked_status TO PUBLIC;
