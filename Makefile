@@ -5,7 +5,10 @@
 #   make test            everything: set-up, build, a throwaway cluster, all tests
 #   make test PG=17      the same on PostgreSQL 17 (or 18, 15, all) in a cached
 #                        chroot of the Debian suite that ships it (root only)
-#   make deb             Debian packages postgresql-N-counter-ext (PG= as above)
+#   make deb             Debian packages postgresql-N-counter-ext into build/deb
+#                        (PG=17, 18, 15 or all as above; default: this machine's)
+#   make deb-test        the built package in a clean chroot: CREATE EXTENSION,
+#                        each feature once, the worker preloaded (PG= as above)
 #   make demo            a throwaway cluster showing the extension on a click stream
 #   make format-check    clang-format, as CI checks it
 #   make format          rewrite the sources in the house style
