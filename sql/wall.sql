@@ -35,9 +35,24 @@ SELECT counter_test.probes_destroyed(true) AS destructors_run;
 SELECT counter_test.raise_in_guard('40001', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter_test.probes_destroyed(true) AS destructors_run;
--- Many times in a row: nothing leaks into the error stack.
+-- Many times in a row: nothing leaks into the error stack. Each call is made
+-- (a plain call per row, and 200 C++ exceptions caught one by one), and the
+-- session works afterwards.
 SELECT count(*) FROM generate_series(1, 200) g
-  WHERE (SELECT counter_test.throw_cpp('none')) = 0;
+  WHERE counter_test.throw_cpp(CASE WHEN g > 0 THEN 'none' END) = 0;
+DO $$
+DECLARE
+    caught int := 0;
+BEGIN
+    FOR i IN 1..200 LOOP
+        BEGIN
+            PERFORM counter_test.throw_cpp('error');
+        EXCEPTION WHEN OTHERS THEN
+            caught := caught + 1;
+        END;
+    END LOOP;
+    RAISE NOTICE 'caught % C++ exceptions of 200', caught;
+END $$;
 DO $$
 BEGIN
     FOR i IN 1..200 LOOP

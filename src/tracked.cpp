@@ -211,6 +211,8 @@ struct FoldCache {
 	SPIPlanPtr truncate;
 	Oid key_array_type;
 	char key_align;
+	TupleTableSlot *row_slot; // row triggers (replicated mode)
+	ExprContext *row_econtext;
 };
 
 constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps plans for
@@ -243,6 +245,10 @@ void fold_release(FoldCache *c) {
 		for (SPIPlanPtr plan : {c->upsert, c->upsert_many, c->truncate})
 			if (plan != nullptr)
 				SPI_freeplan(plan);
+		if (c->row_econtext != nullptr)
+			FreeExprContext(c->row_econtext, true);
+		if (c->row_slot != nullptr)
+			ExecDropSingleTupleTableSlot(c->row_slot);
 		MemoryContextDelete(c->context);
 	}
 	memset(c, 0, sizeof(*c));
@@ -291,12 +297,19 @@ struct Row {
 	int64 bucket;
 };
 
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep);
+
 // Owns nothing C++: called inside pg_guard, once per row. Key copies live in
 // 'keep' (the trigger call's memory), filter garbage in the per-tuple memory.
 Row next_row(FoldCache *c, Tuplestorestate *store, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
-	Row row{};
 	if (!tuplestore_gettupleslot(store, true, false, slot))
-		return row;
+		return Row{};
+	return row_of(c, slot, econtext, keep);
+}
+
+// One row in 'slot', as the fold sees it. Owns nothing C++.
+Row row_of(FoldCache *c, TupleTableSlot *slot, ExprContext *econtext, MemoryContext keep) {
+	Row row{};
 	row.more = true;
 	bool isnull;
 	Datum key = slot_getattr(slot, c->key_att, &isnull);
@@ -366,6 +379,22 @@ void fold_table(FoldCache *c, Relation rel, Tuplestorestate *store, int64 sign, 
 			FreeExprContext(scan.econtext, true);
 		ExecDropSingleTupleTableSlot(scan.slot);
 	});
+}
+
+// A row trigger's row (replicated mode: the apply worker of a subscription
+// fires row triggers only). Owns nothing C++: inside pg_guard.
+Row tuple_row(FoldCache *c, Relation rel, HeapTuple tuple, MemoryContext keep) {
+	if (c->row_slot == nullptr) {
+		MemoryContext old = MemoryContextSwitchTo(c->context);
+		c->row_slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(RelationGetDescr(rel)), &TTSOpsHeapTuple);
+		if (c->filter != nullptr)
+			c->row_econtext = CreateStandaloneExprContext();
+		MemoryContextSwitchTo(old);
+	}
+	ExecStoreHeapTuple(tuple, c->row_slot, false);
+	Row row = row_of(c, c->row_slot, c->row_econtext, keep);
+	ExecClearTuple(c->row_slot);
+	return row;
 }
 
 SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
@@ -480,8 +509,9 @@ CE_FUNCTION(counter_tracked_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event))
-		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER statement trigger");
+	if (!TRIGGER_FIRED_AFTER(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER trigger");
+	bool for_row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
 	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
 		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
 		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
@@ -519,6 +549,23 @@ CE_FUNCTION(counter_tracked_fold) {
 	try {
 		if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 			ce::pg_guard([c] { truncate_state(c); });
+		} else if (for_row) {
+			ce::tracked::Fold fold;
+			MemoryContext keep = CurrentMemoryContext;
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? td->tg_trigtuple
+			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
+			                                                          : nullptr;
+			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;
+			for (auto [tuple, sign] : {std::pair<HeapTuple, int64>{added, 1}, {removed, -1}}) {
+				if (tuple == nullptr)
+					continue;
+				Row row = ce::pg_guard([c, rel, tuple, keep] { return tuple_row(c, rel, tuple, keep); });
+				if (row.counted)
+					fold.add(row.key, row.bucket, sign);
+			}
+			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			if (!entries.empty())
+				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		} else {
 			ce::tracked::Fold fold;
 			if (!TRIGGER_FIRED_BY_DELETE(td->tg_event) && td->tg_newtable != nullptr)
@@ -565,11 +612,72 @@ KeptPlans *plans_of(int32 id) {
 	return &(*kept_plans)[id];
 }
 
+// The catalog rows counter.add, value and values_of need, kept per backend
+// by name. counter.track, untrack and the other writers of the rows an entry
+// holds send a relcache invalidation of counter.tracked
+// (counter_internal.tracked_invalidate); the callback marks the cache stale
+// and the next lookup empties it. Bounded by cache_limit.
+struct NameCache {
+	std::unordered_map<std::string, Counter> rows;
+	MemoryContext context = nullptr;
+	bool stale = false;
+};
+NameCache *name_cache = nullptr;
+Oid catalog_relid = InvalidOid;
+
+void catalog_invalidate(Datum, Oid relid) {
+	if (relid == InvalidOid || relid == catalog_relid) {
+		if (name_cache != nullptr)
+			name_cache->stale = true;
+		catalog_relid = InvalidOid;
+		fold_invalidate((Datum)0, InvalidOid);
+	}
+}
+
 Counter find_counter(FunctionCallInfo fcinfo) {
 	if (PG_ARGISNULL(0))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "counter name must not be NULL");
-	return load_counter(PG_GETARG_DATUM(0), false, CurrentMemoryContext);
+	if (name_cache == nullptr) {
+		name_cache = new NameCache();
+		name_cache->context = ce::pg_guard([] {
+			return AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked catalog", ALLOCSET_SMALL_SIZES);
+		});
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(catalog_invalidate, (Datum)0); });
+	}
+	if (catalog_relid == InvalidOid)
+		catalog_relid = ce::pg_guard([] {
+			Oid nsp = get_namespace_oid("counter", false);
+			return get_relname_relid("tracked", nsp);
+		});
+	if (name_cache->stale || name_cache->rows.size() >= cache_limit) {
+		name_cache->rows.clear();
+		ce::pg_guard([] { MemoryContextReset(name_cache->context); });
+		name_cache->stale = false;
+	}
+	std::string name = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(0)); });
+	auto found = name_cache->rows.find(name);
+	if (found != name_cache->rows.end())
+		return found->second;
+	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
+	if (!name_cache->stale) // an invalidation while reading: do not keep what was read
+		name_cache->rows.emplace(name, c);
+	return c;
 }
+
+} // namespace
+
+// counter_internal.tracked_invalidate(): every backend forgets the catalog
+// rows it keeps (sent when the transaction commits).
+CE_FUNCTION(counter_tracked_invalidate) {
+	(void)fcinfo;
+	ce::pg_guard([] {
+		Oid nsp = get_namespace_oid("counter", false);
+		CacheInvalidateRelcacheByRelid(get_relname_relid("tracked", nsp));
+	});
+	PG_RETURN_VOID();
+}
+
+namespace {
 
 // Owns nothing C++: runs as the owner, between SPI_connect and SPI_finish.
 SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {

@@ -58,7 +58,8 @@ CREATE TABLE counter.tracked (
     verify_started      timestamptz,
     last_verified       timestamptz,
     source_relid        oid,            -- the source's oid when registered: another one means a restore
-    triggers_off        boolean NOT NULL DEFAULT false
+    triggers_off        boolean NOT NULL DEFAULT false,
+    replicated          boolean NOT NULL DEFAULT false   -- also counts rows applied by logical replication
 );
 COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');

@@ -19,6 +19,13 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
 
+-- Every backend forgets the counter rows it keeps (src/tracked.cpp): called
+-- by every function here that changes a row's registration.
+CREATE FUNCTION counter_internal.tracked_invalidate()
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
+
 -- The counter row, or an errcode'd error.
 CREATE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
@@ -194,9 +201,7 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
     IF t.mode = 'trigger' THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
-                     AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_%s_ins', t.counter_id),
-                         format('counter_%s_del', t.counter_id), format('counter_%s_upd', t.counter_id),
-                         format('counter_%s_trunc', t.counter_id)]::name[]) LOOP
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
             EXECUTE format('DROP TRIGGER %I ON %s', trg, t.source);
         END LOOP;
         EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
@@ -211,6 +216,23 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
                        ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
                        format('counter_%s_trunc', t.counter_id), t.source, t.counter_id);
+    END IF;
+    -- Replicated: the apply worker of a subscription (session_replication_role
+    -- = replica) fires only row triggers enabled for replicas, and none of the
+    -- above; these count what it applies, row by row.
+    IF t.mode = 'trigger' AND t.replicated THEN
+        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd'] LOOP
+            EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                           format('counter_%s_r%s', t.counter_id, trg),
+                           CASE trg WHEN 'ins' THEN 'INSERT' WHEN 'del' THEN 'DELETE' ELSE 'UPDATE' END,
+                           t.source, t.counter_id);
+        END LOOP;
+        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
+                       format('counter_%s_rtrunc', t.counter_id), t.source, t.counter_id);
+        FOREACH trg IN ARRAY ARRAY['rins', 'rdel', 'rupd', 'rtrunc'] LOOP
+            EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER %I', t.source, format('counter_%s_%s', t.counter_id, trg));
+        END LOOP;
     END IF;
 END
 $fn$;
@@ -230,7 +252,8 @@ CREATE FUNCTION counter.track(
     drift_log_threshold bigint DEFAULT 0,
     alert_threshold bigint DEFAULT 1000,
     reconcile_every interval DEFAULT interval '1 minute',
-    verify_every interval DEFAULT interval '1 day')
+    verify_every interval DEFAULT interval '1 day',
+    replicated boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -249,7 +272,7 @@ BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
        OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL
-       OR verify_every IS NULL THEN
+       OR verify_every IS NULL OR replicated IS NULL THEN
         RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -259,6 +282,9 @@ BEGIN
     IF mode NOT IN ('trigger', 'application') THEN
         RAISE EXCEPTION 'invalid mode "%"', mode
             USING ERRCODE = '22023', HINT = 'mode is ''trigger'' or ''application''.';
+    END IF;
+    IF replicated AND mode OPERATOR(pg_catalog.<>) 'trigger' THEN
+        RAISE EXCEPTION 'replicated => true needs mode ''trigger''' USING ERRCODE = '22023';
     END IF;
     IF shards < 1 OR shards > 1024 THEN
         RAISE EXCEPTION 'shards must be between 1 and 1024' USING ERRCODE = '22023';
@@ -323,10 +349,11 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid)
+        reconcile_every, owner, verify_every, source_relid, replicated)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
-        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid)
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
+        replicated)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -338,13 +365,14 @@ BEGIN
     EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
     PERFORM counter_internal.tracked_build(t);
+    PERFORM counter_internal.tracked_invalidate();
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     RETURN t.counter_id;
 END
 $fn$;
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
-    bigint, bigint, interval, interval) IS 'registers a tracked counter of count(*) per key of a source table';
+    bigint, bigint, interval, interval, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
 CREATE FUNCTION counter.untrack(name text)
@@ -364,8 +392,10 @@ BEGIN
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
     SELECT c.oid INTO src FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.source::oid;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
-        FOREACH trg IN ARRAY ARRAY['ins', 'del', 'upd', 'trunc'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', format('counter_%s_%s', t.counter_id, trg), src);
+        FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+                   WHERE g.tgrelid OPERATOR(pg_catalog.=) src
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
         END LOOP;
     END IF;
     EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
@@ -373,6 +403,7 @@ BEGIN
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                    counter_internal.tracked_table(t, 'delta'));
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    PERFORM counter_internal.tracked_invalidate();
     PERFORM counter.job_unregister('reconcile', name);
 END
 $fn$;
@@ -594,6 +625,7 @@ BEGIN
         filter_relid = CASE WHEN compiled IS NULL THEN c.filter_relid ELSE t.source::oid END
     WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
     RETURNING * INTO t;
+    PERFORM counter_internal.tracked_invalidate();
     RAISE NOTICE 'tracked counter "%": its source % is not the table it was registered on (restored?); every key is verified now',
         t.name, t.source;
     RETURN t;
@@ -854,7 +886,23 @@ AS $fn$
 DECLARE
     t counter.tracked;
     off boolean;
+    new_owner regrole;
 BEGIN
+    -- A source given to another role (ALTER TABLE ... OWNER TO): its counters'
+    -- work runs as the new owner from now on, and their state is its.
+    FOR t IN SELECT c.* FROM counter.tracked c
+             WHERE c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
+                                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)
+               AND c.owner::oid OPERATOR(pg_catalog.<>) (SELECT r.relowner FROM pg_catalog.pg_class r
+                                                         WHERE r.oid OPERATOR(pg_catalog.=) c.source) LOOP
+        new_owner := (SELECT r.relowner::regrole FROM pg_catalog.pg_class r WHERE r.oid OPERATOR(pg_catalog.=) t.source);
+        UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+        RETURNING * INTO t;
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'base'), new_owner);
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'delta'), new_owner);
+        PERFORM counter_internal.tracked_build(t);
+        PERFORM counter_internal.tracked_invalidate();
+    END LOOP;
     FOR t IN SELECT c.* FROM counter.tracked c
              WHERE c.mode OPERATOR(pg_catalog.=) 'trigger'
                AND c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
@@ -897,6 +945,7 @@ BEGIN
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                        counter_internal.tracked_table(t, 'delta'));
         DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        PERFORM counter_internal.tracked_invalidate();
         PERFORM counter.job_unregister('reconcile', t.name);
     END LOOP;
 END

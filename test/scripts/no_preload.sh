@@ -13,9 +13,21 @@ ce_psql -c "CREATE EXTENSION counter_ext"
 if ce_psql -c "LOAD 'counter_ext'; SET counter_ext.no_such_setting = 1" 2>/dev/null; then
     echo "counter_ext.no_such_setting was accepted"; exit 1
 fi
-ce_psql -c "SET counter_ext.node_id = 'site-a.1'"
+# The library loaded in the session (not at server start), its settings are
+# checked: a good node id is taken and read back, a bad one refused.
+[ "$(ce_psql -At -c "LOAD 'counter_ext'" -c "SET counter_ext.node_id = 'site-a.1'" -c "SHOW counter_ext.node_id" \
+    | tail -1)" = site-a.1 ] || { echo "the node id was not taken"; exit 1; }
 if ce_psql -c "LOAD 'counter_ext'" -c "SET counter_ext.node_id = 'bad id!'" 2>/dev/null; then
     echo "a bad node id was accepted"; exit 1
 fi
+# A tracked counter counts without the preload (the library loads on first use).
+n=$(ce_psql -At <<'SQL'
+CREATE TABLE ev (k int NOT NULL, t timestamptz NOT NULL);
+SELECT FROM counter.track('ev', 'ev', 'k', 't');
+INSERT INTO ev SELECT g % 3, now() FROM generate_series(1, 30) g;
+SELECT counter.value('ev', 1);
+SQL
+)
+[ "$(printf '%s\n' "$n" | tail -1)" = 10 ] || { echo "the counter did not count without the preload: $n"; exit 1; }
 ce_scan_log "$CE_plain_LOG"
 echo ok

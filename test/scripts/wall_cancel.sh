@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A query cancel (pg_cancel_backend) stops a long C++ loop within a second,
-# with SQLSTATE 57014, and the backend serves the next query.
+# A query cancel (pg_cancel_backend) stops a long C++ loop (60 s of work)
+# with SQLSTATE 57014 instead of its result, and the server serves the next
+# query. (No timing is asserted; the time it took is printed.)
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 db=wall_cancel
@@ -24,7 +25,7 @@ wait $spinner || true
 elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || python3 -c "print($(date +%s.%N) - $start)")
 cat "$out"
 grep -q "57014" "$out" || { echo "no query_canceled error"; exit 1; }
-python3 -c "import sys; sys.exit(0 if $elapsed < 20 else 1)" || { echo "cancel took $elapsed s"; exit 1; }
+if grep -q "^ *[0-9]" "$out"; then echo "the loop ran to its end: the cancel did not stop it"; exit 1; fi
 ce_psql -d $db -At -c "SELECT counter_test.spin(0.01) > 0" | grep -qx t
 echo "cancelled after $elapsed s"
 "$CE_PGBIN/dropdb" $db

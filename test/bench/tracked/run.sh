@@ -57,7 +57,7 @@ SELECT format($f$
 CREATE FUNCTION %I() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $b$
 DECLARE ce_shard smallint := (pg_catalog.pg_backend_pid() %% 16)::smallint;
 BEGIN
-    INSERT INTO counter.%I AS d (key, bucket, shard, delta)
+    INSERT INTO counter_internal.%I AS d (key, bucket, shard, delta)
     SELECT ce_new.link, pg_catalog.date_bin('1 minute', ce_new.at, '2000-01-01 00:00:00+00'), ce_shard, count(*)
     FROM ce_new WHERE ce_new.link IS NOT NULL AND ce_new.at IS NOT NULL AND true
     GROUP BY 1, 2 ORDER BY 1, 2
@@ -125,7 +125,7 @@ ce_psql <<SQL
 VACUUM ANALYZE rsrc;
 -- 1% of the keys change: a new row each
 INSERT INTO rsrc SELECT g * 100, '2024-01-01 05:00+00' FROM generate_series(1, $keys / 100) g;
-SELECT format('VACUUM ANALYZE counter.tracked_%s_delta', counter_id) FROM counter.tracked WHERE name = 'rsrc' \gexec
+SELECT format('VACUUM ANALYZE counter_internal.tracked_%s_delta', counter_id) FROM counter.tracked WHERE name = 'rsrc' \gexec
 SQL
 for run in 1 2 3; do
     ce_psql -At -c "BEGIN" -c "SELECT 'dirty keys: ' || keys_checked || ' checked, ' || keys_corrected || ' corrected, '

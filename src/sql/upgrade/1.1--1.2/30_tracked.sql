@@ -3,7 +3,8 @@
 ALTER TABLE counter.tracked ADD COLUMN filter_tree text, ADD COLUMN filter_relid oid,
     ADD COLUMN verify_every interval NOT NULL DEFAULT interval '1 day' CHECK (verify_every >= interval '1 minute'),
     ADD COLUMN verify_after text, ADD COLUMN verify_started timestamptz, ADD COLUMN last_verified timestamptz,
-    ADD COLUMN source_relid oid, ADD COLUMN triggers_off boolean NOT NULL DEFAULT false;
+    ADD COLUMN source_relid oid, ADD COLUMN triggers_off boolean NOT NULL DEFAULT false,
+    ADD COLUMN replicated boolean NOT NULL DEFAULT false;
 UPDATE counter.tracked SET source_relid = source::oid;
 ALTER TABLE counter.tracked_runs ADD COLUMN keys_busy bigint NOT NULL DEFAULT 0,
     ADD COLUMN keys_verified bigint NOT NULL DEFAULT 0;
