@@ -9,7 +9,13 @@
 # started (call it from a trap).
 
 CE_TOP=${CE_TOP:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
-CE_PG_MAJOR=15
+# The PostgreSQL major under test: CE_PG_MAJOR from the environment (the
+# chroot runs of test/versions.sh set it), else the one pg_config names, else
+# Debian 12's 15 (a fresh machine has no pg_config yet).
+if [ -z "${CE_PG_MAJOR:-}" ]; then
+    CE_PG_MAJOR=$(pg_config --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
+    CE_PG_MAJOR=${CE_PG_MAJOR:-15}
+fi
 CE_SYSTEM_BIN=/usr/lib/postgresql/$CE_PG_MAJOR/bin
 # The staged PostgreSQL: build/stage in the checkout, or where
 # build/stage.where says (see ce_stage_reachable).
@@ -24,8 +30,12 @@ CE_PGXS_DIR=/usr/lib/postgresql/$CE_PG_MAJOR/lib/pgxs
 CE_CLUSTERS=()
 
 # What the tests need; benchmarks pass their anchors to ce_require_packages.
-CE_TEST_PACKAGES=(make g++ clang-format postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_MAJOR
-    postgresql-$CE_PG_MAJOR-pgtap postgresql-$CE_PG_MAJOR-cron libboost-dev python3 procps iproute2 pgbouncer)
+# The format check runs once, on the host (CE_SKIP_FORMAT is set in chroots).
+CE_PG_CONFIG=/usr/lib/postgresql/$CE_PG_MAJOR/bin/pg_config
+CE_TEST_PACKAGES=(make g++ postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_MAJOR
+    postgresql-$CE_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-$CE_PG_MAJOR-cron libboost-dev
+    python3 procps iproute2 pgbouncer)
+[ -n "${CE_SKIP_FORMAT:-}" ] || CE_TEST_PACKAGES+=(clang-format)
 
 ce_log() { printf '%s\n' "$*" >&2; }
 ce_die() { ce_log "error: $*"; exit 1; }
@@ -100,11 +110,11 @@ ce_stage_reachable() {
 # server there finds its share and lib directories relative to its binary, so
 # each checkout tests exactly its own build, whatever else is installed.
 ce_build_and_stage() {
-    (cd "$CE_TOP" && make -s -j2 >&2) || return 1
+    (cd "$CE_TOP" && make -s -j2 PG_CONFIG="$CE_PG_CONFIG" >&2) || return 1
     ce_stage_reachable || return 1
     export CE_STAGE CE_PGBIN
     if ce_is_root; then
-        (cd "$CE_TOP" && make -s install >/dev/null) || return 1
+        (cd "$CE_TOP" && make -s install PG_CONFIG="$CE_PG_CONFIG" >/dev/null) || return 1
     fi
     local libdir=/usr/lib/postgresql/$CE_PG_MAJOR share=/usr/share/postgresql/$CE_PG_MAJOR
     local stamp
@@ -121,7 +131,7 @@ ce_build_and_stage() {
     cp -alf "$share/extension/." "$CE_STAGE$share/extension/" 2>/dev/null ||
         cp -af "$share/extension/." "$CE_STAGE$share/extension/"
     cp -alf "$libdir/lib/." "$CE_STAGE$libdir/lib/" 2>/dev/null || cp -af "$libdir/lib/." "$CE_STAGE$libdir/lib/"
-    (cd "$CE_TOP" && make -s install DESTDIR="$CE_STAGE" >/dev/null) || return 1
+    (cd "$CE_TOP" && make -s install PG_CONFIG="$CE_PG_CONFIG" DESTDIR="$CE_STAGE" >/dev/null) || return 1
     chmod -R a+rX "$CE_STAGE" 2>/dev/null || true
 }
 
