@@ -193,6 +193,26 @@ ce_cluster_restart() {
         ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -l "${!d}/server.log" -w -t 60 start >/dev/null
 }
 
+# Kills a cluster's postmaster with SIGKILL (a crash test), stops the load
+# given as pids (our own processes), and waits for the orphaned backends.
+ce_cluster_kill() { # ce_cluster_kill NAME [load pid ...]
+    local d="CE_$1_DIR" postmaster children c p alive
+    shift
+    postmaster=$(head -1 "${!d}/data/postmaster.pid")
+    children=$(ps -o pid= --ppid "$postmaster" | tr '\n' ' ')
+    kill -9 "$postmaster"
+    for p in "$@"; do kill -9 "$p" 2>/dev/null || true; done
+    wait "$@" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        alive=0
+        for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+        [ $alive -eq 0 ] && break
+        sleep 0.2
+    done
+    for c in $children; do kill -9 "$c" 2>/dev/null || true; done
+    sleep 0.5
+}
+
 ce_cluster_stop() {
     local d="CE_$1_DIR"
     local dir=${!d:-}
