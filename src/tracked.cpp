@@ -137,7 +137,13 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			if (by_id)
 				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 				                errmsg("tracked counter %d does not exist", DatumGetInt32(key)),
-				                errhint("A trigger of a counter that was dropped is left on its table: DROP it.")));
+				                errdetail("A trigger of a counter that was dropped is left on its table, or a restore "
+				                          "of part of a dump (pg_dump --schema-only, --table) brought the table's "
+				                          "triggers without counter_ext's catalog."),
+				                errhint("Restore the whole database from a full pg_dump to keep the counter; or DROP "
+				                        "the table's counter_%d_* triggers (then counter.track registers it again; "
+				                        "see doc/operations.md).",
+				                        DatumGetInt32(key))));
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 			                errmsg("tracked counter \"%s\" does not exist", TextDatumGetCString(key)),
 			                errhint("See counter.tracked for the registered counters.")));

@@ -411,7 +411,9 @@ DECLARE
 BEGIN
     PERFORM counter_internal.tracked_require_owner(t, 'untrack');
     PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
-    src := pg_catalog.to_regclass(t.source::oid::regclass::text);
+    -- The source, when it still exists (to_regclass of the OID's text is no such
+    -- test: since PostgreSQL 16 it takes a number as the OID it names).
+    SELECT c.oid INTO src FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.source::oid;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) src
