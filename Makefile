@@ -1,8 +1,14 @@
-# counter_ext: PGXS build of a C++17 PostgreSQL 15 extension.
+# counter_ext: PGXS build of a C++17 PostgreSQL extension (15, 16, 17, 18).
 #
 #   make                 build counter_ext.so and the extension script
 #   make install         install into the PostgreSQL that pg_config names
 #   make test            everything: set-up, build, a throwaway cluster, all tests
+#   make test PG=17      the same on PostgreSQL 17 (or 18, 15, all) in a cached
+#                        chroot of the Debian suite that ships it (root only)
+#   make deb             Debian packages postgresql-N-counter-ext into build/deb
+#                        (PG=17, 18, 15 or all as above; default: this machine's)
+#   make deb-test        the built package in a clean chroot: CREATE EXTENSION,
+#                        each feature once, the worker preloaded (PG= as above)
 #   make demo            a throwaway cluster showing the extension on a click stream
 #   make format-check    clang-format, as CI checks it
 #   make format          rewrite the sources in the house style
@@ -47,6 +53,14 @@ override with_llvm = no
 # Header dependencies (.deps/*.Po), so a changed header rebuilds its users.
 override autodepend = yes
 
+# The majors this tree builds against (src/include/counter_ext/compat.hpp
+# holds what differs between them; doc/support.md says how to add one).
+CE_SUPPORTED_MAJORS = 15 16 17 18
+CE_PG_MAJOR := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9][0-9]*\).*/\1/p')
+ifeq ($(filter $(CE_PG_MAJOR),$(CE_SUPPORTED_MAJORS)),)
+$(error counter_ext builds against PostgreSQL $(CE_SUPPORTED_MAJORS); $(PG_CONFIG) --version says '$(shell $(PG_CONFIG) --version 2>&1 | head -n 1)'. Set PG_CONFIG=/usr/lib/postgresql/N/bin/pg_config for a supported N)
+endif
+
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
@@ -70,12 +84,25 @@ $(EXTENSION)--%.sql: src/sql/upgrade/%/* $(SQL_PIECES) Makefile
 CLANG_FORMAT ?= clang-format
 FORMAT_FILES = $(wildcard src/*.cpp src/include/counter_ext/*.hpp test/unit/*.cpp)
 
-.PHONY: test demo format format-check
+# PG= picks the PostgreSQL majors the suite (and make deb) runs on: empty is
+# the machine's own (test/run.sh); 15, 17, 18 or all go through test/versions.sh.
+PG ?=
+.PHONY: test demo format format-check deb deb-test
 test:
+ifeq ($(PG),)
 	bash test/run.sh
+else
+	bash test/versions.sh $(PG)
+endif
 
 demo:
 	bash test/demo/run.sh
+
+deb:
+	bash test/deb/build.sh $(if $(PG),$(PG),host)
+
+deb-test:
+	bash test/deb/test.sh $(if $(PG),$(PG),15)
 
 format-check:
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)

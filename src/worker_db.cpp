@@ -128,7 +128,7 @@ void run_top_level(const char *sql) {
 	DestReceiver *receiver = CreateDestReceiver(DestNone);
 	QueryCompletion qc;
 	InitializeQueryCompletion(&qc);
-	(void)PortalRun(portal, FETCH_ALL, true, true, receiver, receiver, &qc);
+	(void)ce::compat::portal_run(portal, FETCH_ALL, true, receiver, receiver, &qc);
 	receiver->rDestroy(receiver);
 	PortalDrop(portal, false);
 	SetUserIdAndSecContext(save_user, save_sec);

@@ -156,7 +156,7 @@ bool owner_alive(int pid, TimestampTz started, int64 run_id) {
 		return started == MyStartTimestamp && run_id == session_run;
 	int n = pgstat_fetch_stat_numbackends();
 	for (int i = 1; i <= n; i++) {
-		PgBackendStatus *be = pgstat_fetch_stat_beentry(i);
+		PgBackendStatus *be = ce::compat::backend_status_by_index(i);
 		if (be != nullptr && be->st_procpid == pid)
 			return be->st_proc_start_timestamp == started;
 	}

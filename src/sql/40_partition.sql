@@ -51,7 +51,10 @@ CREATE TABLE counter.partitioned_tables (
     last_dropped         bigint,
     last_moved           bigint,
     -- rows of the default partition outside the window of the last run, left there
-    last_outside         bigint
+    last_outside         bigint,
+    -- the target of its job (schema.table when registered), followed through
+    -- renames by counter_internal.partition_follow_rename (80_drop.sql)
+    job_target           text
 );
 COMMENT ON TABLE counter.partitioned_tables IS
     'tables whose hourly (or daily) partitions counter_ext maintains, with their last maintenance outcome';
@@ -190,12 +193,12 @@ AS $$
 DECLARE
     o record;
 BEGIN
-    FOR o IN SELECT d.objid, d.object_identity FROM pg_event_trigger_dropped_objects() d
+    FOR o IN SELECT d.objid, coalesce(c.job_target, d.object_identity) AS target
+             FROM pg_event_trigger_dropped_objects() d
+             JOIN counter.partitioned_tables c ON c.parent::oid = d.objid
              WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table' LOOP
-        IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid) THEN
-            DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
-            PERFORM counter.job_unregister('partition_maintenance', o.object_identity);
-        END IF;
+        DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
+        PERFORM counter.job_unregister('partition_maintenance', o.target);
     END LOOP;
 END
 $$;

@@ -48,6 +48,95 @@ AS $$
       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) ''
 $$;
 
+-- Logical replication (doc/operations.md): a partition made by counter_ext
+-- is replicated as its parent is, set as the parent's owner.
+--   REPLICA IDENTITY: PostgreSQL does not copy it, and a partition that is
+--   published without one refuses UPDATE and DELETE. USING INDEX maps to the
+--   partition's index attached to the parent's identity index, so t must be
+--   attached already.
+--   Publications that list partitions of the parent one by one (not the
+--   parent, an ancestor, their schema, nor all tables, which include new
+--   partitions by themselves) get t too, when t is a new partition. That
+--   needs the publication's owner (ALTER PUBLICATION); a maintenance run as
+--   another role warns and goes on.
+CREATE FUNCTION counter_internal.partition_replicate_like_parent(parent regclass, t regclass, new_partition boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ident "char" := (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent);
+    idx regclass;
+    pub name;
+BEGIN
+    IF ident OPERATOR(pg_catalog.<>) (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t)
+       OR ident OPERATOR(pg_catalog.=) 'i' THEN
+        CASE ident
+        WHEN 'f' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY FULL', t));
+        WHEN 'n' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY NOTHING', t));
+        WHEN 'd' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', t));
+        ELSE
+            SELECT h.inhrelid::regclass INTO idx
+            FROM pg_index pi
+            JOIN pg_inherits h ON h.inhparent OPERATOR(pg_catalog.=) pi.indexrelid
+            JOIN pg_index ci ON ci.indexrelid OPERATOR(pg_catalog.=) h.inhrelid
+            WHERE pi.indrelid OPERATOR(pg_catalog.=) parent AND pi.indisreplident
+              AND ci.indrelid OPERATOR(pg_catalog.=) t;
+            IF idx IS NULL THEN
+                RAISE EXCEPTION 'partition % has no index attached to the replica identity index of %', t, parent
+                    USING ERRCODE = 'object_not_in_prerequisite_state';
+            END IF;
+            PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', t,
+                (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) idx)));
+        END CASE;
+    END IF;
+    FOR pub IN
+        SELECT DISTINCT p.pubname FROM pg_publication p
+        JOIN pg_publication_rel pr ON pr.prpubid OPERATOR(pg_catalog.=) p.oid
+        JOIN pg_inherits h ON h.inhrelid OPERATOR(pg_catalog.=) pr.prrelid
+                          AND h.inhparent OPERATOR(pg_catalog.=) parent
+        WHERE new_partition AND NOT p.puballtables AND h.inhrelid OPERATOR(pg_catalog.<>) t
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_rel x
+                          WHERE x.prpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(parent) a
+                                              UNION ALL SELECT t))
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace x
+                          WHERE x.pnpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.pnnspid IN (SELECT c.relnamespace FROM pg_class c
+                                              WHERE c.oid OPERATOR(pg_catalog.=) t))
+        ORDER BY 1
+    LOOP
+        BEGIN
+            PERFORM counter_internal.partition_exec(parent, format('ALTER PUBLICATION %I ADD TABLE %s', pub, t));
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING 'partition % of % is not added to publication %: %', t, parent, pub, SQLERRM
+                USING HINT = 'The publication''s owner can add it: ALTER PUBLICATION ... ADD TABLE.';
+        END;
+    END LOOP;
+END
+$$;
+
+-- True when a DELETE from the parent's default partition is published by a
+-- publication of this database (FOR ALL TABLES, the parent or an ancestor,
+-- the default partition itself, or their schema): a drain must then be
+-- published as the rows it moves. A publication of inserts only sees no
+-- drain at all (neither its deletes nor its inserts into a table not yet
+-- attached), which is right for it as it is.
+CREATE FUNCTION counter_internal.partition_published(parent regclass)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname OPERATOR(pg_catalog.=) pt.pubname AND p.pubdelete
+        JOIN pg_class c ON c.relname OPERATOR(pg_catalog.=) pt.tablename
+        JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                           AND n.nspname OPERATOR(pg_catalog.=) pt.schemaname
+        WHERE c.oid IN (SELECT a.relid FROM pg_partition_ancestors(partition_published.parent) a
+                        UNION ALL SELECT counter.partition_default(partition_published.parent)))
+$$;
+
 -- Creates, as the parent's owner, the standalone table that becomes the
 -- partition [lo, hi): the parent's columns, defaults, constraints and indexes
 -- (LIKE ... INCLUDING ALL, so ATTACH adopts the indexes instead of building
@@ -78,6 +167,7 @@ BEGIN
     IF how = 'direct' THEN
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
                        nsp, tname, nsp, rel.relname, lo, hi));
+        PERFORM counter_internal.partition_replicate_like_parent(parent, format('%I.%I', nsp, tname)::regclass, true);
     ELSE
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)%s', nsp, tname, nsp, rel.relname,
                        CASE WHEN rel.reltablespace <> 0
@@ -103,34 +193,17 @@ BEGIN
 END
 $$;
 
--- Attaches a table made by partition_make_table as the partition [lo, hi),
--- as the parent's owner.
-CREATE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
-RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET DateStyle = 'ISO, YMD'
-AS $$
-BEGIN
-    PERFORM counter_internal.partition_exec(parent,
-        format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)', parent, t, lo, hi));
-    IF bounded THEN
-        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DROP CONSTRAINT counter_ext_bounds', t));
-    END IF;
-END
-$$;
-
--- Moves up to max_rows rows of [lo, hi) from the default partition into t
--- (all of them when max_rows is NULL), in one statement: a row is deleted
--- from the default partition and inserted into t atomically, so it is never
--- lost nor duplicated; the statement runs as the parent's owner (a CHECK
+-- Moves up to max_rows rows of [lo, hi) (every row when lo is NULL) from
+-- ONLY from_rel into to_rel (the parent: the rows are routed to its
+-- partitions), all of them when max_rows is NULL, in one statement: a row is
+-- deleted and inserted atomically, so it is never lost nor duplicated; the statement runs as the parent's owner (a CHECK
 -- constraint or default calling the owner's function runs as the owner).
 -- Triggers and foreign-key actions do not fire (a move is not a delete):
 -- that needs session_replication_role = replica, which is set only for a
 -- table whose owner is a superuser; tables of other owners may move rows only
 -- without triggers and without referencing foreign keys.
-CREATE FUNCTION counter_internal.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
+CREATE FUNCTION counter_internal.partition_move(parent regclass, from_rel regclass, to_rel regclass, lo timestamptz,
+                                                hi timestamptz, max_rows bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -138,29 +211,88 @@ SET TimeZone = 'UTC'
 SET DateStyle = 'ISO, YMD'
 AS $$
 DECLARE
-    d regclass := counter.partition_default(parent);
-    ctl name := (SELECT c.control FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_move_rows.parent);
+    ctl name := (SELECT c.control FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_move.parent);
     cols text := counter_internal.partition_column_list(parent);
     old_role text := current_setting('session_replication_role');
     n bigint;
 BEGIN
     IF (SELECT r.rolsuper FROM pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) counter_internal.partition_owner(parent)) THEN
         PERFORM set_config('session_replication_role', 'replica', true);
-    ELSIF EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) d AND NOT g.tgisinternal)
+    ELSIF EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid IN (from_rel, to_rel) AND NOT g.tgisinternal)
        OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contype OPERATOR(pg_catalog.=) 'f'
-                  AND k.confrelid IN (parent, d)) THEN
+                  AND k.confrelid IN (parent, from_rel)) THEN
         RAISE EXCEPTION 'moving rows out of the default partition of % needs a table owned by a superuser', parent
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'The table has triggers or is referenced by foreign keys, which must not fire for a move.';
     END IF;
     n := counter_internal.partition_exec(parent,
         format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
-               'WHERE %2$I >= %3$L AND %2$I < %4$L %5$s)) RETURNING %6$s) '
-               'INSERT INTO %7$s (%6$s) OVERRIDING SYSTEM VALUE SELECT %6$s FROM moved',
-               d, ctl, lo, hi, CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, t));
+               '%2$s %3$s)) RETURNING %4$s) '
+               'INSERT INTO %5$s (%4$s) OVERRIDING SYSTEM VALUE SELECT %4$s FROM moved',
+               from_rel,
+               CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
+               CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel));
     PERFORM set_config('session_replication_role', old_role, true);
     RETURN n;
 END
+$$;
+
+-- Attaches a table made by partition_make_table as the partition [lo, hi),
+-- as the parent's owner, with the parent's replica identity. A bounded t
+-- holds rows a drain moved out of the default partition. When deletes from
+-- that partition are published, the move was published as DELETEs only (t
+-- is not published before it is attached), so a subscriber would lose the
+-- rows: then t is set aside under another name, an empty partition is
+-- attached in its place, and the rows go back in through the parent
+-- (published as INSERTs, through the partition or the root), in this
+-- transaction. A subscriber applies the drain's transaction as deletes from
+-- the default partition and inserts of the same rows.
+CREATE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    held regclass;
+    held_name name;
+    has_rows boolean := false;
+BEGIN
+    IF bounded AND counter_internal.partition_published(parent) THEN
+        SELECT x.e INTO STRICT has_rows FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+            format('SELECT EXISTS (SELECT 1 FROM ONLY %s) WHERE $1', t), true) AS x(e boolean);
+    END IF;
+    IF has_rows THEN
+        held_name := counter.partition_name_for(
+            (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent),
+            counter.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
+                                          WHERE c.parent OPERATOR(pg_catalog.=) partition_attach.parent)) || '_held');
+        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s RENAME TO %I', t, held_name));
+        held := t;
+        t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+    END IF;
+    PERFORM counter_internal.partition_exec(parent,
+        format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)', parent, t, lo, hi));
+    IF bounded THEN
+        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DROP CONSTRAINT counter_ext_bounds', t));
+    END IF;
+    PERFORM counter_internal.partition_replicate_like_parent(parent, t, true);
+    IF held IS NOT NULL THEN
+        PERFORM counter_internal.partition_move(parent, held, parent, NULL, NULL, NULL);
+        PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', held));
+    END IF;
+END
+$$;
+
+-- Moves up to max_rows rows of [lo, hi) from the default partition into t
+-- (all of them when max_rows is NULL): counter_internal.partition_move.
+CREATE FUNCTION counter_internal.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT counter_internal.partition_move(parent, counter.partition_default(parent), t, lo, hi, max_rows)
 $$;
 
 -- One bounded step of maintenance of one table, in the caller's transaction:
@@ -722,8 +854,13 @@ BEGIN
         END IF;
     END IF;
 
+    -- Every partition, those made before too, gets the parent's replica identity.
+    PERFORM counter_internal.partition_replicate_like_parent(parent, b.partition, false)
+    FROM counter.partition_bounds(parent) b;
     PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
                                  least(part_interval, interval '1 hour'));
+    UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
+    WHERE c.parent = partition_manage.parent;
     RETURN made;
 END
 $$;
@@ -753,8 +890,9 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'CALL counter.run_maintenance() to finish the drain first.';
     END IF;
-    SELECT format('%I.%I', n.nspname, c.relname) INTO target
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = parent;
+    SELECT coalesce(t.job_target, format('%I.%I', n.nspname, c.relname)) INTO target
+    FROM counter.partitioned_tables t JOIN pg_class c ON c.oid = t.parent JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE t.parent = partition_unmanage.parent;
     PERFORM counter.job_unregister('partition_maintenance', target);
     DELETE FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent;
     RETURN true;

@@ -16,3 +16,6 @@ extern "C" {
 #include "utils/elog.h"
 #include "utils/memutils.h"
 }
+
+// Every PostgreSQL-facing file checks the major, and may use ce::compat.
+#include "counter_ext/compat.hpp"

@@ -3,6 +3,11 @@
 -- check their caller; the catalogs get RLS; partition_bounds checks the
 -- caller before it locks.
 ALTER TABLE counter.partitioned_tables ADD COLUMN last_outside bigint;
+-- (issue 14) the target of a table's job, followed through renames
+ALTER TABLE counter.partitioned_tables ADD COLUMN job_target text;
+UPDATE counter.partitioned_tables t SET job_target = pg_catalog.format('%I.%I', n.nspname, c.relname)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.oid OPERATOR(pg_catalog.=) t.parent;
 ALTER TABLE counter.partitioned_tables ENABLE ROW LEVEL SECURITY;
 CREATE POLICY partitioned_tables_read ON counter.partitioned_tables FOR SELECT
     USING (pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
@@ -29,3 +34,22 @@ DROP PROCEDURE counter.partition_maintain_steps(regclass, bigint, bigint, bigint
     counter.run_maintenance(regclass), counter.job_partition_maintenance(text, bigint);
 
 --@include src/sql/41_partition_code.sql
+
+-- (issue 14) a dropped table's job is found by its job_target
+CREATE OR REPLACE FUNCTION counter.partition_forget_dropped()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN SELECT d.objid, coalesce(c.job_target, d.object_identity) AS target
+             FROM pg_event_trigger_dropped_objects() d
+             JOIN counter.partitioned_tables c ON c.parent::oid = d.objid
+             WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.object_type = 'table' LOOP
+        DELETE FROM counter.partitioned_tables c WHERE c.parent::oid = o.objid;
+        PERFORM counter.job_unregister('partition_maintenance', o.target);
+    END LOOP;
+END
+$$;

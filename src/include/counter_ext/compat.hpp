@@ -1,0 +1,45 @@
+// What differs between the PostgreSQL majors counter_ext builds against, in
+// one place: the feature code calls ce::compat, never #if PG_VERSION_NUM.
+// Supported: 15, 16, 17, 18 (16 builds but has no Debian suite to test in).
+// doc/support.md says how to add the next major.
+#pragma once
+
+#include "counter_ext/pg.hpp"
+
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "counter_ext supports PostgreSQL 15, 16, 17 and 18; this server's headers are another major (see doc/support.md)"
+#endif
+
+extern "C" {
+#include "tcop/pquery.h"
+#include "utils/backend_status.h"
+}
+
+namespace ce::compat {
+
+// The status entry of the index-th backend (1-based, 1 ..
+// pgstat_fetch_stat_numbackends()), as pg_stat_activity walks them. 15 and 16
+// call this lookup pgstat_fetch_stat_local_beentry; 17 renamed it. (16's
+// pgstat_fetch_stat_beentry takes a backend id, not an index, and 17 removed
+// it: the local entry is the one lookup by index on every major.)
+inline PgBackendStatus *backend_status_by_index(int index) {
+#if PG_VERSION_NUM >= 170000
+	LocalPgBackendStatus *entry = pgstat_get_local_beentry_by_index(index);
+#else
+	LocalPgBackendStatus *entry = pgstat_fetch_stat_local_beentry(index);
+#endif
+	return entry != nullptr ? &entry->backendStatus : nullptr;
+}
+
+// PortalRun to completion, once. 18 dropped the run_once argument (a portal is
+// always run once there).
+inline bool portal_run(Portal portal, long count, bool top_level, DestReceiver *dest, DestReceiver *altdest,
+                       QueryCompletion *qc) {
+#if PG_VERSION_NUM >= 180000
+	return PortalRun(portal, count, top_level, dest, altdest, qc);
+#else
+	return PortalRun(portal, count, top_level, true, dest, altdest, qc);
+#endif
+}
+
+} // namespace ce::compat
