@@ -33,6 +33,8 @@ BEGIN
     RETURN CASE kind
         WHEN 'reconcile' THEN
             (SELECT t.owner FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) target)
+        WHEN 'flush' THEN
+            (SELECT t.owner FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) target)
         WHEN 'rollup_refresh' THEN
             (SELECT r.owner FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) target)
         WHEN 'partition_maintenance' THEN

@@ -4,5 +4,6 @@
 INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
     ('reconcile', 'counter.job_reconcile(text, bigint)', true),
     ('rollup_refresh', 'counter.job_rollup_refresh(text, bigint)', true),
-    ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true);
+    ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true),
+    ('flush', 'counter.job_flush(text, bigint)', true);
 

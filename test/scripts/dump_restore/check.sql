@@ -48,7 +48,7 @@ SELECT max(job_id) AS job_max FROM counter.jobs \gset
 CREATE PROCEDURE public.job_noop(target text, INOUT rows_affected bigint DEFAULT NULL) LANGUAGE plpgsql
 AS $$ BEGIN rows_affected := 0; END $$;
 INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('noop', 'public.job_noop(text, bigint)');
-SELECT counter.job_register('noop', 'x', '1 hour', owner => 'app') AS job_new \gset
+SELECT counter.job_register('noop', 'x', '1 hour', owner => current_user::regrole) AS job_new \gset
 SELECT pg_temp.expect(:job_new > :job_max, 'the next job gets a new id');
 SELECT max(run_id) AS run_max FROM counter.job_runs \gset
 CALL counter.run_jobs();
