@@ -223,6 +223,38 @@ SELECT counter_test.pncounter_deserialize('\x01020162050101610300');
 SELECT counter_test.pncounter_deserialize('\x02');
 \echo :LAST_ERROR_SQLSTATE
 
+-- The cast from bytea takes the binary form back, validated the same way
+-- (22P03 for anything but the canonical bytes); the cast to bytea is free.
+SELECT '\x0102016105010162ac0200'::bytea::counter.pncounter AS two_nodes,
+       '\x0100'::bytea::counter.pncounter AS empty,
+       counter.pncounter_send('{"a":[5,1],"b":[300,0]}')::counter.pncounter AS round_trip,
+       ('{"a":[5,1],"b":[300,0]}'::counter.pncounter)::bytea = counter.pncounter_send('{"a":[5,1],"b":[300,0]}')
+           AS to_bytea_is_send;
+SELECT '\x'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x02'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x01'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x0101016105'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x01020162050101610300'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x010101610000'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x0101016105000000'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT '\x01818001'::bytea::counter.pncounter;
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.pncounter_value('\x0101016105000000'::bytea::counter.pncounter);
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE pn_bytes (v counter.pncounter);
+INSERT INTO pn_bytes VALUES ('\x0101016105ff'::bytea::counter.pncounter);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO pn_bytes VALUES ('\x01010161050a'::bytea::counter.pncounter);
+SELECT v, v::bigint AS value FROM pn_bytes;
+DROP TABLE pn_bytes;
+
 -- In a table: each site updates its own node; a state from elsewhere is merged in.
 CREATE TABLE page_views (page text PRIMARY KEY, views counter.pncounter NOT NULL DEFAULT '{}');
 INSERT INTO page_views (page) VALUES ('/home'), ('/about');

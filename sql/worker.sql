@@ -1,14 +1,21 @@
 -- Jobs: registering, changing and running them by hand, their run history,
 -- and clear errors on bad input. Jobs here are disabled as soon as they are
 -- registered (in the same transaction), so a background worker never runs
--- them: CALL counter.run_job runs a job whether it is enabled or not.
+-- them: CALL counter.run_job runs a job whether it is enabled or not, in a
+-- background-worker session of the job's owner (an ordinary role here).
 CREATE EXTENSION counter_ext;
 \set VERBOSITY terse
 \set ON_ERROR_STOP 0
 
--- Test-only job kinds: counter.job_<kind>(target text, INOUT rows_affected bigint).
-CREATE TABLE public.steps (target text, step int);
-CREATE PROCEDURE counter.job_test_ok(target text, INOUT rows_affected bigint DEFAULT NULL)
+-- The built-in kinds.
+SELECT kind, procedure, builtin FROM counter_internal.job_kinds ORDER BY kind;
+
+-- Test-only job kinds, added by the superuser: procedures it owns,
+-- (target text, INOUT rows_affected bigint), run as the jobs' owner.
+CREATE ROLE worker_regress_owner LOGIN;
+CREATE TABLE public.steps (target text, step int, run_as name DEFAULT session_user);
+GRANT INSERT, SELECT ON public.steps TO worker_regress_owner;
+CREATE PROCEDURE public.job_test_ok(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.steps VALUES (target, 1);
@@ -16,30 +23,35 @@ BEGIN
     INSERT INTO public.steps VALUES (target, 2);
     rows_affected := 2;
 END $$;
-CREATE PROCEDURE counter.job_test_fail(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE PROCEDURE public.job_test_fail(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.steps VALUES (target, 1);
     COMMIT;
     RAISE EXCEPTION 'target % is broken', target USING ERRCODE = 'data_exception';
 END $$;
-CREATE PROCEDURE counter.job_test_slow(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE PROCEDURE public.job_test_slow(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_catalog.pg_sleep(30);
 END $$;
 
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES
+    ('test_ok', 'public.job_test_ok(text, bigint)'), ('test_fail', 'public.job_test_fail(text, bigint)'),
+    ('test_slow', 'public.job_test_slow(text, bigint)');
+
 BEGIN;
-SELECT counter.job_register('test_ok', 'a', '1 hour') AS ok_job \gset
-SELECT counter.job_register('test_fail', 'b', '10 minutes') AS fail_job \gset
-SELECT counter.job_register('test_slow', 'c', '1 hour') AS slow_job \gset
+SELECT counter.job_register('test_ok', 'a', '1 hour', 'worker_regress_owner') AS ok_job \gset
+SELECT counter.job_register('test_fail', 'b', '10 minutes', 'worker_regress_owner') AS fail_job \gset
+SELECT counter.job_register('test_slow', 'c', '1 hour', 'worker_regress_owner') AS slow_job \gset
 UPDATE counter.jobs SET enabled = false;
 COMMIT;
-SELECT kind, target, run_every, enabled, timeout, lock_timeout, failures, running_run FROM counter.jobs ORDER BY job_id;
+SELECT kind, target, run_every, enabled, timeout, lock_timeout, failures, running_run, owner, disabled_reason
+FROM counter.jobs ORDER BY job_id;
 
 -- Registering again keeps the job and its id.
 BEGIN;
-SELECT counter.job_register('test_ok', 'a', '2 hours') = :ok_job AS same_id;
+SELECT counter.job_register('test_ok', 'a', '2 hours', 'worker_regress_owner') = :ok_job AS same_id;
 UPDATE counter.jobs SET enabled = false WHERE job_id = :ok_job;
 COMMIT;
 
@@ -47,9 +59,11 @@ COMMIT;
 CALL counter.run_jobs();
 
 -- A job that succeeds: its rows, its history, its next run.
+-- It ran in a session of its owner, not in this superuser's session.
 CALL counter.run_job(:ok_job);
-SELECT step, count(*) FROM public.steps WHERE target = 'a' GROUP BY step ORDER BY step;
-SELECT kind, target, runner, outcome, rows_affected, sqlstate, message, finished_at >= started_at AS ordered
+SELECT step, run_as, count(*) FROM public.steps WHERE target = 'a' GROUP BY step, run_as ORDER BY step;
+SELECT kind, target, runner, outcome, rows_affected, sqlstate, message, finished_at >= started_at AS ordered,
+       run_as, pid <> pg_backend_pid() AS other_process
 FROM counter.job_runs ORDER BY run_id;
 SELECT failures, running_run, next_run > now() + interval '1 hour 59 minutes' AS next_in_run_every
 FROM counter.jobs WHERE job_id = :ok_job;
@@ -75,7 +89,9 @@ CREATE TABLE public.deferred_parent (x int PRIMARY KEY);
 CREATE TABLE public.deferred (x int);
 ALTER TABLE public.deferred ADD CONSTRAINT deferred_fk FOREIGN KEY (x) REFERENCES public.deferred_parent
     DEFERRABLE INITIALLY DEFERRED;
-CREATE PROCEDURE counter.job_test_awkward(target text, INOUT rows_affected bigint DEFAULT NULL)
+GRANT INSERT ON public.deferred TO worker_regress_owner;
+GRANT SELECT, REFERENCES ON public.deferred_parent TO worker_regress_owner;
+CREATE PROCEDURE public.job_test_awkward(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
     i int;
@@ -93,9 +109,10 @@ BEGIN
         COMMIT;
     END IF;
 END $$;
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('test_awkward', 'public.job_test_awkward(text, bigint)');
 BEGIN;
-SELECT counter.job_register('test_awkward', 'loop', '1 hour') AS loop_job \gset
-SELECT counter.job_register('test_awkward', 'commit', '1 hour') AS commit_job \gset
+SELECT counter.job_register('test_awkward', 'loop', '1 hour', 'worker_regress_owner') AS loop_job \gset
+SELECT counter.job_register('test_awkward', 'commit', '1 hour', 'worker_regress_owner') AS commit_job \gset
 UPDATE counter.jobs SET enabled = false WHERE kind = 'test_awkward';
 COMMIT;
 CALL counter.run_job(:loop_job);
@@ -142,11 +159,16 @@ SELECT counter.job_alter(:ok_job, lock_timeout => '25 days');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.job_alter(NULL, enabled => true);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.job_register('test_ok', 'x', '-1 second');
+SELECT counter.job_register('test_ok', 'x', '-1 second', 'worker_regress_owner');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.job_register('Bad Kind', 'x', '1 second');
+SELECT counter.job_register('Bad Kind', 'x', '1 second', 'worker_regress_owner');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.job_register('no_such_kind', 'x', '1 second');
+SELECT counter.job_register('no_such_kind', 'x', '1 second', 'worker_regress_owner');
+\echo :LAST_ERROR_SQLSTATE
+-- A kind whose target names no owner needs one.
+SELECT counter.job_register('test_ok', 'x', '1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.job_register('test_ok', NULL, '1 second', 'worker_regress_owner');
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.run_job(999999);
 \echo :LAST_ERROR_SQLSTATE
@@ -172,6 +194,25 @@ SELECT counter.job_alter(:ok_job, enabled => true);
 RESET ROLE;
 DROP ROLE worker_regress_user;
 
+-- The job's owner cannot use the runner's own procedure, nor can anyone
+-- outside a job worker.
+SET ROLE worker_regress_owner;
+CALL counter_internal.owner_session_run();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+CALL counter_internal.owner_session_run();
+\echo :LAST_ERROR_SQLSTATE
+
+-- The advisory-lock registry.
+SELECT class, key, to_hex(key), second_key FROM counter_internal.lock_classes() ORDER BY key;
+SELECT counter_internal.lock_class('job') = x'63656a62'::int AS job_class;
+SELECT counter_internal.lock_class('no_such_class');
+\echo :LAST_ERROR_SQLSTATE
+
 -- The runner leaves no job marked running.
 SELECT count(*) AS left_running FROM counter.job_runs WHERE outcome = 'running';
 SELECT count(*) AS jobs_running FROM counter.jobs WHERE running_run IS NOT NULL;
+DROP EXTENSION counter_ext;
+DROP TABLE public.steps, public.deferred, public.deferred_parent;
+DROP PROCEDURE public.job_test_ok, public.job_test_fail, public.job_test_slow, public.job_test_awkward;
+DROP ROLE worker_regress_owner;

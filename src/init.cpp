@@ -1,5 +1,6 @@
 // Library entry: _PG_init and the functions that describe the build.
 #include "counter_ext/wall.hpp"
+#include "counter_ext/buffer.hpp"
 #include "counter_ext/guc.hpp"
 #include "counter_ext/hll.hpp"
 #include "counter_ext/worker.hpp"
@@ -54,6 +55,7 @@ static void init_cpp() {
 	define_core_gucs();
 	ce::init_hll();
 	ce::init_worker();
+	ce::buffer::init();
 	MarkGUCPrefixReserved("counter_ext");
 }
 

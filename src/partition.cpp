@@ -8,13 +8,17 @@
 #include "counter_ext/wall.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
 #include "access/relation.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "partitioning/partbounds.h"
 #include "partitioning/partdesc.h"
 #include "utils/datetime.h"
+#include "utils/acl.h"
 #include "utils/partcache.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 }
@@ -39,11 +43,29 @@ Datum bound_datum(PartitionBoundInfo bi, int i) {
 // table partitioned by range over one timestamptz column, ordered by lower
 // bound, then the default partition (NULL bounds). No rows for a table that
 // is not partitioned or no longer exists; an error for another partitioning.
-// Owns no C++ objects, so it calls PostgreSQL directly.
+// The caller must be a member of the table's owner or have SELECT on it,
+// checked before the table is locked (42501). Owns no C++ objects, so it
+// calls PostgreSQL directly.
 CE_FUNCTION(counter_partition_bounds) {
 	Oid parent = PG_GETARG_OID(0);
 	InitMaterializedSRF(fcinfo, 0);
 	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+
+	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(parent));
+	if (!HeapTupleIsValid(tuple))
+		return (Datum)0;
+	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	bool missing = false;
+	if (!has_privs_of_role(GetUserId(), owner) &&
+	    pg_class_aclcheck_ext(parent, GetUserId(), ACL_SELECT, &missing) != ACLCHECK_OK) {
+		if (missing)
+			return (Datum)0;
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		                errmsg("permission denied for table %s", get_rel_name(parent)),
+		                errdetail("counter.partition_bounds lists the partitions of tables the caller owns or may "
+		                          "read.")));
+	}
 
 	Relation rel = try_relation_open(parent, AccessShareLock);
 	if (rel == nullptr)

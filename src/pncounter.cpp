@@ -167,6 +167,11 @@ CE_FUNCTION(counter_pncounter_send) {
 	PG_RETURN_BYTEA_P(out);
 }
 
+// counter.pncounter_from_bytea(bytea): the cast from bytea, validated like recv.
+CE_FUNCTION(counter_pncounter_from_bytea) {
+	return state_datum(state_arg(fcinfo, 0));
+}
+
 // --- operations -------------------------------------------------------------
 
 // counter.pncounter_increment(c, amount, node)

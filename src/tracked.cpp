@@ -11,6 +11,7 @@
 // security-restricted operation with search_path pg_catalog, pg_temp. Keys
 // are converted by ce::keys::convert (no user-defined cast ever runs), keys
 // are compared with the operators of the key type's default btree class.
+#include "counter_ext/buffer.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/keys.hpp"
 #include "counter_ext/owner.hpp"
@@ -41,6 +42,8 @@ extern "C" {
 #include "utils/fmgrprotos.h"
 #include "utils/array.h"
 #include "utils/inval.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -62,9 +65,19 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter.tracked_caller(): the role that called the outermost function.
+// counter_internal.caller(): the role that called the outermost function.
+// Inside a security-restricted operation (code counter_ext runs for an
+// object's owner: a filter, a trigger on the owner's table, a CHECK
+// constraint), the outer role is whoever started that work (a superuser's
+// run_jobs, the worker), not the owner whose code is running: the SECURITY
+// DEFINER entry points that ask for their caller refuse to run there.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
+	if (InSecurityRestrictedOperation())
+		throw ce::Error("42501",
+		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
+		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                "counters, rollups or partitions.");
 	return ObjectIdGetDatum(GetOuterUserId());
 }
 
@@ -87,6 +100,7 @@ struct Counter {
 	char *filter; // canonical text, or nullptr
 	char *filter_tree;
 	Oid filter_relid;
+	bool buffered;
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -108,11 +122,12 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			plan = ce::prepare_kept(
 			    by_id ? "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
-			            " t.filter_tree, t.filter_relid FROM counter.tracked t"
+			            " t.filter_tree, t.filter_relid, t.buffered FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
-			            " t.filter_tree, t.filter_relid FROM counter.tracked t WHERE t.name OPERATOR(pg_catalog.=) $1",
+			            " t.filter_tree, t.filter_relid, t.buffered FROM counter.tracked t"
+			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
 		}
 		Datum args[1] = {key};
@@ -122,7 +137,13 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			if (by_id)
 				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 				                errmsg("tracked counter %d does not exist", DatumGetInt32(key)),
-				                errhint("A trigger of a counter that was dropped is left on its table: DROP it.")));
+				                errdetail("A trigger of a counter that was dropped is left on its table, or a restore "
+				                          "of part of a dump (pg_dump --schema-only, --table) brought the table's "
+				                          "triggers without counter_ext's catalog."),
+				                errhint("Restore the whole database from a full pg_dump to keep the counter; or DROP "
+				                        "the table's counter_%d_* triggers (then counter.track registers it again; "
+				                        "see doc/operations.md).",
+				                        DatumGetInt32(key))));
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 			                errmsg("tracked counter \"%s\" does not exist", TextDatumGetCString(key)),
 			                errhint("See counter.tracked for the registered counters.")));
@@ -145,6 +166,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.filter_tree = copy_value(tuple, desc, 12, keep);
 		Datum relid = SPI_getbinval(tuple, desc, 13, &isnull);
 		c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
+		c.buffered = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
 		SPI_finish();
 		return c;
 	});
@@ -213,6 +235,7 @@ struct FoldCache {
 	char key_align;
 	TupleTableSlot *row_slot; // row triggers (replicated mode)
 	ExprContext *row_econtext;
+	bool buffered;
 };
 
 constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps plans for
@@ -285,8 +308,47 @@ void fold_fill(FoldCache *c, const Counter &k, Relation rel, MemoryContext conte
 	*c->width = k.width;
 	c->shards = k.shards < 1 ? 1 : k.shards;
 	c->filter = k.filter != nullptr ? ce::filter::prepare(rel, k.filter_tree, k.filter_relid, k.filter) : nullptr;
+	c->buffered = k.buffered;
 	MemoryContextSwitchTo(old);
 	c->valid = true;
+}
+
+int64 flush_counter(const Counter &c, bool wait);
+void notice_unpreloaded(const char *name);
+void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts);
+
+// The image of a folded key (the same as ce::buffer::image_of makes).
+bool fold_image(const ce::tracked::FoldKey &key, ce::buffer::Image *out) {
+	if (key.byval) {
+		out->len = sizeof(Datum);
+		Datum d = static_cast<Datum>(key.datum);
+		memcpy(out->bytes, &d, sizeof(Datum));
+		return true;
+	}
+	if (key.len > static_cast<size_t>(ce::buffer::max_key_bytes))
+		return false;
+	out->len = static_cast<uint16>(key.len);
+	memcpy(out->bytes, key.bytes, key.len);
+	return true;
+}
+
+// A buffered counter: the folded deltas go to this transaction's buffer;
+// what cannot be buffered is left in 'entries' for write_deltas.
+void buffer_fold(FoldCache *c, std::vector<ce::tracked::FoldEntry> &entries) {
+	if (!c->buffered || entries.empty())
+		return;
+	if (!ce::buffer::available()) {
+		notice_unpreloaded(ce::format("%d", c->id).c_str());
+		return;
+	}
+	ce::buffer::set_direct_writer(write_direct);
+	size_t kept = 0;
+	for (const ce::tracked::FoldEntry &e : entries) {
+		ce::buffer::Image image;
+		if (!fold_image(e.key, &image) || !ce::buffer::add(c->id, image, e.bucket, e.delta))
+			entries[kept++] = e;
+	}
+	entries.resize(kept);
 }
 
 // One row of a transition table, as the fold sees it.
@@ -548,11 +610,16 @@ CE_FUNCTION(counter_tracked_fold) {
 	ce::OwnerSwitch as = ce::pg_guard([c] { return ce::owner_enter(c->owner); });
 	try {
 		if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+			if (c->buffered) { // what is published goes to the delta table first, and goes with it
+				Counter k = load_counter(Int32GetDatum(c->id), true, CurrentMemoryContext);
+				flush_counter(k, true);
+				ce::buffer::drop_local(c->id);
+			}
 			ce::pg_guard([c] { truncate_state(c); });
 		} else if (for_row) {
 			ce::tracked::Fold fold;
 			MemoryContext keep = CurrentMemoryContext;
-			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? td->tg_trigtuple
+			HeapTuple added = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? td->tg_trigtuple
 			                  : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple
 			                                                          : nullptr;
 			HeapTuple removed = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? nullptr : td->tg_trigtuple;
@@ -564,6 +631,7 @@ CE_FUNCTION(counter_tracked_fold) {
 					fold.add(row.key, row.bucket, sign);
 			}
 			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			buffer_fold(c, entries);
 			if (!entries.empty())
 				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		} else {
@@ -573,6 +641,7 @@ CE_FUNCTION(counter_tracked_fold) {
 			if (!TRIGGER_FIRED_BY_INSERT(td->tg_event) && td->tg_oldtable != nullptr)
 				fold_table(c, rel, td->tg_oldtable, -1, fold);
 			std::vector<ce::tracked::FoldEntry> entries = fold.nonzero();
+			buffer_fold(c, entries);
 			if (!entries.empty())
 				ce::pg_guard([c, &entries] { write_deltas(c, entries.data(), entries.size()); });
 		}
@@ -594,6 +663,7 @@ struct KeptPlans {
 	SPIPlanPtr add = nullptr;
 	SPIPlanPtr value = nullptr;
 	SPIPlanPtr values = nullptr;
+	SPIPlanPtr flush = nullptr;
 };
 std::unordered_map<int32, KeptPlans> *kept_plans = nullptr;
 
@@ -603,7 +673,7 @@ KeptPlans *plans_of(int32 id) {
 	if (kept_plans->size() >= cache_limit && kept_plans->find(id) == kept_plans->end()) {
 		for (auto &entry : *kept_plans)
 			ce::pg_guard([&entry] {
-				for (SPIPlanPtr plan : {entry.second.add, entry.second.value, entry.second.values})
+				for (SPIPlanPtr plan : {entry.second.add, entry.second.value, entry.second.values, entry.second.flush})
 					if (plan != nullptr)
 						SPI_freeplan(plan);
 			});
@@ -705,6 +775,252 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	return *slot;
 }
 
+// ---------------------------------------------------------------------------
+// Buffered counters (counter_ext/buffer.hpp): the adds of counter.add and of
+// the trigger go to the transaction's memory and, at commit, to the shared
+// table; a flush writes them to the delta table as the counter's owner.
+
+// The second key of the flush lock is the counter id; the first spells
+// 'c' 'e' 0 15 (issue 15). Transaction level: a flush holds it until its
+// writes commit or abort, so two flushes of one counter never overlap.
+constexpr int32 flush_lock_class = 0x6365000f;
+
+// Most entries one flush statement writes.
+constexpr size_t flush_batch = 10000;
+
+bool unpreloaded_noticed = false;
+
+void notice_unpreloaded(const char *name) {
+	if (unpreloaded_noticed)
+		return;
+	unpreloaded_noticed = true;
+	ce::pg_guard([name] {
+		ereport(NOTICE, (errmsg("counter_ext is not loaded by shared_preload_libraries: the adds of buffered counter "
+		                        "\"%s\" are written directly",
+		                        name),
+		                 errdetail("This is said once per session. counter.buffered shows preloaded = false."),
+		                 errhint("Add counter_ext to shared_preload_libraries and restart the server.")));
+	});
+}
+
+// Owns nothing C++: as the counter's owner, writes amounts to its delta
+// table, one row per (key, bucket) (equal keys with different images are
+// merged by the GROUP BY), in one statement.
+void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
+	if (n == 0)
+		return;
+	KeptPlans *plans = plans_of(c.id);
+	ce::as_owner(c.owner, [&c, plans, a, n] {
+		int16 len;
+		bool byval;
+		char align;
+		get_typlenbyvalalign(c.key_type, &len, &byval, &align);
+		Oid array_type = get_array_type(c.key_type);
+		if (!OidIsValid(array_type))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		if (plans->flush == nullptr) {
+			char *sql = psprintf(
+			    "INSERT INTO %s AS d (key, bucket, shard, delta)"
+			    " SELECT u.k, u.b, $3, pg_catalog.sum(u.v)::bigint"
+			    " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4)) AS u(k, b, v)"
+			    " GROUP BY u.k, u.b ORDER BY u.k, u.b"
+			    " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+) excluded.delta",
+			    state_table(c.id, "delta"));
+			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
+			plans->flush = ce::prepare_kept(sql, 4, types);
+		}
+		Datum *keys = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		Datum *buckets = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		Datum *deltas = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+		for (size_t i = 0; i < n; i++) {
+			keys[i] = ce::buffer::datum_of(a[i].key, len, byval);
+			buckets[i] = TimestampTzGetDatum(a[i].bucket);
+			deltas[i] = Int64GetDatum(a[i].amount);
+		}
+		int count = static_cast<int>(n);
+		Datum values[4] = {
+		    PointerGetDatum(construct_array(keys, count, c.key_type, len, byval, align)),
+		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+		    Int16GetDatum(static_cast<int16>(MyProcPid % (c.shards < 1 ? 1 : c.shards))),
+		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+		int rc = SPI_execute_plan(plans->flush, values, nullptr, false, 0);
+		if (rc != SPI_OK_INSERT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("flushing a buffered counter failed: %s", SPI_result_code_string(rc))));
+		SPI_finish();
+	});
+}
+
+// PREPARE TRANSACTION: the transaction's adds of counter 'id', written now.
+void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
+	Counter c = load_counter(Int32GetDatum(id), true, CurrentMemoryContext);
+	write_amounts(c, amounts.data(), amounts.size());
+}
+
+SPIPlanPtr flush_plans[3] = {nullptr, nullptr, nullptr}; // epoch, repair, record
+
+// Owns nothing C++: as the catalog's owner, between SPI_connect and
+// SPI_finish. Whether the shared table was made again (a restart, after a
+// crash or not) since the last flush of any buffered counter of this
+// database: then what was published and not flushed is gone. For each such
+// counter, schedules the repair: its next reconciliation checks every key
+// (full_pending) and its reconcile job is due now. Every flush looks (one
+// small query), so a counter whose own jobs are far apart is repaired as
+// soon as any buffered counter of the database is flushed.
+void check_epoch() {
+	if (flush_plans[0] == nullptr) {
+		Oid types[1] = {TIMESTAMPTZOID};
+		flush_plans[0] = ce::prepare_kept(
+		    "SELECT pg_catalog.array_agg(t.counter_id), pg_catalog.string_agg(t.name, ', ' ORDER BY t.name)"
+		    " FROM counter.tracked t LEFT JOIN counter_internal.tracked_flushes f"
+		    " ON f.counter_id OPERATOR(pg_catalog.=) t.counter_id"
+		    " WHERE t.buffered AND f.epoch IS DISTINCT FROM $1",
+		    1, types);
+	}
+	Datum args[2] = {TimestampTzGetDatum(ce::buffer::epoch()), (Datum)0};
+	if (SPI_execute_plan(flush_plans[0], args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter_internal.tracked_flushes failed")));
+	bool isnull;
+	Datum ids = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return;
+	char *names = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	args[1] = ids;
+	if (flush_plans[1] == nullptr) {
+		Oid types[2] = {TIMESTAMPTZOID, INT4ARRAYOID};
+		flush_plans[1] = ce::prepare_kept(
+		    "WITH r AS (UPDATE counter.tracked t SET full_pending = true"
+		    "           WHERE t.counter_id OPERATOR(pg_catalog.=) ANY ($2) RETURNING t.counter_id, t.name),"
+		    " j AS (UPDATE counter.jobs j SET next_run = pg_catalog.now() FROM r"
+		    "       WHERE j.kind OPERATOR(pg_catalog.=) 'reconcile' AND j.target OPERATOR(pg_catalog.=) r.name"
+		    "         AND j.next_run OPERATOR(pg_catalog.>) pg_catalog.now() RETURNING 1)"
+		    " INSERT INTO counter_internal.tracked_flushes AS f (counter_id, epoch, repairs, repair_requested_at)"
+		    " SELECT r.counter_id, $1, 1, pg_catalog.now() FROM r"
+		    " ON CONFLICT (counter_id) DO UPDATE SET epoch = excluded.epoch,"
+		    " repairs = f.repairs OPERATOR(pg_catalog.+) 1, repair_requested_at = excluded.repair_requested_at"
+		    " WHERE f.epoch IS DISTINCT FROM excluded.epoch",
+		    2, types);
+	}
+	if (SPI_execute_plan(flush_plans[1], args, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("scheduling the repair of buffered counters failed")));
+	ereport(LOG, (errmsg("counter_ext: the shared table of buffered counters was made again (a server restart) since "
+	                     "buffered counters %s were last flushed",
+	                     names),
+	              errdetail("Adds published and not yet flushed may be lost; a reconciliation of every key is "
+	                        "scheduled to repair them.")));
+}
+
+// Owns nothing C++: as the catalog's owner, between SPI_connect/SPI_finish.
+void record_flush(const Counter &c, int64 entries) {
+	if (flush_plans[2] == nullptr) {
+		Oid types[3] = {INT4OID, TIMESTAMPTZOID, INT8OID};
+		flush_plans[2] =
+		    ce::prepare_kept("INSERT INTO counter_internal.tracked_flushes AS f (counter_id, epoch, flushed_at, "
+		                     "flushes, entries_flushed)"
+		                     " VALUES ($1, $2, pg_catalog.now(), 1, $3)"
+		                     " ON CONFLICT (counter_id) DO UPDATE SET flushed_at = excluded.flushed_at,"
+		                     " flushes = f.flushes OPERATOR(pg_catalog.+) 1,"
+		                     " entries_flushed = f.entries_flushed OPERATOR(pg_catalog.+) excluded.entries_flushed",
+		                     3, types);
+	}
+	Datum args[3] = {Int32GetDatum(c.id), TimestampTzGetDatum(ce::buffer::epoch()), Int64GetDatum(entries)};
+	if (SPI_execute_plan(flush_plans[2], args, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("recording a flush failed")));
+}
+
+// Flushes counter c (its adds published in this database) in the current
+// transaction: claims, writes as the owner, and records the flush; the
+// shared table lets go of the amounts when this transaction commits. With
+// 'wait' false, returns 0 at once when another transaction is flushing the
+// counter. Returns the entries written.
+int64 flush_counter(const Counter &c, bool wait) {
+	if (!ce::buffer::available())
+		return 0;
+	ce::buffer::set_direct_writer(write_direct);
+	int32 id = c.id;
+	bool locked = ce::pg_guard([id, wait] {
+		if (wait) {
+			DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(flush_lock_class), Int32GetDatum(id));
+			return true;
+		}
+		return DatumGetBool(
+		    DirectFunctionCall2(pg_try_advisory_xact_lock_int4, Int32GetDatum(flush_lock_class), Int32GetDatum(id)));
+	});
+	if (!locked)
+		return 0;
+	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
+	ce::as_owner(catalog, [] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		check_epoch();
+		SPI_finish();
+	});
+	int64 total = 0;
+	for (;;) {
+		std::vector<ce::buffer::Amount> batch = ce::buffer::claim(c.id, flush_batch);
+		if (batch.empty())
+			break;
+		write_amounts(c, batch.data(), batch.size());
+		total += static_cast<int64>(batch.size());
+		if (batch.size() < flush_batch)
+			break;
+		ce::check_for_interrupts();
+	}
+	if (total > 0)
+		ce::as_owner(catalog, [&c, total] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			record_flush(c, total);
+			SPI_finish();
+		});
+	return total;
+}
+
+// The key of counter c as given (type 'given'), as its image, and the
+// bucket of 'at'. Owns nothing C++; run as the owner when the key is
+// converted (a domain's check may call the owner's functions).
+struct Placed {
+	bool ok;
+	ce::buffer::Image image;
+	int64 bucket;
+};
+
+void place(const Counter &c, Oid given, Datum key, TimestampTz at, Placed *p) {
+	Datum value = ce::keys::convert(given, key, c.key_type, c.name);
+	int16 len;
+	bool byval;
+	get_typlenbyval(c.key_type, &len, &byval);
+	p->ok = ce::buffer::image_of(value, len, byval, &p->image);
+	p->bucket = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width),
+	                                                    TimestampTzGetDatum(at), TimestampTzGetDatum(0)));
+}
+
+// counter.add of a buffered counter: true when the add went to the buffer.
+bool buffer_add(const Counter &c, Oid given, Datum key, int64 delta, TimestampTz at) {
+	if (!ce::buffer::available()) {
+		notice_unpreloaded(c.name);
+		return false;
+	}
+	ce::buffer::set_direct_writer(write_direct);
+	Placed p{};
+	Placed *pp = &p;
+	if (given == c.key_type)
+		ce::pg_guard([&c, given, key, at, pp] { place(c, given, key, at, pp); });
+	else
+		ce::as_owner(c.owner, [&c, given, key, at, pp] { place(c, given, key, at, pp); });
+	if (!p.ok)
+		return false;
+	return ce::buffer::add(c.id, p.image, p.bucket, delta);
+}
+
+// What the buffer adds to the table's value of a key (its image).
+int64 buffered_amount(const Counter &c, bool ok, const ce::buffer::Image &image) {
+	if (!c.buffered || !ok || !ce::buffer::available())
+		return 0;
+	return ce::pg_guard([&c, &image] { return ce::buffer::amount(c.id, image, GetActiveSnapshot()); });
+}
 } // namespace
 
 CE_FUNCTION(counter_tracked_add) {
@@ -727,6 +1043,8 @@ CE_FUNCTION(counter_tracked_add) {
 	int64 delta = PG_GETARG_INT64(2);
 	TimestampTz at = PG_GETARG_TIMESTAMPTZ(3);
 	if (delta == 0)
+		PG_RETURN_VOID();
+	if (c.buffered && buffer_add(c, given, key, delta, at))
 		PG_RETURN_VOID();
 	KeptPlans *plans = plans_of(c.id);
 	ce::as_owner(c.owner, [&c, plans, given, key, delta, at] {
@@ -761,8 +1079,18 @@ CE_FUNCTION(counter_tracked_value) {
 	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
 	Datum key = PG_GETARG_DATUM(1);
 	KeptPlans *plans = plans_of(c.id);
-	int64 result = ce::as_owner(c.owner, [&c, plans, given, key] {
+	ce::buffer::Image image{};
+	bool imaged = false;
+	ce::buffer::Image *image_p = &image;
+	bool *imaged_p = &imaged;
+	int64 result = ce::as_owner(c.owner, [&c, plans, given, key, image_p, imaged_p] {
 		Datum value = ce::keys::convert(given, key, c.key_type, c.name);
+		if (c.buffered) {
+			int16 len;
+			bool byval;
+			get_typlenbyval(c.key_type, &len, &byval);
+			*imaged_p = ce::buffer::image_of(value, len, byval, image_p);
+		}
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
 		Datum values[1] = {value};
@@ -774,10 +1102,29 @@ CE_FUNCTION(counter_tracked_value) {
 		SPI_finish();
 		return v;
 	});
+	// after the table's read: its snapshot is older than what the buffer shows
+	result += buffered_amount(c, imaged, image);
 	PG_RETURN_INT64(result);
 }
 
 namespace {
+
+// The elements of an array. Owns nothing C++.
+struct Elements {
+	Datum *values;
+	bool *nulls;
+	int n;
+	int16 len;
+	bool byval;
+	char align;
+};
+
+Elements elements_of(ArrayType *array, Oid elem) {
+	Elements e;
+	get_typlenbyvalalign(elem, &e.len, &e.byval, &e.align);
+	deconstruct_array(array, elem, e.len, e.byval, e.align, &e.values, &e.nulls, &e.n);
+	return e;
+}
 
 // One distinct key of values_of: the key as given, as the key type, and
 // where it stands in the query's answer.
@@ -800,14 +1147,10 @@ CE_FUNCTION(counter_tracked_values_of) {
 	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
 	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 	ce::as_owner(c.owner, [&c, plans, array, elem, rsinfo] {
-		int16 len;
-		bool byval;
-		char align;
-		get_typlenbyvalalign(elem, &len, &byval, &align);
-		Datum *elems;
-		bool *nulls;
-		int n;
-		deconstruct_array(array, elem, len, byval, align, &elems, &nulls, &n);
+		Elements in = elements_of(array, elem);
+		Datum *elems = in.values;
+		bool *nulls = in.nulls;
+		int n = in.n;
 		Given *keys = static_cast<Given *>(palloc(sizeof(Given) * (n + 1)));
 		for (int i = 0; i < n; i++) {
 			if (nulls[i])
@@ -847,12 +1190,246 @@ CE_FUNCTION(counter_tracked_values_of) {
 			value[o - 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 		}
 		SPI_finish();
+		if (c.buffered && ce::buffer::available()) {
+			Snapshot snapshot = GetActiveSnapshot();
+			for (int i = 0; i < distinct; i++) {
+				ce::buffer::Image image;
+				if (ce::buffer::image_of(keys[i].key, klen, kbyval, &image))
+					value[i] += ce::buffer::amount(c.id, image, snapshot);
+			}
+		}
 		for (int i = 0; i < distinct; i++) {
 			Datum out[2] = {keys[i].given, Int64GetDatum(value[i])};
 			bool outnull[2] = {false, false};
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
 		}
 	});
+	return (Datum)0;
+}
+
+// ---------------------------------------------------------------------------
+// Buffered counters: counter.flush, counter.buffer_status and the helpers
+// reconciliation and counter.tracked_values use.
+
+namespace {
+
+// Raises 42501 unless the current user has the privileges of the counter's
+// owner (a superuser has).
+void require_owner_rights(const Counter &c, const char *verb) {
+	ce::pg_guard([&c, verb] {
+		if (!has_privs_of_role(GetUserId(), c.owner))
+			ereport(ERROR,
+			        (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			         errmsg("permission denied to %s buffered counter \"%s\"", verb, c.name),
+			         errdetail("Only the owner of %s (or a member of that role) may.", qualified_name(c.source))));
+	});
+}
+
+// One buffered counter as the catalog lists it.
+struct Listed {
+	int32 id;
+	Oid owner;
+	char *name;
+	TimestampTz flushed_at;
+	bool flushed_null;
+	int64 flushes;
+	int64 repairs;
+	TimestampTz repair_at;
+	bool repair_null;
+};
+
+SPIPlanPtr list_plan = nullptr;
+
+// The buffered counters of this database (read as the catalog's owner),
+// in the caller's memory.
+std::vector<Listed> list_buffered() {
+	std::vector<Listed> out;
+	MemoryContext keep = CurrentMemoryContext;
+	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
+	struct Rows {
+		Listed *rows;
+		uint64 n;
+	};
+	Rows rows = ce::as_owner(catalog, [keep] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		if (list_plan == nullptr)
+			list_plan = ce::prepare_kept(
+			    "SELECT t.counter_id, t.owner::oid, t.name, f.flushed_at, coalesce(f.flushes, 0),"
+			    " coalesce(f.repairs, 0), f.repair_requested_at"
+			    " FROM counter.tracked t LEFT JOIN counter_internal.tracked_flushes f"
+			    " ON f.counter_id OPERATOR(pg_catalog.=) t.counter_id WHERE t.buffered ORDER BY t.name",
+			    0, nullptr);
+		if (SPI_execute_plan(list_plan, nullptr, nullptr, true, 0) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.tracked failed")));
+		Rows r{static_cast<Listed *>(MemoryContextAlloc(keep, sizeof(Listed) * (SPI_processed + 1))), SPI_processed};
+		for (uint64 i = 0; i < SPI_processed; i++) {
+			HeapTuple t = SPI_tuptable->vals[i];
+			TupleDesc d = SPI_tuptable->tupdesc;
+			bool isnull;
+			Listed &l = r.rows[i];
+			l.id = DatumGetInt32(SPI_getbinval(t, d, 1, &isnull));
+			l.owner = DatumGetObjectId(SPI_getbinval(t, d, 2, &isnull));
+			l.name = MemoryContextStrdup(keep, SPI_getvalue(t, d, 3));
+			l.flushed_at = DatumGetTimestampTz(SPI_getbinval(t, d, 4, &l.flushed_null));
+			l.flushes = DatumGetInt64(SPI_getbinval(t, d, 5, &isnull));
+			l.repairs = DatumGetInt64(SPI_getbinval(t, d, 6, &isnull));
+			l.repair_at = DatumGetTimestampTz(SPI_getbinval(t, d, 7, &l.repair_null));
+		}
+		SPI_finish();
+		return r;
+	});
+	out.assign(rows.rows, rows.rows + rows.n);
+	return out;
+}
+
+bool may_act_for(Oid owner) {
+	return ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); });
+}
+
+} // namespace
+
+// counter.flush(name text DEFAULT NULL) -> bigint: writes what is published
+// for the named buffered counter (or every buffered counter of this
+// database whose owner's privileges the caller has) to its delta table, in
+// the caller's transaction; the entries written. 0 when another transaction
+// is flushing the counter at this moment.
+CE_FUNCTION(counter_flush) {
+	if (!ce::buffer::available()) {
+		notice_unpreloaded(PG_ARGISNULL(0) ? "(any)" : text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		if (!PG_ARGISNULL(0))
+			find_counter(fcinfo); // an unknown name is still an error
+		PG_RETURN_INT64(0);
+	}
+	int64 total = 0;
+	if (!PG_ARGISNULL(0)) {
+		Counter c = find_counter(fcinfo);
+		require_owner_rights(c, "flush");
+		if (c.buffered)
+			total = flush_counter(c, false);
+		PG_RETURN_INT64(total);
+	}
+	for (const Listed &l : list_buffered()) {
+		if (!may_act_for(l.owner))
+			continue;
+		Counter c = load_counter(Int32GetDatum(l.id), true, CurrentMemoryContext);
+		total += flush_counter(c, false);
+	}
+	PG_RETURN_INT64(total);
+}
+
+// counter_internal.tracked_buffer_busy(counter_id, w, keys) -> the keys that
+// reconciliation up to w must leave alone because of buffered amounts (see
+// ce::buffer::busy), judged with the statement's snapshot.
+CE_FUNCTION(counter_tracked_buffer_busy) {
+	Counter c = load_counter(PG_GETARG_DATUM(0), true, CurrentMemoryContext);
+	require_owner_rights(c, "reconcile");
+	TimestampTz w = PG_GETARG_TIMESTAMPTZ(1);
+	ArrayType *keys = PG_GETARG_ARRAYTYPE_P(2);
+	Oid elem = ARR_ELEMTYPE(keys);
+	if (elem != c.key_type)
+		throw ce::Error(ce::sqlstate::datatype_mismatch, "keys are not of the counter's key type");
+	return ce::pg_guard([&c, keys, elem, w] {
+		Elements in = elements_of(keys, elem);
+		Datum *out = static_cast<Datum *>(palloc(sizeof(Datum) * (in.n + 1)));
+		int busy = 0;
+		Snapshot snapshot = GetActiveSnapshot();
+		for (int i = 0; i < in.n; i++) {
+			ce::buffer::Image image;
+			if (!in.nulls[i] && ce::buffer::image_of(in.values[i], in.len, in.byval, &image) &&
+			    ce::buffer::busy(c.id, image, w, snapshot))
+				out[busy++] = in.values[i];
+		}
+		return PointerGetDatum(construct_array(out, busy, elem, in.len, in.byval, in.align));
+	});
+}
+
+// counter_internal.tracked_buffered(counter_id, sample anyelement) -> every
+// key of the counter with what the buffer adds to the table's value.
+CE_FUNCTION(counter_tracked_buffered) {
+	Counter c = load_counter(PG_GETARG_DATUM(0), true, CurrentMemoryContext);
+	require_owner_rights(c, "read");
+	if (get_fn_expr_argtype(fcinfo->flinfo, 1) != c.key_type)
+		throw ce::Error(ce::sqlstate::datatype_mismatch, "the sample is not of the counter's key type");
+	Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : nullptr;
+	std::vector<ce::buffer::Amount> all = ce::buffer::amounts(c.id, snapshot);
+	std::unordered_map<std::string, std::pair<size_t, int64>> sums;
+	for (size_t i = 0; i < all.size(); i++) {
+		auto &slot = sums[std::string(all[i].key.bytes, all[i].key.len)];
+		if (slot.second == 0 && slot.first == 0)
+			slot.first = i + 1;
+		slot.second += all[i].amount;
+	}
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	for (auto &item : sums) {
+		if (item.second.second == 0)
+			continue;
+		const ce::buffer::Image *image = &all[item.second.first - 1].key;
+		int64 amount = item.second.second;
+		Oid type = c.key_type;
+		ce::pg_guard([rsinfo, image, amount, type] {
+			int16 len;
+			bool byval;
+			get_typlenbyval(type, &len, &byval);
+			Datum out[2] = {ce::buffer::datum_of(*image, len, byval), Int64GetDatum(amount)};
+			bool outnull[2] = {false, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
+		});
+	}
+	return (Datum)0;
+}
+
+// counter_internal.tracked_buffer_forget(counter_id): the counter goes
+// (counter.untrack): what is published for it is dropped when this commits.
+CE_FUNCTION(counter_tracked_buffer_forget) {
+	Counter c = load_counter(PG_GETARG_DATUM(0), true, CurrentMemoryContext);
+	require_owner_rights(c, "untrack");
+	int64 n = 0;
+	for (;;) {
+		std::vector<ce::buffer::Amount> batch = ce::buffer::claim(c.id, flush_batch);
+		n += static_cast<int64>(batch.size());
+		if (batch.size() < flush_batch)
+			break;
+	}
+	ce::buffer::drop_local(c.id);
+	PG_RETURN_INT64(n);
+}
+
+// counter_internal.tracked_buffer_epoch(): when the shared table was made,
+// NULL when the library is not preloaded.
+CE_FUNCTION(counter_tracked_buffer_epoch) {
+	(void)fcinfo;
+	if (!ce::buffer::available())
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(ce::buffer::epoch());
+}
+
+// counter.buffer_status(): one row per buffered counter the caller may act
+// for: whether the library is preloaded, what the shared table holds for it,
+// its flushes and repairs.
+CE_FUNCTION(counter_buffer_status) {
+	std::vector<Listed> listed = list_buffered();
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	bool preloaded = ce::buffer::available();
+	int64 overflows = static_cast<int64>(ce::buffer::overflows());
+	for (const Listed &l : listed) {
+		if (!may_act_for(l.owner))
+			continue;
+		ce::buffer::Stats st = ce::buffer::stats(l.id);
+		const Listed *lp = &l;
+		ce::pg_guard([rsinfo, lp, st, preloaded, overflows] {
+			Datum out[11] = {
+			    CStringGetTextDatum(lp->name),       BoolGetDatum(preloaded),     Int64GetDatum(st.entries),
+			    Int64GetDatum(st.pending),           Int64GetDatum(st.in_flight), Int64GetDatum(st.pinned),
+			    TimestampTzGetDatum(lp->flushed_at), Int64GetDatum(lp->flushes),  Int64GetDatum(lp->repairs),
+			    TimestampTzGetDatum(lp->repair_at),  Int64GetDatum(overflows)};
+			bool nulls[11] = {false, false, false,           false, false, false, lp->flushed_null,
+			                  false, false, lp->repair_null, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+		});
+	}
 	return (Datum)0;
 }
 

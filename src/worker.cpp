@@ -1,6 +1,8 @@
-// The worker's settings, shared memory, launcher registration, and the
-// utility hook that keeps workers out of the way of database-level commands
-// and starts a database's worker as soon as CREATE EXTENSION commits.
+// The worker's settings, shared memory, launcher registration, the utility
+// hook that keeps workers out of the way of database-level commands, and the
+// nudges that tell the launcher at commit that a database got the extension
+// (CREATE EXTENSION) or a job that falls due (counter.job_register,
+// counter.job_alter).
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
@@ -11,11 +13,13 @@ extern "C" {
 #include "commands/defrem.h"
 #include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "tcop/utility.h"
+#include "utils/backend_status.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 }
@@ -27,9 +31,7 @@ namespace ce {
 bool worker_enabled = true;
 int worker_naptime_s = 10;
 int worker_max_workers = 8;
-char *worker_role = nullptr;
 int history_retention_s = 7 * 24 * 3600;
-bool in_database_worker = false;
 
 namespace worker_shm {
 Shared *shared = nullptr;
@@ -40,7 +42,47 @@ bool is_blocked(Oid dboid) {
 			return true;
 	return false;
 }
+
+void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	bool merged = false;
+	for (int i = 0; i < shared->nudge_count && !merged; i++) {
+		Nudge &n = shared->nudges[i];
+		if (n.dboid == dboid && n.owner == owner) {
+			n.due = Min(n.due, due);
+			merged = true;
+		}
+	}
+	if (!merged) {
+		if (shared->nudge_count < max_nudges)
+			shared->nudges[shared->nudge_count++] = Nudge{dboid, owner, due};
+		else
+			shared->nudge_overflow = true;
+	}
+	Latch *latch = shared->launcher_latch;
+	LWLockRelease(shared->lock);
+	if (latch != nullptr)
+		SetLatch(latch);
+}
 } // namespace worker_shm
+
+bool start_job_worker(const JobWorkerArgs &args, const char *dbname, BackgroundWorkerHandle **handle) {
+	BackgroundWorker worker;
+	memset(&worker, 0, sizeof worker);
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "counter_ext");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "counter_ext_job_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "counter_ext worker for database %s", dbname);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "counter_ext worker");
+	worker.bgw_notify_pid = MyProcPid;
+	memcpy(worker.bgw_extra, &args, sizeof args);
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	bool ok = RegisterDynamicBackgroundWorker(&worker, handle);
+	MemoryContextSwitchTo(old);
+	return ok;
+}
 } // namespace ce
 
 using namespace ce::worker_shm;
@@ -51,15 +93,27 @@ shmem_request_hook_type prev_shmem_request_hook = nullptr;
 shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
 ProcessUtility_hook_type prev_process_utility_hook = nullptr;
 
-// Set by the utility hook, acted on when the transaction commits.
+// Set by the utility hook and counter_internal.job_nudge, acted on when the
+// transaction commits.
 bool nudge_at_commit = false;
 bool wake_at_commit = false;
+constexpr int max_pending = 8;
+int npending = 0;
+Nudge pending[max_pending];
 
 // How long a database-level command waits for the database's worker to go.
 constexpr long stop_wait_ms = 10000;
 
-Size shared_size() {
+Size slots_size() {
 	return add_size(offsetof(Shared, slots), mul_size(sizeof(Slot), static_cast<Size>(ce::worker_max_workers)));
+}
+
+int progress_entries() {
+	return 2 * ce::worker_max_workers;
+}
+
+Size shared_size() {
+	return add_size(MAXALIGN(slots_size()), mul_size(sizeof(Progress), static_cast<Size>(progress_entries())));
 }
 
 void shmem_request() {
@@ -79,24 +133,13 @@ void shmem_startup() {
 		memset(shared, 0, shared_size());
 		shared->lock = &(GetNamedLWLockTranche("counter_ext"))->lock;
 		shared->nslots = ce::worker_max_workers;
+		shared->nprogress = progress_entries();
+		shared->progress_offset = MAXALIGN(slots_size());
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
-// The launcher starts the database's worker soon.
-void nudge_launcher(Oid dboid) {
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (shared->nudge_count < max_nudges)
-		shared->nudges[shared->nudge_count++] = dboid;
-	else
-		shared->nudge_overflow = true;
-	Latch *latch = shared->launcher_latch;
-	LWLockRelease(shared->lock);
-	if (latch != nullptr)
-		SetLatch(latch);
-}
-
-// The database's worker wakes up and looks at its database again.
+// The database's workers wake up and see the extension gone.
 void wake_worker(Oid dboid) {
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < shared->nslots; i++) {
@@ -107,19 +150,39 @@ void wake_worker(Oid dboid) {
 	LWLockRelease(shared->lock);
 }
 
+void add_pending(Oid owner, TimestampTz due) {
+	for (int i = 0; i < npending; i++) {
+		if (pending[i].owner == owner) {
+			pending[i].due = Min(pending[i].due, due);
+			return;
+		}
+	}
+	if (npending < max_pending) {
+		pending[npending++] = Nudge{MyDatabaseId, owner, due};
+		return;
+	}
+	// Too many owners in one transaction: the launcher looks at the database.
+	npending = 1;
+	pending[0] = Nudge{MyDatabaseId, InvalidOid, due};
+}
+
 void xact_callback(XactEvent event, void *) {
 	switch (event) {
 		case XACT_EVENT_COMMIT:
 			if (shared != nullptr && nudge_at_commit)
-				nudge_launcher(MyDatabaseId);
+				nudge_launcher(MyDatabaseId, InvalidOid, 0);
 			if (shared != nullptr && wake_at_commit)
 				wake_worker(MyDatabaseId);
+			for (int i = 0; shared != nullptr && i < npending; i++)
+				nudge_launcher(pending[i].dboid, pending[i].owner, pending[i].due);
 			nudge_at_commit = wake_at_commit = false;
+			npending = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			nudge_at_commit = wake_at_commit = false;
+			npending = 0;
 			break;
 		default:
 			break;
@@ -185,6 +248,20 @@ void stop_database_worker(Oid dboid) {
 			if (BackendPidGetProc(pids[i]) != nullptr) {
 				busy = true;
 				kill(pids[i], SIGTERM);
+			}
+		}
+		// Job workers that sessions started (run_jobs, run_job) hold no slot.
+		pgstat_clear_backend_activity_snapshot();
+		int n = pgstat_fetch_stat_numbackends();
+		for (int i = 1; i <= n; i++) {
+			PgBackendStatus *be = pgstat_fetch_stat_beentry(i);
+			if (be == nullptr || be->st_databaseid != dboid || be->st_backendType != B_BG_WORKER ||
+			    be->st_procpid == MyProcPid)
+				continue;
+			const char *type = GetBackgroundWorkerTypeByPid(be->st_procpid);
+			if (type != nullptr && strcmp(type, "counter_ext worker") == 0) {
+				busy = true;
+				kill(be->st_procpid, SIGTERM);
 			}
 		}
 		if (!busy || GetCurrentTimestamp() >= give_up)
@@ -300,9 +377,6 @@ void define_worker_gucs() {
 	DefineCustomIntVariable("counter_ext.naptime", "Longest sleep of the launcher and of each worker between looks.",
 	                        "A worker wakes earlier when a job falls due.", &ce::worker_naptime_s, 10, 1, 3600,
 	                        PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
-	DefineCustomStringVariable("counter_ext.role", "Role the workers connect as and run jobs as.",
-	                           "Empty means the bootstrap superuser. The role needs LOGIN and the rights the jobs use.",
-	                           &ce::worker_role, "", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 	DefineCustomIntVariable("counter_ext.history_retention", "How long finished job runs stay in counter.job_runs.",
 	                        nullptr, &ce::history_retention_s, 7 * 24 * 3600, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
 	                        nullptr, nullptr, nullptr);
@@ -311,9 +385,9 @@ void define_worker_gucs() {
 // Sizes shared memory, so it exists only when the library is preloaded
 // (PostgreSQL refuses postmaster-context settings from a later LOAD).
 void define_postmaster_gucs() {
-	DefineCustomIntVariable("counter_ext.max_workers", "Most per-database workers running at once.",
-	                        "Each database with counter_ext needs one; the launcher needs one more "
-	                        "max_worker_processes slot.",
+	DefineCustomIntVariable("counter_ext.max_workers", "Most job workers the launcher runs at once.",
+	                        "The databases with due jobs share them by turns; each takes a max_worker_processes "
+	                        "slot while it runs, and the launcher one more.",
 	                        &ce::worker_max_workers, 8, 1, 128, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
 }
 
@@ -331,6 +405,14 @@ void register_launcher() {
 }
 
 } // namespace
+
+// counter_internal.job_nudge(owner oid, due timestamptz): at commit, the
+// launcher learns that this database has a job of 'owner' due at 'due'.
+CE_FUNCTION(counter_job_nudge) {
+	if (shared != nullptr)
+		add_pending(PG_GETARG_OID(0), PG_GETARG_TIMESTAMPTZ(1));
+	PG_RETURN_VOID();
+}
 
 namespace ce {
 

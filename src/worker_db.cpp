@@ -1,28 +1,43 @@
-// The per-database worker: runs CALL counter.run_jobs() whenever a job is
-// due, exactly as a client (or pg_cron) would, through a top-level portal so
-// that jobs may COMMIT.
+// The job worker: a short-lived background worker connected to one database
+// as one job owner (BackgroundWorkerInitializeConnectionByOid), so the
+// session user of every job it runs is the job's owner and nothing the job
+// does can leave that role: SET ROLE reaches only the owner's own roles, SET
+// SESSION AUTHORIZATION is refused (the authenticated user is the owner).
 //
-// ERRORs are survived in the loop, as autovacuum's launcher does: a pass runs
-// under ce::pg_guard; when it fails the worker logs the error, aborts the
-// transaction, forgets pending timeouts and cancels, and sleeps longer after
-// each consecutive failure (a job's own failure never gets here: the runner
-// records it and goes on). FATAL (SIGTERM, postmaster death) ends the
-// process; the launcher starts a new one if the database still wants it.
+// Started by the launcher (a survey, which reads the database's jobs and runs
+// none, connected as the bootstrap superuser; or the due jobs of one owner),
+// or by counter.run_jobs()/counter.run_job() in a session, which waits for it
+// (a dsm segment carries the outcome back). It runs the jobs through CALL
+// counter_internal.owner_session_run(), a top-level portal like a client's
+// simple query, so that jobs may COMMIT; then (scheduler modes) it reports in
+// its slot when each owner's jobs fall due next, and exits.
+//
+// An ERROR outside a job (a job's own failure never gets here: the runner
+// records it and goes on) ends the worker after logging it; the launcher
+// backs off that database and owner (naptime x 2^n, at most 5 minutes).
+// FATAL (SIGTERM, postmaster death) ends the process. No C++ exception
+// reaches the top frame: the main runs inside ce::boundary, the passes under
+// ce::pg_guard.
+#include "counter_ext/owner.hpp"
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
 
 extern "C" {
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "parser/analyze.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/dsm.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/pquery.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
@@ -37,38 +52,59 @@ extern "C" {
 
 using namespace ce::worker_shm;
 
+namespace ce {
+const JobWorkerArgs *job_worker_args = nullptr;
+JobResult *job_worker_result = nullptr;
+int job_worker_jobs_run = 0;
+bool job_worker_budget_cut = false;
+char job_worker_activity[256] = "";
+} // namespace ce
+
 namespace {
 
-int my_slot = -1;
-char my_dbname[NAMEDATALEN];
-TimestampTz last_full_pass = 0;
-char connected_role[NAMEDATALEN];
+ce::JobWorkerArgs args;
 MemoryContext pass_context = nullptr;
+bool attached = false;
+
+bool scheduler_mode() {
+	return args.mode == ce::JobWorkerMode::survey || args.mode == ce::JobWorkerMode::scheduled;
+}
 
 void worker_detach(int, Datum) {
-	if (shared == nullptr || my_slot < 0)
+	if (shared == nullptr || !attached)
 		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	Slot &s = shared->slots[my_slot];
+	Slot &s = shared->slots[args.slot];
 	if (s.pid == MyProcPid) {
 		s.pid = 0;
 		s.latch = nullptr;
+		s.deadline = 0;
 		s.state = slot_exited;
 	}
 	LWLockRelease(shared->lock);
 }
 
-[[noreturn]] void exit_quietly(ExitReason reason) {
+void set_reason(ExitReason reason) {
+	if (!attached)
+		return;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	shared->slots[my_slot].reason = reason;
+	if (shared->slots[args.slot].pid == MyProcPid)
+		shared->slots[args.slot].reason = reason;
 	LWLockRelease(shared->lock);
-	proc_exit(0);
 }
 
-// Runs one top-level statement the way a client's simple query runs it.
+// Runs the runner's top-level CALL the way a client's simple query runs it.
+// The CALL passes its EXECUTE check as the extension's owner (EXECUTE on the
+// runner is not granted to the job owners); the runner goes back to the
+// session's user, the job owner, before anything else.
 void run_top_level(const char *sql) {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	Oid owner = ce::catalog_owner();
+	Oid save_user;
+	int save_sec;
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	// The plan must outlive the transactions the procedure commits (a client's
 	// simple query keeps it in MessageContext for the same reason).
 	MemoryContextSwitchTo(pass_context);
@@ -95,150 +131,188 @@ void run_top_level(const char *sql) {
 	(void)ce::compat::portal_run(portal, FETCH_ALL, true, receiver, receiver, &qc);
 	receiver->rDestroy(receiver);
 	PortalDrop(portal, false);
+	SetUserIdAndSecContext(save_user, save_sec);
 	CommitTransactionCommand();
 	debug_query_string = nullptr;
 }
 
-// One look at the database. Returns how long to sleep (ms).
-long pass() {
+bool extension_present() {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	if (!OidIsValid(get_extension_oid("counter_ext", true))) {
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		exit_quietly(exit_no_extension);
-	}
-	pgstat_report_activity(STATE_RUNNING, "counter_ext worker: looking for due jobs");
-	SPI_connect();
-	// Due jobs, runs in progress, and seconds until the next job falls due.
-	int rc = SPI_execute("SELECT count(*) FILTER (WHERE j.running_run IS NULL AND j.next_run <= clock_timestamp()),"
-	                     " count(j.running_run),"
-	                     " extract(epoch FROM min(j.next_run) FILTER (WHERE j.running_run IS NULL) - clock_timestamp())"
-	                     "::float8"
-	                     " FROM counter.jobs j WHERE j.enabled",
-	                     true, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "counter_ext worker: could not read counter.jobs");
-	bool isnull = false;
-	int64 due = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	int64 running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	Datum wait_datum = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
-	double wait_s = isnull ? ce::worker_naptime_s : DatumGetFloat8(wait_datum);
+	bool present = OidIsValid(get_extension_oid("counter_ext", true));
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	return present;
+}
+
+// The report of a scheduler worker: when each owner's enabled jobs fall due
+// next (runs left by a dead process are marked failed first, jobs of a
+// dropped owner disabled, in counter_internal.job_report).
+void report() {
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "counter_ext worker: reporting when the jobs fall due");
+	Report r;
+	memset(&r, 0, sizeof r);
+	r.jobs_run = ce::job_worker_jobs_run;
+	r.budget_cut = ce::job_worker_budget_cut;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "counter_ext worker: SPI_connect failed");
+	ce::job_report_due(&r);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-
-	// counter.run_jobs() also marks failed the runs whose process is gone: it
-	// runs at start (after a crash) and every naptime while runs are shown in
-	// progress, besides whenever a job is due.
-	TimestampTz now = GetCurrentTimestamp();
-	bool sweep = last_full_pass == 0 ||
-	             (running > 0 && now >= TimestampTzPlusMilliseconds(last_full_pass, ce::worker_naptime_s * 1000L));
-	if (due > 0 || sweep) {
-		last_full_pass = now;
-		run_top_level("CALL counter.run_jobs()");
-		return 100; // look again soon: more may have fallen due meanwhile
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (shared->slots[args.slot].pid == MyProcPid) {
+		shared->slots[args.slot].report = r;
+		shared->slots[args.slot].reason = exit_done;
 	}
-	if (wait_s > ce::worker_naptime_s)
-		wait_s = ce::worker_naptime_s;
-	return wait_s < 0.01 ? 10 : static_cast<long>(wait_s * 1000.0);
+	LWLockRelease(shared->lock);
 }
 
-// The error of a failed pass goes to the server log; the transaction and
-// everything it held is released, as after an ERROR in a client session.
-void recover(ErrorData *edata, int failures) {
+void pass() {
+	if (!extension_present()) {
+		set_reason(exit_no_extension);
+		return;
+	}
+	if (args.mode != ce::JobWorkerMode::survey)
+		run_top_level("CALL counter_internal.owner_session_run()");
+	if (scheduler_mode())
+		report();
+}
+
+void log_failure(ErrorData *edata) {
 	HOLD_INTERRUPTS();
 	disable_all_timeouts(false);
 	QueryCancelPending = false;
-	ereport(LOG, (errcode(edata->sqlerrcode),
-	              errmsg("counter_ext worker: a pass over database \"%s\" failed: %s", my_dbname, edata->message),
-	              edata->detail != nullptr ? errdetail_internal("%s", edata->detail) : 0,
-	              errhint("The worker tries again in %d s.", failures)));
+	ereport(LOG,
+	        (errcode(edata->sqlerrcode), errmsg("%s: a pass failed: %s", MyBgworkerEntry->bgw_name, edata->message),
+	         edata->detail != nullptr ? errdetail_internal("%s", edata->detail) : 0,
+	         errhint("The launcher tries again later.")));
+	if (ce::job_worker_result != nullptr) {
+		ce::JobResult *res = ce::job_worker_result;
+		if (!res->finished) {
+			res->ok = false;
+			res->sqlerrcode = edata->sqlerrcode;
+			strlcpy(res->message, edata->message != nullptr ? edata->message : "", sizeof res->message);
+			strlcpy(res->detail, edata->detail != nullptr ? edata->detail : "", sizeof res->detail);
+		}
+	}
 	AbortCurrentTransaction();
 	debug_query_string = nullptr;
 	MemoryContextSwitchTo(TopMemoryContext);
 	RESUME_INTERRUPTS();
 }
 
-void worker_main(Datum arg) {
-	my_slot = DatumGetInt32(arg);
+void worker_main(Datum) {
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof args);
+	ce::job_worker_args = &args;
 	pqsignal(SIGTERM, die);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	strlcpy(my_dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
-	strlcpy(connected_role, MyBgworkerEntry->bgw_extra + NAMEDATALEN, NAMEDATALEN);
-	BackgroundWorkerInitializeConnection(my_dbname, connected_role[0] != '\0' ? connected_role : nullptr, 0);
-	ce::in_database_worker = true;
-
-	// Attach to the slot, unless a database-level command wants us gone.
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	Slot &s = shared->slots[my_slot];
-	bool go = s.dboid == MyDatabaseId && !is_blocked(MyDatabaseId);
-	if (go) {
-		s.pid = MyProcPid;
-		s.latch = MyLatch;
-		s.state = slot_running;
-	} else {
-		s.reason = exit_blocked;
-		s.state = slot_exited;
+	dsm_segment *seg = nullptr;
+	if (!scheduler_mode()) {
+		// The caller's segment, mapped for the life of the process.
+		seg = dsm_attach(static_cast<dsm_handle>(args.result));
+		if (seg == nullptr)
+			ereport(FATAL, (errmsg("counter_ext worker: the session that started it is gone")));
+		dsm_pin_mapping(seg);
+		ce::job_worker_result = static_cast<ce::JobResult *>(dsm_segment_address(seg));
 	}
-	LWLockRelease(shared->lock);
-	if (!go)
-		proc_exit(0);
-	on_shmem_exit(worker_detach, 0);
+
+	// Attach to the slot first, unless a database-level command wants us gone.
+	if (scheduler_mode()) {
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		Slot &s = shared->slots[args.slot];
+		bool go = s.dboid == args.dboid && s.owner == args.owner && s.state == slot_starting && !is_blocked(args.dboid);
+		if (go) {
+			s.pid = MyProcPid;
+			s.latch = MyLatch;
+			s.state = slot_running;
+			attached = true;
+		}
+		LWLockRelease(shared->lock);
+		if (!go)
+			proc_exit(0);
+		on_shmem_exit(worker_detach, 0);
+	}
+
+	// The job owner's session (the survey: the bootstrap superuser's). A role
+	// without LOGIN is refused here with FATAL on PostgreSQL 15; the runner
+	// never hands such a role a job (it records why instead).
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.owner, 0);
+	if (ce::job_worker_result != nullptr)
+		ce::job_worker_result->connected = true;
 
 	pgstat_report_appname("counter_ext worker");
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
 	pass_context = AllocSetContextCreate(TopMemoryContext, "counter_ext worker pass", ALLOCSET_DEFAULT_SIZES);
-
-	int failures = 0;
-	for (;;) {
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending) {
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			if (strcmp(connected_role, ce::worker_role != nullptr ? ce::worker_role : "") != 0)
-				exit_quietly(exit_role_changed);
-		}
-		if (!ce::worker_enabled)
-			exit_quietly(exit_disabled);
-
-		long sleep_ms = 0;
-		ErrorData *failed = nullptr;
-		MemoryContextSwitchTo(pass_context);
-		try {
-			sleep_ms = ce::pg_guard([] { return pass(); });
-		} catch (const ce::PgError &e) {
-			failed = e.data();
-		}
-		if (failed == nullptr) {
-			failures = 0;
-		} else {
-			failures++;
-			int backoff_s = ce::worker_naptime_s << (failures < 6 ? failures : 6);
-			if (backoff_s > 300)
-				backoff_s = 300;
-			recover(failed, backoff_s);
-			sleep_ms = backoff_s * 1000L;
-		}
-		MemoryContextSwitchTo(TopMemoryContext);
-		MemoryContextReset(pass_context);
-		if (sleep_ms <= 0)
-			continue;
-		pgstat_report_activity(STATE_IDLE, "counter_ext worker: waiting for the next due job");
-		(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, sleep_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
+	if (!ce::worker_enabled && scheduler_mode()) {
+		set_reason(exit_disabled);
+		proc_exit(0);
 	}
+
+	ErrorData *failed = nullptr;
+	MemoryContextSwitchTo(pass_context);
+	try {
+		ce::pg_guard([] { pass(); });
+	} catch (const ce::PgError &e) {
+		failed = e.data();
+	}
+	if (failed != nullptr)
+		log_failure(failed);
+	MemoryContextSwitchTo(TopMemoryContext);
+	proc_exit(failed != nullptr ? 1 : 0);
 }
 
 } // namespace
 
+namespace ce {
+void job_worker_set_running(int64 job_id, int64 run_id, TimestampTz deadline) {
+	if (shared != nullptr) {
+		// The progress entry of this run: taken when it starts, freed when it ends.
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < shared->nprogress; i++) {
+			worker_shm::Progress *p = worker_shm::progress_entry(i);
+			if (p->pid == MyProcPid)
+				memset(p, 0, sizeof *p);
+		}
+		for (int i = 0; job_id != 0 && i < shared->nprogress; i++) {
+			worker_shm::Progress *p = worker_shm::progress_entry(i);
+			if (p->pid == 0 || BackendPidGetProc(p->pid) == nullptr) {
+				memset(p, 0, sizeof *p);
+				p->pid = MyProcPid;
+				p->job_id = job_id;
+				p->run_id = run_id;
+				p->started = GetCurrentTimestamp();
+				p->total = -1;
+				break;
+			}
+		}
+		LWLockRelease(shared->lock);
+	}
+	if (job_worker_result != nullptr) {
+		job_worker_result->deadline = deadline;
+		return;
+	}
+	if (!attached)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (shared->slots[args.slot].pid == MyProcPid) {
+		shared->slots[args.slot].job_id = job_id;
+		shared->slots[args.slot].deadline = deadline;
+	}
+	LWLockRelease(shared->lock);
+}
+} // namespace ce
+
 extern "C" {
-PGDLLEXPORT void counter_ext_worker_main(Datum);
+PGDLLEXPORT void counter_ext_job_worker_main(Datum);
 }
 
-extern "C" void counter_ext_worker_main(Datum arg) {
+extern "C" void counter_ext_job_worker_main(Datum arg) {
 	ce::boundary([arg] { worker_main(arg); });
 }

@@ -17,7 +17,14 @@ if [ -z "${CE_PG_MAJOR:-}" ]; then
     CE_PG_MAJOR=${CE_PG_MAJOR:-15}
 fi
 CE_SYSTEM_BIN=/usr/lib/postgresql/$CE_PG_MAJOR/bin
-CE_STAGE=${CE_STAGE:-$CE_TOP/build/stage}
+# The staged PostgreSQL: build/stage in the checkout, or where
+# build/stage.where says (see ce_stage_reachable).
+if [ -z "${CE_STAGE:-}" ]; then
+    CE_STAGE=$CE_TOP/build/stage
+    if [ -f "$CE_TOP/build/stage.where" ]; then
+        CE_STAGE=$(cat "$CE_TOP/build/stage.where")
+    fi
+fi
 CE_PGBIN=$CE_STAGE/usr/lib/postgresql/$CE_PG_MAJOR/bin
 CE_PGXS_DIR=/usr/lib/postgresql/$CE_PG_MAJOR/lib/pgxs
 CE_CLUSTERS=()
@@ -27,7 +34,7 @@ CE_CLUSTERS=()
 CE_PG_CONFIG=/usr/lib/postgresql/$CE_PG_MAJOR/bin/pg_config
 CE_TEST_PACKAGES=(make g++ postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_MAJOR
     postgresql-$CE_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-$CE_PG_MAJOR-cron libboost-dev
-    python3 procps iproute2)
+    python3 procps iproute2 pgbouncer)
 [ -n "${CE_SKIP_FORMAT:-}" ] || CE_TEST_PACKAGES+=(clang-format)
 
 ce_log() { printf '%s\n' "$*" >&2; }
@@ -70,12 +77,42 @@ ce_require_packages() {
     fi
 }
 
+# As root the servers run as postgres, which must be able to reach the staged
+# binaries: every directory above them must let postgres through. A checkout
+# in a folder only root can enter (root's home, a mktemp -d) does not, and we
+# never widen the permissions of someone's folders to make it so. The stage
+# moves instead to a directory of its own under /var/tmp (the same file system
+# as /usr on a plain Debian install, so the copy is hard links; not /tmp,
+# which may be a tmpfs and is cleaned at boot): made by mktemp, so no other
+# user can have created it or a link in its place, owned by root, mode 0755,
+# holding only copies of PostgreSQL and of this build. build/stage.where names
+# it so that later runs, and the scripts a run starts, use the same one;
+# `rm -rf "$(cat build/stage.where)"` removes it.
+ce_stage_reachable() {
+    ce_is_root || return 0
+    mkdir -p "$CE_TOP/build" || return 1
+    local where=$CE_TOP/build/stage.where
+    if [ "$CE_STAGE" = "$CE_TOP/build/stage" ]; then
+        runuser -u postgres -- test -x "$CE_TOP/build" 2>/dev/null && return 0
+    elif [ -d "$CE_STAGE" ] && [ ! -L "$CE_STAGE" ] && [ "$(stat -c %u:%a "$CE_STAGE")" = 0:755 ] &&
+        runuser -u postgres -- test -x "$CE_STAGE" 2>/dev/null; then
+        return 0
+    fi
+    CE_STAGE=$(mktemp -d /var/tmp/counter_ext-stage.XXXXXX) || return 1
+    chmod 755 "$CE_STAGE" || return 1
+    echo "$CE_STAGE" >"$where"
+    CE_PGBIN=$CE_STAGE/usr/lib/postgresql/$CE_PG_MAJOR/bin
+    ce_log "the checkout is not reachable by postgres: PostgreSQL is staged in $CE_STAGE"
+}
+
 # Builds this tree, installs it into the system PostgreSQL (when we may), and
 # into a staged copy of PostgreSQL under build/stage that the tests run: the
 # server there finds its share and lib directories relative to its binary, so
 # each checkout tests exactly its own build, whatever else is installed.
 ce_build_and_stage() {
     (cd "$CE_TOP" && make -s -j2 PG_CONFIG="$CE_PG_CONFIG" >&2) || return 1
+    ce_stage_reachable || return 1
+    export CE_STAGE CE_PGBIN
     if ce_is_root; then
         (cd "$CE_TOP" && make -s install PG_CONFIG="$CE_PG_CONFIG" >/dev/null) || return 1
     fi
@@ -83,7 +120,8 @@ ce_build_and_stage() {
     local stamp
     stamp=$(stat -c %Y "$libdir/bin/postgres")
     if [ ! -f "$CE_STAGE/.stamp" ] || [ "$(cat "$CE_STAGE/.stamp")" != "$stamp" ]; then
-        rm -rf "$CE_STAGE"
+        # Emptied, not removed: a stage under /var/tmp keeps its directory.
+        rm -rf "${CE_STAGE:?}/usr" "$CE_STAGE/.stamp"
         mkdir -p "$CE_STAGE/usr/lib/postgresql" "$CE_STAGE/usr/share/postgresql"
         cp -al "$libdir" "$CE_STAGE/usr/lib/postgresql/" 2>/dev/null || cp -a "$libdir" "$CE_STAGE/usr/lib/postgresql/"
         cp -al "$share" "$CE_STAGE/usr/share/postgresql/" 2>/dev/null || cp -a "$share" "$CE_STAGE/usr/share/postgresql/"
@@ -153,6 +191,26 @@ ce_cluster_restart() {
     local d="CE_$1_DIR"
     ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -l "${!d}/server.log" -w -t 60 restart -m immediate >/dev/null 2>&1 ||
         ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -l "${!d}/server.log" -w -t 60 start >/dev/null
+}
+
+# Kills a cluster's postmaster with SIGKILL (a crash test), stops the load
+# given as pids (our own processes), and waits for the orphaned backends.
+ce_cluster_kill() { # ce_cluster_kill NAME [load pid ...]
+    local d="CE_$1_DIR" postmaster children c p alive
+    shift
+    postmaster=$(head -1 "${!d}/data/postmaster.pid")
+    children=$(ps -o pid= --ppid "$postmaster" | tr '\n' ' ')
+    kill -9 "$postmaster"
+    for p in "$@"; do kill -9 "$p" 2>/dev/null || true; done
+    wait "$@" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        alive=0
+        for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+        [ $alive -eq 0 ] && break
+        sleep 0.2
+    done
+    for c in $children; do kill -9 "$c" 2>/dev/null || true; done
+    sleep 0.5
 }
 
 ce_cluster_stop() {

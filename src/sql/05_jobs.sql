@@ -3,19 +3,35 @@
 -- register their job when a target is created and remove it when it is
 -- dropped; the background worker and counter.run_jobs() run the due ones.
 --
--- Each kind has one procedure that does the work for one target and may
--- COMMIT between bounded steps:
---   reconcile              CALL counter.job_reconcile(target, rows)
---   rollup_refresh         CALL counter.job_rollup_refresh(target, rows)
---   partition_maintenance  CALL counter.job_partition_maintenance(target, rows)
--- (target text, INOUT rows_affected bigint DEFAULT NULL)
+-- Every job runs in a background-worker session connected as the job's
+-- owner (the owner of the object it serves), whoever asked for the run: the
+-- scheduler, or a superuser's CALL counter.run_jobs() from psql or pg_cron.
 --
--- The runner calls CALL counter.job_<kind>($1, NULL) for any kind, so a kind
--- is a name (lower-case letters, digits, '_') whose procedure exists when the
--- job is registered. A job procedure cannot carry SET clauses (PostgreSQL
--- forbids COMMIT in such procedures), so it schema-qualifies what it uses; it
--- runs under the job's statement and lock timeouts, and an ERROR it raises is
--- recorded in counter.job_runs and backs the job off (the other jobs go on).
+-- A kind is dispatched through counter_internal.job_kinds, a list only a
+-- superuser can extend, to one procedure identified by its OID: no procedure
+-- is ever found by its name (a counter.job_<kind> or <schema>.job_<kind>
+-- someone creates is never called). The procedure does the work for one
+-- target and may COMMIT between bounded steps:
+--   reconcile              counter.job_reconcile(target, rows)
+--   rollup_refresh         counter.job_rollup_refresh(target, rows)
+--   partition_maintenance  counter.job_partition_maintenance(target, rows)
+-- (target text, INOUT rows_affected bigint DEFAULT NULL). A job procedure
+-- cannot carry SET clauses (PostgreSQL forbids COMMIT in such procedures), so
+-- it schema-qualifies what it uses; it runs under the job's statement and lock
+-- timeouts, and an ERROR it raises is recorded in counter.job_runs and backs
+-- the job off (the other jobs go on).
+
+-- The kinds of job and the procedure each one runs. The rows of the built-in
+-- kinds are added by 60_worker.sql (after the procedures exist); a superuser
+-- may add a kind of their own (only superuser-owned procedures are run).
+CREATE TABLE counter_internal.job_kinds (
+    kind       text PRIMARY KEY CHECK (kind ~ '^[a-z][a-z0-9_]{0,58}$'),
+    procedure  regprocedure NOT NULL,
+    builtin    boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE counter_internal.job_kinds IS 'job kinds of counter_ext and the procedure each runs (superuser only)';
+REVOKE ALL ON TABLE counter_internal.job_kinds FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('counter_internal.job_kinds', 'WHERE NOT builtin');
 
 CREATE TABLE counter.jobs (
     job_id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -32,6 +48,11 @@ CREATE TABLE counter.jobs (
     created_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     -- the run in progress (counter.job_runs.run_id), NULL when idle
     running_run   bigint,
+    -- the role whose session runs the job: the owner of the object it serves
+    -- (NULL only for a job whose owner could not be found; never run)
+    owner         regrole,
+    -- why the job was disabled by counter_ext itself (its owner was dropped)
+    disabled_reason text,
     UNIQUE (kind, target)
 );
 COMMENT ON TABLE counter.jobs IS 'periodic work of counter_ext, run by its background worker or counter.run_jobs()';
@@ -54,71 +75,11 @@ CREATE TABLE counter.job_runs (
     rows_affected  bigint,
     sqlstate       text,
     message        text,
+    -- the session user of the process that ran the job (its owner)
+    run_as         regrole,
     CHECK ((outcome = 'running') = (finished_at IS NULL))
 );
 COMMENT ON TABLE counter.job_runs IS 'run history of counter_ext jobs, trimmed after counter_ext.history_retention';
 CREATE INDEX job_runs_job_idx ON counter.job_runs (job_id, run_id);
 CREATE INDEX job_runs_finished_idx ON counter.job_runs (finished_at);
 CREATE INDEX job_runs_running_idx ON counter.job_runs (run_id) WHERE outcome = 'running';
-
--- One line per job with its latest run.
-CREATE VIEW counter.job_status AS
-SELECT j.job_id, j.kind, j.target, j.enabled, j.run_every, j.next_run, j.failures,
-       j.running_run IS NOT NULL AS running,
-       r.started_at AS last_started, r.finished_at AS last_finished, r.outcome AS last_outcome,
-       r.rows_affected AS last_rows, r.sqlstate AS last_sqlstate, r.message AS last_message
-FROM counter.jobs j
-LEFT JOIN LATERAL (
-    SELECT x.started_at, x.finished_at, x.outcome, x.rows_affected, x.sqlstate, x.message
-    FROM counter.job_runs x
-    WHERE x.job_id OPERATOR(pg_catalog.=) j.job_id
-    ORDER BY x.run_id DESC
-    LIMIT 1) r ON true;
-
--- Registers (or re-enables with a new interval) the job of a target.
-CREATE FUNCTION counter.job_register(kind text, target text, run_every interval)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    id bigint;
-BEGIN
-    IF kind !~ '^[a-z][a-z0-9_]{0,58}$' THEN
-        RAISE EXCEPTION 'invalid job kind "%"', kind
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A kind is lower-case letters, digits and "_", starting with a letter.';
-    END IF;
-    IF run_every <= interval '0' THEN
-        RAISE EXCEPTION 'run_every must be a positive interval, not %', run_every
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pg_catalog.to_regprocedure(pg_catalog.format('counter.%I(text, bigint)', 'job_' || kind)) IS NULL THEN
-        RAISE EXCEPTION 'job kind "%" has no procedure counter.job_%(text, bigint)', kind, kind
-            USING ERRCODE = 'undefined_function';
-    END IF;
-    INSERT INTO counter.jobs AS j (kind, target, run_every)
-    VALUES (job_register.kind, job_register.target, job_register.run_every)
-    ON CONFLICT ON CONSTRAINT jobs_kind_target_key DO UPDATE
-        SET run_every = EXCLUDED.run_every, enabled = true, failures = 0, next_run = pg_catalog.now()
-    RETURNING j.job_id INTO id;
-    RETURN id;
-END
-$$;
-
--- Removes the job of a target; true when there was one. Its history stays
--- until the retention trims it.
-CREATE FUNCTION counter.job_unregister(kind text, target text)
-RETURNS boolean
-LANGUAGE sql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    WITH gone AS (
-        DELETE FROM counter.jobs j
-        WHERE j.kind OPERATOR(pg_catalog.=) job_unregister.kind
-          AND j.target OPERATOR(pg_catalog.=) job_unregister.target
-        RETURNING 1)
-    SELECT count(*) > 0 FROM gone
-$$;
-REVOKE ALL ON FUNCTION counter.job_register(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION counter.job_unregister(text, text) FROM PUBLIC;

@@ -62,6 +62,15 @@ COMMENT ON FUNCTION counter.pncounter_value(counter.pncounter) IS
 
 CREATE CAST (counter.pncounter AS bigint) WITH FUNCTION counter.pncounter_value(counter.pncounter);
 
+-- bytea holds the same bytes (the binary form): the way in is validated like
+-- recv, the way out is free.
+CREATE FUNCTION counter.pncounter_from_bytea(bytea)
+RETURNS counter.pncounter
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_pncounter_from_bytea';
+CREATE CAST (bytea AS counter.pncounter) WITH FUNCTION counter.pncounter_from_bytea(bytea);
+CREATE CAST (counter.pncounter AS bytea) WITHOUT FUNCTION;
+
 CREATE FUNCTION counter.pncounter_merge(a counter.pncounter, b counter.pncounter)
 RETURNS counter.pncounter
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE

@@ -147,6 +147,7 @@ BEGIN
     ), busy AS MATERIALIZED (
         SELECT DISTINCT d.key FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
           AND NOT EXISTS (SELECT FROM locked l WHERE l.key %8$s d.key AND l.bucket = d.bucket AND l.shard = d.shard)
+        %10$s
     ), keys AS MATERIALIZED (
         SELECT k.key, k.o, EXISTS (SELECT FROM busy WHERE busy.key %8$s k.key) AS busy
         FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
@@ -182,13 +183,20 @@ BEGIN
     WHERE d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard AND d.delta = 0;
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
-        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
+        -- a buffered counter: keys with buffered amounts before the watermark
+        -- that the batch's snapshot cannot account for are busy too
+        CASE WHEN t.buffered THEN format('UNION SELECT bk.k FROM pg_catalog.unnest('
+            'counter_internal.tracked_buffer_busy(%s, ce_w, ce_keys)) AS bk(k)', t.counter_id) ELSE '' END);
     IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
         EXECUTE format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch);
     END IF;
     EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
                    ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
-                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS %L', fn_batch, body);
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
+                   -- plans made for each batch's arrays (a generic plan takes
+                   -- every unnest for 10 rows and joins 1,000 keys in loops)
+                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body);
     EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
                    fn_batch, t.owner);
     EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
@@ -196,6 +204,10 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
     IF t.filter IS NOT NULL THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
                        t.owner);
+    END IF;
+    IF t.buffered THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
+                       ' counter_internal.tracked_buffered(integer, anyelement) TO %I', t.owner);
     END IF;
 
     IF t.mode = 'trigger' THEN
@@ -253,7 +265,8 @@ CREATE FUNCTION counter.track(
     alert_threshold bigint DEFAULT 1000,
     reconcile_every interval DEFAULT interval '1 minute',
     verify_every interval DEFAULT interval '1 day',
-    replicated boolean DEFAULT false)
+    replicated boolean DEFAULT false,
+    buffered boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -272,7 +285,7 @@ BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
        OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL
-       OR verify_every IS NULL OR replicated IS NULL THEN
+       OR verify_every IS NULL OR replicated IS NULL OR buffered IS NULL THEN
         RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -349,11 +362,11 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid, replicated)
+        reconcile_every, owner, verify_every, source_relid, replicated, buffered)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
-        replicated)
+        replicated, buffered)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -368,11 +381,21 @@ BEGIN
     PERFORM counter_internal.tracked_invalidate();
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
+    IF buffered THEN
+        INSERT INTO counter_internal.tracked_flushes (counter_id, epoch)
+        VALUES (t.counter_id, counter_internal.tracked_buffer_epoch());
+        PERFORM counter.job_register('flush', name,
+            coalesce(pg_catalog.current_setting('counter_ext.flush_interval', true), '1s')::interval);
+        IF counter_internal.tracked_buffer_epoch() IS NULL THEN
+            RAISE WARNING 'counter_ext is not loaded by shared_preload_libraries: the adds of buffered counter "%" are written directly', name
+                USING HINT = 'Add counter_ext to shared_preload_libraries and restart the server.';
+        END IF;
+    END IF;
     RETURN t.counter_id;
 END
 $fn$;
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
-    bigint, bigint, interval, interval, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
+    bigint, bigint, interval, interval, boolean, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
 CREATE FUNCTION counter.untrack(name text)
@@ -402,6 +425,10 @@ BEGIN
                    format('tracked_%s_batch', t.counter_id));
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                    counter_internal.tracked_table(t, 'delta'));
+    IF t.buffered THEN
+        PERFORM counter_internal.tracked_buffer_forget(t.counter_id);
+        PERFORM counter.job_unregister('flush', name);
+    END IF;
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     PERFORM counter_internal.tracked_invalidate();
     PERFORM counter.job_unregister('reconcile', name);
@@ -450,14 +477,22 @@ DECLARE
 BEGIN
     FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
         CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
+        -- a buffered counter adds what its buffer holds beyond the table
         RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
-            'SELECT k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0))::bigint'
-            ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s) k'
+            'WITH m AS MATERIALIZED (%4$s)'
+            ' SELECT k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0) + coalesce(m.amount, 0))::bigint'
+            ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s UNION SELECT key FROM m) k'
             ' LEFT JOIN %1$s b ON b.key %3$s k.key'
             ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
+            ' LEFT JOIN m ON m.key %3$s k.key'
             ' WHERE $1 ORDER BY k.key',
             counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
-            (counter_internal.key_operators(t.key_type))[1]), true) AS v(key text, value bigint);
+            (counter_internal.key_operators(t.key_type))[1],
+            CASE WHEN t.buffered
+                 THEN format('SELECT x.key, x.amount FROM counter_internal.tracked_buffered(%s, NULL::%s) x',
+                             t.counter_id, t.key_type)
+                 ELSE format('SELECT NULL::%s AS key, 0::bigint AS amount WHERE false', t.key_type) END),
+            true) AS v(key text, value bigint);
     END LOOP;
 END
 $fn$;
@@ -649,6 +684,12 @@ DECLARE
     r counter.tracked_runs;
 BEGIN
     PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    -- a buffered counter is flushed first (in this transaction: the batches
+    -- see what it wrote); the flush may schedule a repair (full_pending)
+    IF t.buffered THEN
+        PERFORM counter.flush(t.name);
+        t := counter_internal.tracked_get(name);
+    END IF;
     IF all_keys IS NULL THEN
         RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -696,6 +737,12 @@ DECLARE
     est double precision;
 BEGIN
     PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    -- a buffered counter is flushed first (this transaction commits before
+    -- the steps); the flush may schedule a repair (full_pending)
+    IF t.buffered THEN
+        PERFORM counter.flush(t.name);
+        t := counter_internal.tracked_get(target);
+    END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN;

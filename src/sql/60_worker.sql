@@ -1,9 +1,23 @@
+-- Functions and procedures only, so the update from 1.1 includes this piece
+-- as it is.
+--
 -- Running jobs: counter.run_jobs() runs every due job once, the same code the
 -- background worker runs, so pg_cron can schedule it instead; run_job runs
 -- one job now; job_alter changes a job. See doc/reference/worker.md.
 --
--- run_jobs and run_job are procedures without SET clauses because a job may
--- COMMIT between its steps; their C code schema-qualifies everything it runs.
+-- run_jobs and run_job never run a job in the calling session: each job is
+-- handed to a background-worker session connected as the job's owner, and
+-- the call waits for it and reports its outcome. They are procedures without
+-- SET clauses because a job may COMMIT between its steps; their C code
+-- schema-qualifies everything it runs.
+
+-- Runs the jobs handed to this background-worker session (connected as
+-- their owner); refuses to run anywhere else. The job worker passes the
+-- EXECUTE check of its CALL as the extension's owner (no PUBLIC grant), and
+-- the procedure goes back to the session's user, the owner, at once.
+CREATE PROCEDURE counter_internal.owner_session_run()
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_owner_session_run';
 
 CREATE PROCEDURE counter.run_jobs(INOUT jobs_run integer DEFAULT NULL)
 LANGUAGE c
@@ -47,6 +61,7 @@ BEGIN
     UPDATE counter.jobs AS x
     SET run_every = coalesce(job_alter.run_every, x.run_every),
         enabled = coalesce(job_alter.enabled, x.enabled),
+        disabled_reason = CASE WHEN job_alter.enabled THEN NULL ELSE x.disabled_reason END,
         timeout = coalesce(job_alter.timeout, x.timeout),
         lock_timeout = coalesce(job_alter.lock_timeout, x.lock_timeout),
         next_run = CASE
@@ -59,6 +74,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'job % does not exist', job_alter.job_id USING ERRCODE = 'undefined_object';
     END IF;
+    IF j.enabled AND j.owner IS NOT NULL THEN
+        PERFORM counter_internal.job_nudge(j.owner::oid, j.next_run);
+    END IF;
     RETURN j;
 END
 $$;
@@ -66,3 +84,55 @@ $$;
 REVOKE ALL ON PROCEDURE counter.run_jobs(integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE counter.run_job(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.job_alter(bigint, interval, boolean, interval, interval, timestamptz) FROM PUBLIC;
+
+-- One registry of advisory-lock classes (the first int of the two-int
+-- advisory lock keys every feature takes): counter_internal.lock_class(name)
+-- gives a class's key, counter_internal.lock_classes lists them
+-- (src/include/counter_ext/locks.hpp is the table; doc/reference/worker.md
+-- documents it).
+CREATE FUNCTION counter_internal.lock_class(class text)
+RETURNS integer
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_lock_class';
+CREATE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, OUT second_key text)
+RETURNS SETOF record
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'counter_lock_classes';
+
+-- Progress of running work: a job's code calls counter.job_progress(phase,
+-- done, total) between its steps; its worker's pg_stat_activity.query says it
+-- at once, and counter.running_jobs shows it with the rate and time left.
+CREATE FUNCTION counter.job_progress(phase text, done bigint, total bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_job_progress';
+COMMENT ON FUNCTION counter.job_progress(text, bigint, bigint) IS
+    'called by a running job: what it does and how far it is (shown in counter.running_jobs and pg_stat_activity)';
+
+CREATE FUNCTION counter_internal.job_progress_entries(OUT pid integer, OUT job_id bigint, OUT run_id bigint,
+    OUT phase text, OUT phase_started timestamptz, OUT done bigint, OUT total bigint, OUT updated timestamptz)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_job_progress_entries';
+
+-- The jobs running now: who runs them, since when, and how far they are
+-- (phase, done of total, rate, time left: what the job's code reported with
+-- counter.job_progress; NULL until it does, and without the preload).
+CREATE VIEW counter.running_jobs AS
+SELECT j.job_id, j.kind, j.target, j.owner, r.run_id, r.runner, r.pid, r.started_at,
+       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.started_at AS running_for,
+       p.phase, p.done, p.total,
+       CASE WHEN p.updated OPERATOR(pg_catalog.>) p.phase_started AND p.done OPERATOR(pg_catalog.>) 0
+            THEN p.done::float8 OPERATOR(pg_catalog./)
+                 pg_catalog.date_part('epoch', p.updated OPERATOR(pg_catalog.-) p.phase_started) END AS per_second,
+       CASE WHEN p.updated OPERATOR(pg_catalog.>) p.phase_started AND p.done OPERATOR(pg_catalog.>) 0
+                 AND p.total IS NOT NULL
+            THEN pg_catalog.make_interval(secs => greatest(p.total OPERATOR(pg_catalog.-) p.done, 0)::float8
+                 OPERATOR(pg_catalog.*) pg_catalog.date_part('epoch', p.updated OPERATOR(pg_catalog.-) p.phase_started)
+                 OPERATOR(pg_catalog./) p.done::float8) END AS time_left,
+       a.query AS activity
+FROM counter.jobs j
+JOIN counter.job_runs r ON r.run_id OPERATOR(pg_catalog.=) j.running_run
+LEFT JOIN counter_internal.job_progress_entries() p ON p.run_id OPERATOR(pg_catalog.=) r.run_id
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) r.pid;
+COMMENT ON VIEW counter.running_jobs IS 'counter_ext jobs running now, with the progress their code reports';

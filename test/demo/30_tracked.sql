@@ -30,3 +30,16 @@ SELECT counter, runs, keys_corrected, drift_positive, drift_negative FROM counte
 -- The background worker (or pg_cron) runs this job every minute.
 SELECT kind, target, run_every FROM counter.jobs WHERE kind = 'reconcile';
 SELECT counter.untrack('clicks_per_link');
+
+-- A hot link, buffered: the triggers' adds wait in shared memory and reach the table at the next flush.
+SELECT counter.track('clicks_buffered', 'demo.tracked_clicks', 'link_id', 'occurred_at', buffered => true) AS counter_id;
+INSERT INTO demo.tracked_clicks SELECT pg_catalog.gen_random_uuid(), 1, visitor_id, now() FROM demo.click_stream(500, now(), 1);
+SELECT counter.value('clicks_buffered', 1::bigint) AS since_registered;  -- the table plus what is buffered: 500
+SELECT counter, preloaded, entries, pending FROM counter.buffered;
+SELECT counter.flush('clicks_buffered') AS entries_written;                -- what the flush job does every second
+SELECT counter, pending, flushes FROM counter.buffered;
+-- Its first (full) reconciliation counts the rows from before it was registered.
+SELECT keys_checked, drift_negative FROM counter.reconcile('clicks_buffered');
+SELECT counter.value('clicks_buffered', 1::bigint) AS clicks,
+       (SELECT count(*) FROM demo.tracked_clicks WHERE link_id = 1) AS truth;
+SELECT counter.untrack('clicks_buffered');

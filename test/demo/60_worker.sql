@@ -3,11 +3,13 @@
 ALTER SYSTEM SET counter_ext.enabled = on;
 SELECT pg_reload_conf();
 
--- A job kind of the demo's own (the counters, rollups and partitioned tables
--- of the other sections register theirs the same way): totals per link.
+-- A job kind of the demo's own, added by the superuser to
+-- counter_internal.job_kinds (the counters, rollups and partitioned tables of
+-- the other sections registered built-in kinds): totals per link. Every job
+-- runs in a background-worker session of its owner.
 CREATE TABLE demo.job_clicks AS SELECT * FROM demo.click_stream(20000, date_trunc('hour', now()) - interval '1 hour', 1);
 CREATE TABLE demo.link_totals (link_id bigint PRIMARY KEY, clicks bigint);
-CREATE PROCEDURE counter.job_demo_link_totals(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE PROCEDURE demo.job_link_totals(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM target::regclass;  -- fails when the target is gone
@@ -17,8 +19,9 @@ BEGIN
     GET DIAGNOSTICS rows_affected = ROW_COUNT;
 END $$;
 
-SELECT counter.job_register('demo_link_totals', 'demo.job_clicks', '2 seconds') AS job_id \gset
-SELECT counter.job_register('demo_link_totals', 'demo.gone', '1 second') AS failing_job_id \gset
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('demo_link_totals', 'demo.job_link_totals(text, bigint)');
+SELECT counter.job_register('demo_link_totals', 'demo.job_clicks', '2 seconds', owner => current_user::regrole) AS job_id \gset
+SELECT counter.job_register('demo_link_totals', 'demo.gone', '1 second', owner => current_user::regrole) AS failing_job_id \gset
 
 -- Call nothing: wait until the worker has run the job (at most ~15 s).
 DO $$
@@ -33,14 +36,15 @@ END $$;
 SELECT link_id, clicks FROM demo.link_totals ORDER BY clicks DESC LIMIT 3;
 
 -- The history: who ran what, how it ended; the failing job backs off.
-SELECT run_id, target, runner, outcome, rows_affected, sqlstate, message
+SELECT run_id, target, runner, run_as, outcome, rows_affected, sqlstate, message
 FROM counter.job_runs WHERE kind = 'demo_link_totals' ORDER BY run_id LIMIT 6;
 -- Every job of the database (the other sections registered theirs), with its last run.
-SELECT job_id, kind, target, run_every, failures, last_outcome, next_run > now() AS waiting
+SELECT job_id, kind, target, owner, run_every, failures, last_outcome, next_run > now() AS waiting
 FROM counter.job_status ORDER BY job_id;
 
--- What the worker is doing right now.
-SELECT backend_type, query FROM pg_stat_activity WHERE backend_type LIKE 'counter_ext%' ORDER BY backend_type;
+-- What counter_ext's processes do right now: the launcher, and a worker only
+-- while some database has due jobs (idle databases hold no slot).
+SELECT backend_type, usename, query FROM pg_stat_activity WHERE backend_type LIKE 'counter_ext%' ORDER BY backend_type;
 
 -- Run one job now, change it, remove the broken one. pg_cron can run them all:
 -- SELECT cron.schedule('counter_ext jobs', '* * * * *', 'CALL counter.run_jobs()');

@@ -17,7 +17,9 @@ ce_cluster_use demo
 "$CE_PGBIN/createdb" clicks || exit 1
 export PGDATABASE=clicks
 
+# CE_DEMO_ONLY=regex runs only the sections whose file name matches.
 for section in test/demo/[0-9]*.sql; do
+    [[ $(basename "$section") =~ ${CE_DEMO_ONLY:-.} ]] || continue
     echo
     echo "################################################################"
     sed -n 's/^-- Demo: //p' "$section" | sed 's/^/## /'

@@ -3,7 +3,7 @@
 -- (daylight saving changes, half-hour and 45-minute offsets); straggler rows
 -- all end in proper partitions; retention; a 30-day catch-up.
 BEGIN;
-SELECT plan(46);
+SELECT plan(47);
 SET LOCAL client_min_messages = warning;
 
 -- Checks a managed table: partitions contiguous (each ends where the next
@@ -111,7 +111,9 @@ SELECT results_eq($$ SELECT created, dropped, moved, outcome FROM counter.partit
 -- creates every partition, moves every row, loses and duplicates none.
 CREATE TABLE catchup (id bigint NOT NULL, t timestamptz NOT NULL, payload text, UNIQUE (id, t)) PARTITION BY RANGE (t);
 CREATE INDEX ON catchup (t);
+-- (a retention of 60 days: one run drains and fills only [as_of - retention, as_of + premake])
 SELECT is(counter.partition_manage('catchup', 't', premake => 24, start_at => '2026-06-01 00:00+00',
+                                   retention => interval '60 days',
                                    as_of => '2026-06-01 00:00+00', batch_rows => 40), 25::bigint,
           'catch-up table starts with 25 partitions (and its default)');
 INSERT INTO catchup SELECT g, timestamptz '2026-06-01 00:00+00' + g * interval '7 minutes', md5(g::text)
@@ -183,15 +185,21 @@ SELECT is((SELECT count(*) FROM catchup_p2026062105), (SELECT count(*) FROM gene
 SELECT is((SELECT count(*) FROM catchup WHERE t < '2026-06-22 00:00+00'), 0::bigint, 'detached rows are no longer in the parent');
 
 -- Rows that cannot go anywhere stay in the default partition and do not stop
--- maintenance: NULL keys (range partitioning sends them to default) and infinities.
+-- maintenance: NULL keys (range partitioning sends them to default),
+-- infinities, and rows outside [as_of - retention (7 days without one),
+-- as_of + premake]: no row makes a partition outside that window (bounded:
+-- a row a year ahead or a century back creates nothing); they are counted.
 CREATE TABLE odd (t timestamptz) PARTITION BY RANGE (t);
 SELECT counter.partition_manage('odd', 't', premake => 1, as_of => '2026-07-01 00:00+00');
-INSERT INTO odd VALUES (NULL), ('infinity'), ('-infinity'), ('2026-08-01 10:10+00');
-SELECT results_eq($$ SELECT moved, outcome FROM counter.partition_maintain('odd', as_of => '2026-07-01 00:00+00') $$,
-                  $$ VALUES (1::bigint, 'ok'::text) $$, 'a far-future row is moved into its own partition');
-SELECT is((SELECT count(*) FROM ONLY odd_default), 3::bigint, 'NULL and infinite keys stay in default');
-SELECT is((SELECT rows_in_default FROM counter.partition_status WHERE parent = 'odd'::regclass), 3::bigint,
+INSERT INTO odd VALUES (NULL), ('infinity'), ('-infinity'), ('2026-08-01 10:10+00'), ('1026-08-01 10:10+00'),
+    ('2026-06-28 10:00+00');
+SELECT results_eq($$ SELECT created, moved, outcome FROM counter.partition_maintain('odd', as_of => '2026-07-01 00:00+00') $$,
+                  $$ VALUES (62::bigint, 1::bigint, 'ok'::text) $$, 'only the row inside the window is moved (into a partition made for it, and the hours after it are filled: 62 partitions, never one outside the window)');
+SELECT is((SELECT count(*) FROM ONLY odd_default), 5::bigint, 'NULL, infinite and out-of-window keys stay in default');
+SELECT is((SELECT rows_in_default FROM counter.partition_status WHERE parent = 'odd'::regclass), 5::bigint,
           'the status view counts them');
+SELECT is((SELECT last_outside FROM counter.partitioned_tables WHERE parent = 'odd'::regclass), 4::bigint,
+          'the run reports the rows left outside the window');
 
 -- A table whose partition cannot be created (a foreign table of the same
 -- name is in the way) is recorded as an error; maintenance does not throw.

@@ -243,6 +243,7 @@ SELECT is((SELECT tableowner::text FROM pg_tables WHERE tablename = 'r_owned'), 
 SELECT counter.rollup_drop('r_owned');
 DROP TABLE owned_ev;
 REVOKE CREATE ON SCHEMA public FROM counter_rollup_test_owner;
+DROP OWNED BY counter_rollup_test_owner;  -- EXECUTE on filter_match, granted by rollup_create
 DROP ROLE counter_rollup_test_owner;
 
 SELECT * FROM finish();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Without shared_preload_libraries, CREATE EXTENSION and the SQL features work;
-# only the background worker needs the preload.
+# only the background worker and the buffer of buffered counters need the
+# preload: a buffered counter then writes its adds directly, and says so.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT
@@ -29,5 +30,30 @@ SELECT counter.value('ev', 1);
 SQL
 )
 [ "$(printf '%s\n' "$n" | tail -1)" = 10 ] || { echo "the counter did not count without the preload: $n"; exit 1; }
+# A buffered counter without the shared table: registration warns, the
+# first add of a session says so once, nothing is lost, counter.buffered
+# shows preloaded = false, a flush has nothing to do.
+out=$(ce_psql 2>&1 <<'SQL'
+CREATE TABLE calls (api text NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON calls (at);
+SELECT counter.track('calls', 'calls', 'api', 'at', mode => 'application', buffered => true) > 0;
+SELECT counter.add('calls', 'search'::text);
+SELECT counter.add('calls', 'search'::text);
+BEGIN; SELECT counter.add('calls', 'search'::text); ROLLBACK;
+SELECT 'value ' || counter.value('calls', 'search'::text);
+SELECT 'flushed ' || counter.flush('calls');
+SELECT 'preloaded ' || preloaded FROM counter.buffered;
+SQL
+)
+echo "$out" | grep -q "WARNING:  counter_ext is not loaded by shared_preload_libraries" ||
+    { echo "no warning at registration: $out"; exit 1; }
+[ "$(echo "$out" | grep -c "NOTICE:  counter_ext is not loaded by shared_preload_libraries")" -eq 1 ] ||
+    { echo "not one notice per session: $out"; exit 1; }
+for want in "value 2" "flushed 0" "preloaded false"; do
+    echo "$out" | grep -q "$want" || { echo "missing '$want': $out"; exit 1; }
+done
+id=$(ce_psql -At -c "SELECT counter_id FROM counter.tracked WHERE name = 'calls'")
+[ "$(ce_psql -At -c "SELECT sum(delta) FROM counter_internal.tracked_${id}_delta")" = 2 ] ||
+    { echo "the adds were not written directly"; exit 1; }
 ce_scan_log "$CE_plain_LOG"
 echo ok

@@ -74,7 +74,8 @@ CREATE TABLE cu (id bigint NOT NULL, t timestamptz NOT NULL) PARTITION BY RANGE 
 SELECT counter.partition_manage('cu', 't', premake => 2, start_at => now() - interval '31 days', as_of => now() - interval '30 days');
 SELECT counter.partition_unmanage('cu');
 -- managed again as it stood 30 days ago: everything since is missing
-SELECT counter.partition_manage('cu', 't', premake => 24, as_of => now() - interval '30 days');
+-- (a retention of 40 days: one run drains and fills only [now - retention, now + premake])
+SELECT counter.partition_manage('cu', 't', premake => 24, retention => interval '40 days', as_of => now() - interval '30 days');
 INSERT INTO cu SELECT g, now() - interval '30 days' + g * interval '13 minutes' FROM generate_series(1, 30 * 24 * 60 / 13) g;
 SQL
 before=$(q -c "SELECT count(*) || ' ' || sum(id) FROM cu")

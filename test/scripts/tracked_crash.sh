@@ -48,23 +48,10 @@ pids+=($!)
 pids+=($!)
 
 sleep 8
-postmaster=$(head -1 "$CE_crash_DIR/data/postmaster.pid")
-children=$(ps -o pid= --ppid "$postmaster" | tr '\n' ' ')
 rows_before=$(ce_psql -At -c "SELECT count(*) FROM ev")
-echo "killing postmaster $postmaster under load ($rows_before rows so far)"
-kill -9 "$postmaster"
-# Stop the load (our own processes), then wait for the orphaned backends.
-for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-wait 2>/dev/null || true
+echo "killing the postmaster under load ($rows_before rows so far)"
+ce_cluster_kill crash "${pids[@]}"
 pids=()
-for _ in $(seq 1 100); do
-    alive=0
-    for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
-    [ $alive -eq 0 ] && break
-    sleep 0.2
-done
-for c in $children; do kill -9 "$c" 2>/dev/null || true; done
-sleep 0.5
 
 ce_cluster_restart crash || { tail -30 "$CE_crash_LOG"; echo "restart failed"; exit 1; }
 grep -q "database system was not properly shut down\|was interrupted" "$CE_crash_LOG" ||

@@ -104,8 +104,10 @@ stats=$(ce_psql -At -F ' ' -c "SELECT count(*), count(*) FILTER (WHERE keys_chec
     FROM counter.tracked_history WHERE counter = 'hot'")
 read -r total busy drift bad <<<"$stats"
 echo "runs recorded: $total, runs that folded keys: $busy, total |drift|: $drift, runs not ok: $bad"
-[ "$total" -ge $((seconds * 2)) ] || { echo "too few reconciliation runs ($total)"; exit 1; }
-[ "$busy" -ge "$seconds" ] || { echo "too few runs did work ($busy)"; exit 1; }
+# (A floor that says the runs overlapped the writers, not a speed: a slow
+# machine makes fewer runs.)
+[ "$total" -ge 10 ] || { echo "too few reconciliation runs ($total)"; exit 1; }
+[ "$busy" -ge 5 ] || { echo "too few runs did work ($busy)"; exit 1; }
 [ "$drift" -eq 0 ] || { ce_psql -c "SELECT * FROM counter.tracked_key_drift_history LIMIT 20"; echo "drift found"; exit 1; }
 rows=$(ce_psql -At -c "SELECT count(*) FROM hot")
 echo "source rows at the end: $rows; every key exact"

@@ -78,6 +78,9 @@ for released in "$CE_TOP"/src/sql/released/counter_ext--*.sql; do
     ce_psql -q -d upgraded <<'SQL'
 CREATE TABLE visits (link int NOT NULL, visitor bigint, at timestamptz NOT NULL, id bigint PRIMARY KEY);
 SELECT FROM counter.rollup_create('visits_hourly', 'visits', 'at', '{link}', '{visitor}');
+SELECT FROM counter.rollup_create('visits_odd', 'visits', 'at', '{link}', mode => 'deferred', filter => 'id % 2 = 1');
+CREATE TABLE pev (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+SELECT FROM counter.partition_manage('pev', 'at', premake => 2);
 INSERT INTO visits SELECT g % 3, g % 500, '2026-11-30 10:00+00', g FROM generate_series(1, 3000) g;
 CREATE TABLE sketches AS SELECT link, counter.hll_add_agg(visitor) AS s FROM visits GROUP BY link;
 -- A tracked counter registered by the old version, with rows it has not
@@ -136,6 +139,29 @@ SQL
     [ "$(printf '%s\n' "$result" | sed -n 2p)" = 0 ] || ce_die "the trigger miscounted after the update"
     [ "$(printf '%s\n' "$result" | sed -n 3p)" = "{fillfactor=60}" ] || ce_die "the update did not set fillfactor 60 on the rollup table"
     [ "$(printf '%s\n' "$result" | sed -n 4p)" = 0 ] || ce_die "the rollup differs from a from-scratch GROUP BY after a refresh"
+    # A rollup's filter of the old version is a stored tree now, applied by the
+    # refresh (as the owner) and by the trigger.
+    odd=$(ce_psql -At -d upgraded <<'SQL'
+SELECT r.filter_tree IS NOT NULL AND r.filter_relid = r.source::oid FROM counter.rollups r WHERE r.name = 'visits_odd';
+SELECT counter.rollup_recompute('visits_odd', '2026-11-30 00:00+00', '2026-12-01 00:00+00') >= 0;
+SELECT (SELECT sum(count) FROM visits_odd) = (SELECT count(*) FROM visits WHERE id % 2 = 1);
+SQL
+)
+    [ "$odd" = "$(printf 't\nt\nt')" ] || ce_die "the old rollup's filter did not become a stored tree that the refresh applies: $odd"
+    # A table managed under the old version is maintained after the update (as
+    # its owner), and its catalog row is invisible to a role that does not own it.
+    pev=$(ce_psql -At -d upgraded <<'SQL'
+INSERT INTO pev VALUES (1, now() - interval '2 hours');
+SELECT outcome, moved FROM counter.partition_maintain('pev');
+SELECT count(*) FROM ONLY pev_default;
+CREATE ROLE upgrade_stranger;
+SET ROLE upgrade_stranger;
+SELECT count(*) FROM counter.partitioned_tables;
+RESET ROLE;
+DROP ROLE upgrade_stranger;
+SQL
+)
+    [ "$pev" = "$(printf 'ok|1\n0\n0')" ] || ce_die "the table managed before the update is not maintained, or is visible to others: $pev"
     [ "$(printf '%s\n' "$result" | sed -n 5p)" = counter_internal ] || ce_die "the tracked state did not move: $result"
     [ "$(printf '%s\n' "$result" | sed -n 6p)" = ok ] || ce_die "reconcile after the update failed: $result"
     [ "$(printf '%s\n' "$result" | sed -n 7p)" = 0 ] || ce_die "the updated tracked counter is not exact: $result"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Two schedulers never run one job at once: the background worker and two
-# sessions calling CALL counter.run_jobs() in a loop, over jobs that fall due
-# every 50 ms and each take ~30 ms in two committed steps. Every run logs its
-# start and end; no two runs of one job may overlap, every run ends recorded,
-# and CALL counter.run_job on a job running elsewhere is refused.
+# sessions calling CALL counter.run_jobs() in a loop (each hands the jobs to
+# job workers of their owner), over jobs that fall due every 50 ms and each
+# take ~30 ms in two committed steps. Every run logs its start and end; no
+# two runs of one job may overlap, every run ends recorded, and CALL
+# counter.run_job on a job running elsewhere is refused.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; ce_cluster_stop_all' EXIT
@@ -16,8 +17,10 @@ ce_cluster_use conc
 ce_psql -d postgres -c "CREATE DATABASE conc" >/dev/null
 ce_psql -d conc >/dev/null <<'SQL'
 CREATE EXTENSION counter_ext;
+CREATE ROLE conc_owner LOGIN;
 CREATE TABLE public.spans (target text, runner int, started timestamptz, ended timestamptz);
-CREATE PROCEDURE counter.job_test_span(target text, INOUT rows_affected bigint DEFAULT NULL)
+GRANT INSERT ON public.spans TO conc_owner;
+CREATE PROCEDURE public.job_test_span(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
     t0 timestamptz := clock_timestamp();
@@ -28,7 +31,8 @@ BEGIN
     INSERT INTO public.spans VALUES (target, pg_catalog.pg_backend_pid(), t0, clock_timestamp());
     rows_affected := 1;
 END $$;
-SELECT counter.job_register('test_span', 'j' || i, '50 milliseconds') FROM generate_series(1, 6) i;
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('test_span', 'public.job_test_span(text, bigint)');
+SELECT counter.job_register('test_span', 'j' || i, '50 milliseconds', 'conc_owner') FROM generate_series(1, 6) i;
 SQL
 
 seconds=${CE_SECONDS:-20}
@@ -53,7 +57,10 @@ by=$(q "SELECT string_agg(runner || ':' || n, ' ' ORDER BY runner) FROM
         (SELECT runner, count(*) n FROM counter.job_runs GROUP BY runner) s")
 echo "runs: $runs by $runners processes ($by); overlapping runs: $overlaps"
 [ "$runs" -ge 150 ] || fail "too few runs ($runs) to mean anything"
-[ "$runners" -ge 3 ] || fail "the worker and both sessions should all have run jobs"
+[ "$runners" -ge 3 ] || fail "the jobs should have run in many job workers"
+[ "$(q "SELECT count(DISTINCT runner) FROM counter.job_runs")" = 2 ] || fail "the worker and the sessions should both have run jobs"
+[ "$(q "SELECT count(*) FROM counter.job_runs WHERE run_as IS DISTINCT FROM 'conc_owner'::regrole")" = 0 ] ||
+    fail "a run was not made as the jobs' owner"
 [ "$overlaps" -eq 0 ] || fail "$overlaps pairs of runs of one job overlapped"
 # Every run is recorded once, and none is left running or failed.
 [ "$(q "SELECT count(*) FROM counter.job_runs WHERE outcome = 'succeeded'")" -ge "$runs" ] || fail "runs missing from the history"
@@ -61,14 +68,15 @@ echo "runs: $runs by $runners processes ($by); overlapping runs: $overlaps"
 
 # run_job on a job running elsewhere is refused; run_jobs leaves it alone.
 ce_psql -d conc >/dev/null <<'SQL'
-CREATE PROCEDURE counter.job_test_sleep(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE PROCEDURE public.job_test_sleep(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.pg_sleep(target::float8); END $$;
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('test_sleep', 'public.job_test_sleep(text, bigint)');
 UPDATE counter.jobs SET enabled = false;
 SQL
 # Registered disabled in one transaction, so the worker does not start it first.
 long=$(ce_psql -d conc -At <<'SQL'
 BEGIN;
-SELECT counter.job_register('test_sleep', '4', '1 hour') AS id \gset
+SELECT counter.job_register('test_sleep', '4', '1 hour', 'conc_owner') AS id \gset
 UPDATE counter.jobs SET enabled = false WHERE job_id = :id;
 COMMIT;
 SELECT :id;

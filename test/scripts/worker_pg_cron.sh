@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pg_cron (Debian's postgresql-15-cron) can run the jobs instead of the
 # worker: it schedules CALL counter.run_jobs(), and the jobs run (committing
-# between their steps), are recorded as runner 'session', and pg_cron records
-# its own run as succeeded. pg_cron 1.4 schedules by the minute, so this waits
+# between their steps) in sessions of their owner, not in pg_cron's session
+# (which is the superuser's), are recorded as runner 'session', and pg_cron
+# records its own run as succeeded. pg_cron 1.4 schedules by the minute, so this waits
 # for one minute boundary.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -18,8 +19,10 @@ ce_psql -d postgres -c "CREATE DATABASE cron" >/dev/null
 ce_psql -d cron >/dev/null <<'SQL'
 CREATE EXTENSION pg_cron;
 CREATE EXTENSION counter_ext;
-CREATE TABLE public.steps (target text, step int);
-CREATE PROCEDURE counter.job_test_steps(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE ROLE cron_owner LOGIN;
+CREATE TABLE public.steps (target text, step int, run_as name DEFAULT session_user);
+GRANT INSERT ON public.steps TO cron_owner;
+CREATE PROCEDURE public.job_test_steps(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.steps VALUES (target, 1);
@@ -27,8 +30,9 @@ BEGIN
     INSERT INTO public.steps VALUES (target, 2);
     rows_affected := 2;
 END $$;
-SELECT counter.job_register('test_steps', 'a', '1 second');
-SELECT counter.job_register('test_steps', 'b', '1 second');
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('test_steps', 'public.job_test_steps(text, bigint)');
+SELECT counter.job_register('test_steps', 'a', '1 second', 'cron_owner');
+SELECT counter.job_register('test_steps', 'b', '1 second', 'cron_owner');
 SELECT cron.schedule('counter_ext jobs', '* * * * *', 'CALL counter.run_jobs()');
 SQL
 
@@ -48,5 +52,6 @@ q "SELECT status, return_message FROM cron.job_run_details" || true
 [ "$(q "SELECT count(DISTINCT target) FROM counter.job_runs WHERE outcome = 'succeeded' AND runner = 'session' AND rows_affected = 2")" = 2 ] ||
     fail "the jobs did not run under pg_cron"
 [ "$(q "SELECT count(*) FROM public.steps WHERE step = 2")" -ge 2 ] || fail "the jobs' committed steps are missing"
+[ "$(q "SELECT count(*) FROM public.steps WHERE run_as <> 'cron_owner'")" = 0 ] || fail "a job ran as pg_cron's role"
 ce_scan_log "$CE_cron_LOG"
 echo ok

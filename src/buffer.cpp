@@ -1,0 +1,824 @@
+// Buffered counters: the shared table, the transaction's own adds, publish
+// at commit, claims of a flush. See counter_ext/buffer.hpp for the model.
+//
+// Why publish at XACT_EVENT_COMMIT (after the commit record is flushed and
+// the transaction is visible) and not at PRE_COMMIT: an amount must reach
+// the shared table only if the transaction commits, and PRE_COMMIT comes
+// before steps that can still abort it (serialization failures of
+// SERIALIZABLE, NOTIFY queue full, deferred work of other modules). The
+// price is a window between the moment the rows are visible and the moment
+// the amount is published: a reader in that window misses the amount for a
+// moment, a crash in that window loses it (as it loses anything published
+// and not yet flushed: the restart is detected and repaired, see
+// counter.flush), and reconciliation treats a key whose adds are pinned
+// (added, not yet published) as busy, so it never installs a truth that
+// counts rows whose amounts are still on their way.
+#include "counter_ext/buffer.hpp"
+#include "counter_ext/wall.hpp"
+
+extern "C" {
+#include "access/parallel.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+namespace ce::buffer {
+int flush_interval_ms = 1000;
+int buffer_entries = 16384;
+} // namespace ce::buffer
+
+namespace {
+
+using ce::buffer::Amount;
+using ce::buffer::bucket_slots;
+using ce::buffer::Image;
+using ce::buffer::max_key_bytes;
+
+constexpr int partitions = 64; // a power of 2 (dynahash partitions)
+
+struct EntryKey {
+	Oid db;
+	int32 counter;
+	uint16 len;
+	char image[max_key_bytes];
+};
+
+// Amounts are kept with a mark of their own, because amounts cancel: a +1
+// and a -1 of two transactions sum to 0, and "0 pending" must not read as
+// "nothing pending" to reconciliation (one of the two may be visible to its
+// snapshot and the other not).
+struct Written {
+	bool active;
+	int64 amount;
+	TransactionId xid;
+};
+
+struct Slot {
+	bool used;
+	int64 bucket;
+	pg_atomic_uint32 pins;
+	pg_atomic_uint64 pending;   // int64, two's complement
+	pg_atomic_uint64 publishes; // publications in 'pending' (see Written)
+	bool inflight_active;
+	int64 inflight;
+	uint64 inflight_publishes;
+	TransactionId inflight_xid;
+	Written written[2]; // [0] older, [1] newer
+};
+
+struct Entry {
+	EntryKey key; // first: dynahash copies and compares it
+	Slot slots[bucket_slots];
+};
+
+struct Shared {
+	TimestampTz epoch;
+	pg_atomic_uint64 overflows;
+	LWLockPadded *locks;
+};
+
+Shared *shared = nullptr;
+HTAB *table = nullptr;
+ce::buffer::DirectWriter direct_writer = nullptr;
+
+shmem_request_hook_type prev_shmem_request_hook = nullptr;
+shmem_startup_hook_type prev_shmem_startup_hook = nullptr;
+
+Size table_size() {
+	return add_size(MAXALIGN(sizeof(Shared)),
+	                hash_estimate_size(static_cast<long>(ce::buffer::buffer_entries), sizeof(Entry)));
+}
+
+void shmem_request() {
+	if (prev_shmem_request_hook != nullptr)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(table_size());
+	RequestNamedLWLockTranche("counter_ext buffer", partitions);
+}
+
+void shmem_startup() {
+	if (prev_shmem_startup_hook != nullptr)
+		prev_shmem_startup_hook();
+	bool found = false;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = static_cast<Shared *>(ShmemInitStruct("counter_ext buffer", sizeof(Shared), &found));
+	if (!found) {
+		shared->epoch = GetCurrentTimestamp();
+		pg_atomic_init_u64(&shared->overflows, 0);
+		shared->locks = GetNamedLWLockTranche("counter_ext buffer");
+	}
+	HASHCTL info;
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(EntryKey);
+	info.entrysize = sizeof(Entry);
+	info.num_partitions = partitions;
+	long n = ce::buffer::buffer_entries;
+	table = ShmemInitHash("counter_ext buffer table", n, n, &info,
+	                      HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+LWLock *lock_of(uint32 hash) {
+	return &shared->locks[hash % partitions].lock;
+}
+
+void lock_all(LWLockMode mode) {
+	for (int i = 0; i < partitions; i++)
+		LWLockAcquire(&shared->locks[i].lock, mode);
+}
+
+void unlock_all() {
+	for (int i = partitions - 1; i >= 0; i--)
+		LWLockRelease(&shared->locks[i].lock);
+}
+
+void make_key(EntryKey *k, int32 counter, const Image &image) {
+	memset(k, 0, sizeof(*k));
+	k->db = MyDatabaseId;
+	k->counter = counter;
+	k->len = image.len;
+	memcpy(k->image, image.bytes, image.len);
+}
+
+int64 pending_of(Slot &s) {
+	return static_cast<int64>(pg_atomic_read_u64(&s.pending));
+}
+
+bool slot_empty(Slot &s) {
+	return pg_atomic_read_u32(&s.pins) == 0 && pg_atomic_read_u64(&s.publishes) == 0 && pending_of(s) == 0 &&
+	       !s.inflight_active && !s.written[0].active && !s.written[1].active;
+}
+
+// Whether a table read with 'snapshot' sees what transaction xid wrote.
+bool sees(TransactionId xid, Snapshot snapshot) {
+	if (!TransactionIdIsValid(xid))
+		return true;
+	if (TransactionIdIsCurrentTransactionId(xid))
+		return true;
+	if (snapshot == nullptr)
+		return TransactionIdDidCommit(xid);
+	if (XidInMVCCSnapshot(xid, snapshot))
+		return false;
+	return TransactionIdDidCommit(xid);
+}
+
+// What a read with 'snapshot' adds from one slot (its partition is locked).
+int64 slot_amount(Slot &s, Snapshot snapshot) {
+	int64 sum = pending_of(s);
+	if (s.inflight_active && !sees(s.inflight_xid, snapshot))
+		sum += s.inflight;
+	for (Written &w : s.written)
+		if (w.active && !sees(w.xid, snapshot))
+			sum += w.amount;
+	return sum;
+}
+
+// Forgets 'written' amounts every snapshot sees (the partition is locked
+// exclusively).
+void trim_written(Slot &s, TransactionId horizon) {
+	for (Written &w : s.written)
+		if (w.active && TransactionIdIsValid(w.xid) && TransactionIdPrecedes(w.xid, horizon))
+			w = Written{false, 0, InvalidTransactionId};
+	if (!s.written[0].active && s.written[1].active) {
+		s.written[0] = s.written[1];
+		s.written[1] = Written{false, 0, InvalidTransactionId};
+	}
+}
+
+// ---------------------------------------------------------------------------
+// This transaction's adds and claims.
+
+struct LocalAdd {
+	Entry *entry = nullptr; // pinned while set
+	int slot = 0;
+	int32 counter = 0;
+	int64 bucket = 0;
+	Image key{};
+	std::vector<std::pair<int, int64>> levels; // (nest level, amount), ascending levels
+};
+
+struct Claim {
+	Entry *entry;
+	int slot;
+	uint32 hash;
+	int level;
+};
+
+std::unordered_map<std::string, LocalAdd> *local_adds = nullptr;
+std::vector<Claim> *claims = nullptr;
+
+std::string local_key(int32 counter, const Image &key, int64 bucket) {
+	std::string s;
+	s.reserve(sizeof(counter) + sizeof(bucket) + key.len);
+	s.append(reinterpret_cast<const char *>(&counter), sizeof(counter));
+	s.append(reinterpret_cast<const char *>(&bucket), sizeof(bucket));
+	s.append(key.bytes, key.len);
+	return s;
+}
+
+void unpin(LocalAdd &a) noexcept {
+	if (a.entry != nullptr)
+		pg_atomic_fetch_sub_u32(&a.entry->slots[a.slot].pins, 1);
+	a.entry = nullptr;
+}
+
+// At commit: every amount goes to pending, then the pin goes (in that order:
+// whoever sees no pin sees the amount).
+void publish_all() noexcept {
+	if (local_adds == nullptr)
+		return;
+	for (auto &item : *local_adds) {
+		LocalAdd &a = item.second;
+		int64 sum = 0;
+		for (auto &l : a.levels)
+			sum += l.second;
+		if (a.entry != nullptr && sum != 0) {
+			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].pending, sum);
+			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].publishes, 1);
+		}
+		unpin(a);
+	}
+	local_adds->clear();
+}
+
+void unpin_all() noexcept {
+	if (local_adds == nullptr)
+		return;
+	for (auto &item : *local_adds)
+		unpin(item.second);
+	local_adds->clear();
+}
+
+// A claim whose transaction committed: its amount is written.
+void claim_committed(const Claim &c) noexcept {
+	LWLock *lock = lock_of(c.hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	Slot &s = c.entry->slots[c.slot];
+	Written w{true, s.inflight, s.inflight_xid};
+	if (!s.written[0].active) {
+		s.written[0] = w;
+	} else if (!s.written[1].active) {
+		s.written[1] = w;
+	} else { // older snapshots than two flushes: keep the newest xid
+		s.written[0].amount += s.written[1].amount;
+		s.written[0].xid = s.written[1].xid;
+		s.written[1] = w;
+	}
+	s.inflight_active = false;
+	s.inflight = 0;
+	s.inflight_publishes = 0;
+	s.inflight_xid = InvalidTransactionId;
+	LWLockRelease(lock);
+}
+
+// A claim whose (sub)transaction aborted: its amount is pending again.
+void claim_aborted(const Claim &c) noexcept {
+	LWLock *lock = lock_of(c.hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	Slot &s = c.entry->slots[c.slot];
+	pg_atomic_fetch_add_u64(&s.pending, s.inflight);
+	pg_atomic_fetch_add_u64(&s.publishes, s.inflight_publishes > 0 ? s.inflight_publishes : 1);
+	s.inflight_active = false;
+	s.inflight = 0;
+	s.inflight_publishes = 0;
+	s.inflight_xid = InvalidTransactionId;
+	LWLockRelease(lock);
+}
+
+void end_claims(bool committed) noexcept {
+	if (claims == nullptr)
+		return;
+	for (const Claim &c : *claims) {
+		if (committed)
+			claim_committed(c);
+		else
+			claim_aborted(c);
+	}
+	claims->clear();
+}
+
+// PREPARE TRANSACTION cannot carry backend memory: the adds are written to
+// the delta tables now, in the transaction being prepared.
+void write_before_prepare() {
+	if (claims != nullptr && !claims->empty())
+		throw ce::Error(ce::sqlstate::feature_not_supported,
+		                "cannot PREPARE a transaction that flushed buffered counters",
+		                "counter.flush (or a reconciliation, which flushes) ran in this transaction.");
+	if (local_adds == nullptr || local_adds->empty())
+		return;
+	std::unordered_map<int32, std::vector<Amount>> by_counter;
+	for (auto &item : *local_adds) {
+		LocalAdd &a = item.second;
+		int64 sum = 0;
+		for (auto &l : a.levels)
+			sum += l.second;
+		if (sum != 0)
+			by_counter[a.counter].push_back(Amount{a.key, a.bucket, sum});
+	}
+	if (direct_writer == nullptr)
+		throw ce::Error(ce::sqlstate::internal_error, "buffered adds have no writer for PREPARE TRANSACTION");
+	// an abort pops the snapshot if a write fails
+	ce::pg_guard([] { PushActiveSnapshot(GetTransactionSnapshot()); });
+	for (auto &item : by_counter)
+		direct_writer(item.first, item.second);
+	ce::pg_guard([] { PopActiveSnapshot(); });
+	for (auto &item : *local_adds) // written: nothing to publish at commit
+		item.second.levels.clear();
+}
+
+void xact_callback(XactEvent event, void *) {
+	switch (event) {
+		case XACT_EVENT_COMMIT:
+			publish_all();
+			end_claims(true);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			unpin_all();
+			end_claims(false);
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			write_before_prepare();
+			break;
+		case XACT_EVENT_PREPARE:
+			unpin_all();
+			end_claims(false);
+			break;
+		default:
+			break;
+	}
+}
+
+void subxact_callback(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	int level = GetCurrentTransactionNestLevel();
+	bool abort = event == SUBXACT_EVENT_ABORT_SUB;
+	if (local_adds != nullptr) {
+		for (auto &item : *local_adds) {
+			auto &levels = item.second.levels;
+			if (abort) {
+				while (!levels.empty() && levels.back().first >= level)
+					levels.pop_back();
+			} else if (!levels.empty() && levels.back().first == level) {
+				if (levels.size() >= 2 && levels[levels.size() - 2].first == level - 1) {
+					levels[levels.size() - 2].second += levels.back().second;
+					levels.pop_back();
+				} else {
+					levels.back().first = level - 1;
+				}
+			}
+		}
+	}
+	if (claims != nullptr) {
+		size_t kept = 0;
+		for (size_t i = 0; i < claims->size(); i++) {
+			Claim c = (*claims)[i];
+			if (c.level >= level) {
+				if (abort) {
+					claim_aborted(c);
+					continue;
+				}
+				c.level = level - 1;
+			}
+			(*claims)[kept++] = c;
+		}
+		claims->resize(kept);
+	}
+}
+
+void xact_callback_entry(XactEvent event, void *arg) {
+	ce::boundary([&] { xact_callback(event, arg); });
+}
+
+void subxact_callback_entry(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *arg) {
+	ce::boundary([&] { subxact_callback(event, my, parent, arg); });
+}
+
+void shmem_request_entry() {
+	ce::boundary(shmem_request);
+}
+
+void shmem_startup_entry() {
+	ce::boundary(shmem_startup);
+}
+
+// Finds (or makes) the entry and a slot for 'bucket' and pins it. Owns
+// nothing; never raises.
+bool pin_slot(const EntryKey &k, int64 bucket, Entry **entry_out, int *slot_out) {
+	uint32 hash = get_hash_value(table, &k);
+	LWLock *lock = lock_of(hash);
+	LWLockAcquire(lock, LW_SHARED);
+	auto *e = static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_FIND, nullptr));
+	if (e != nullptr) {
+		for (int i = 0; i < bucket_slots; i++) {
+			if (e->slots[i].used && e->slots[i].bucket == bucket) {
+				pg_atomic_fetch_add_u32(&e->slots[i].pins, 1);
+				LWLockRelease(lock);
+				*entry_out = e;
+				*slot_out = i;
+				return true;
+			}
+		}
+	}
+	LWLockRelease(lock);
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	bool found = false;
+	e = static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_ENTER_NULL, &found));
+	if (e == nullptr) {
+		LWLockRelease(lock);
+		pg_atomic_fetch_add_u64(&shared->overflows, 1);
+		return false;
+	}
+	if (!found) {
+		for (Slot &s : e->slots) {
+			s.used = false;
+			s.bucket = 0;
+			pg_atomic_init_u32(&s.pins, 0);
+			pg_atomic_init_u64(&s.pending, 0);
+			pg_atomic_init_u64(&s.publishes, 0);
+			s.inflight_active = false;
+			s.inflight = 0;
+			s.inflight_publishes = 0;
+			s.inflight_xid = InvalidTransactionId;
+			s.written[0] = s.written[1] = Written{false, 0, InvalidTransactionId};
+		}
+	}
+	int chosen = -1;
+	for (int i = 0; i < bucket_slots && chosen < 0; i++)
+		if (e->slots[i].used && e->slots[i].bucket == bucket)
+			chosen = i;
+	for (int i = 0; i < bucket_slots && chosen < 0; i++) {
+		Slot &s = e->slots[i];
+		if (!s.used || slot_empty(s)) {
+			s.used = true;
+			s.bucket = bucket;
+			chosen = i;
+		}
+	}
+	if (chosen < 0) {
+		LWLockRelease(lock);
+		pg_atomic_fetch_add_u64(&shared->overflows, 1);
+		return false;
+	}
+	pg_atomic_fetch_add_u32(&e->slots[chosen].pins, 1);
+	LWLockRelease(lock);
+	*entry_out = e;
+	*slot_out = chosen;
+	return true;
+}
+
+// The entry of (counter, key) with its partition locked shared (*lock, to
+// release), or nullptr (locked all the same).
+Entry *find_shared(int32 counter, const Image &key, LWLock **lock) {
+	EntryKey k;
+	make_key(&k, counter, key);
+	uint32 hash = get_hash_value(table, &k);
+	*lock = lock_of(hash);
+	LWLockAcquire(*lock, LW_SHARED);
+	return static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_FIND, nullptr));
+}
+
+// What this transaction added to (counter, key) and has not published:
+// its own reads see it, as they see its own rows.
+int64 local_amount(int32 counter, const Image &key) {
+	int64 sum = 0;
+	if (local_adds == nullptr || local_adds->empty())
+		return 0;
+	for (auto &item : *local_adds) {
+		LocalAdd &a = item.second;
+		if (a.counter != counter || a.key.len != key.len || memcmp(a.key.bytes, key.bytes, key.len) != 0)
+			continue;
+		for (auto &l : a.levels)
+			sum += l.second;
+	}
+	return sum;
+}
+
+// Calls f(entry) for each entry of the counter in this database, every
+// partition locked shared. f must neither throw nor raise.
+template <typename F>
+void scan_counter(int32 counter, F &&f) {
+	lock_all(LW_SHARED);
+	HASH_SEQ_STATUS scan;
+	hash_seq_init(&scan, table);
+	Entry *e;
+	while ((e = static_cast<Entry *>(hash_seq_search(&scan))) != nullptr)
+		if (e->key.db == MyDatabaseId && e->key.counter == counter)
+			f(e);
+	unlock_all();
+}
+
+} // namespace
+
+namespace ce::buffer {
+
+bool image_of(Datum key, int16 typlen, bool byval, Image *out) {
+	if (byval) {
+		out->len = sizeof(Datum);
+		memcpy(out->bytes, &key, sizeof(Datum));
+		return true;
+	}
+	const char *p;
+	size_t len;
+	if (typlen == -1) {
+		struct varlena *v = pg_detoast_datum_packed(reinterpret_cast<struct varlena *>(DatumGetPointer(key)));
+		p = VARDATA_ANY(v);
+		len = VARSIZE_ANY_EXHDR(v);
+	} else if (typlen == -2) {
+		p = DatumGetCString(key);
+		len = strlen(p) + 1;
+	} else {
+		p = DatumGetPointer(key);
+		len = static_cast<size_t>(typlen);
+	}
+	if (len > static_cast<size_t>(max_key_bytes))
+		return false;
+	out->len = static_cast<uint16>(len);
+	memcpy(out->bytes, p, len);
+	return true;
+}
+
+Datum datum_of(const Image &image, int16 typlen, bool byval) {
+	if (byval) {
+		Datum d;
+		memcpy(&d, image.bytes, sizeof(Datum));
+		return d;
+	}
+	if (typlen == -1) {
+		auto *v = static_cast<struct varlena *>(palloc(VARHDRSZ + image.len));
+		SET_VARSIZE(v, VARHDRSZ + image.len);
+		memcpy(VARDATA(v), image.bytes, image.len);
+		return PointerGetDatum(v);
+	}
+	char *p = static_cast<char *>(palloc(image.len));
+	memcpy(p, image.bytes, image.len);
+	return PointerGetDatum(p);
+}
+
+void set_direct_writer(DirectWriter writer) {
+	direct_writer = writer;
+}
+
+void init() {
+	DefineCustomIntVariable("counter_ext.flush_interval",
+	                        "How often the flush job of a buffered counter runs (run_every of new flush jobs).",
+	                        "Read when a buffered counter is registered; counter.job_alter changes an existing job.",
+	                        &flush_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+	                        nullptr);
+	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
+		return;
+	DefineCustomIntVariable("counter_ext.buffer_entries", "Keys the shared table of buffered counters holds.",
+	                        "Each entry is one key of one buffered counter with up to 4 event-time buckets; an add "
+	                        "that finds the table full is written directly.",
+	                        &buffer_entries, 16384, 128, 64 * 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
+	                        nullptr);
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shmem_request_entry;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup_entry;
+	RegisterXactCallback(xact_callback_entry, nullptr);
+	RegisterSubXactCallback(subxact_callback_entry, nullptr);
+}
+
+bool available() {
+	return shared != nullptr && table != nullptr;
+}
+
+TimestampTz epoch() {
+	return available() ? shared->epoch : 0;
+}
+
+uint64 overflows() {
+	return available() ? pg_atomic_read_u64(&shared->overflows) : 0;
+}
+
+bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
+	if (!available() || IsInParallelMode() || IsParallelWorker())
+		return false;
+	if (local_adds == nullptr)
+		local_adds = new std::unordered_map<std::string, LocalAdd>();
+	int level = GetCurrentTransactionNestLevel();
+	std::string lk = local_key(counter, key, bucket);
+	auto found = local_adds->find(lk);
+	if (found != local_adds->end()) {
+		auto &levels = found->second.levels;
+		if (!levels.empty() && levels.back().first == level)
+			levels.back().second += delta;
+		else
+			levels.emplace_back(level, delta);
+		return true;
+	}
+	// Everything that may throw happens before the pin.
+	auto made = local_adds->emplace(std::move(lk), LocalAdd{});
+	LocalAdd &a = made.first->second;
+	try {
+		a.levels.emplace_back(level, delta);
+	} catch (...) {
+		local_adds->erase(made.first);
+		throw;
+	}
+	a.counter = counter;
+	a.bucket = bucket;
+	a.key = key;
+	EntryKey k;
+	make_key(&k, counter, key);
+	Entry *e = nullptr;
+	int slot = 0;
+	if (!pin_slot(k, bucket, &e, &slot)) {
+		local_adds->erase(made.first);
+		return false;
+	}
+	a.entry = e;
+	a.slot = slot;
+	return true;
+}
+
+int64 amount(int32 counter, const Image &key, Snapshot snapshot) {
+	if (!available())
+		return 0;
+	int64 sum = local_amount(counter, key);
+	LWLock *lock;
+	Entry *e = find_shared(counter, key, &lock);
+	if (e != nullptr)
+		for (Slot &s : e->slots)
+			if (s.used)
+				sum += slot_amount(s, snapshot);
+	LWLockRelease(lock);
+	return sum;
+}
+
+std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
+	std::vector<Amount> out;
+	if (!available())
+		return out;
+	size_t mine = local_adds != nullptr ? local_adds->size() : 0;
+	out.reserve(static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16 + mine);
+	if (mine > 0)
+		for (auto &item : *local_adds) {
+			LocalAdd &a = item.second;
+			int64 sum = 0;
+			for (auto &l : a.levels)
+				sum += l.second;
+			if (a.counter == counter && sum != 0)
+				out.push_back(Amount{a.key, a.bucket, sum});
+		}
+	scan_counter(counter, [&out, snapshot](Entry *e) {
+		for (Slot &s : e->slots) {
+			if (!s.used)
+				continue;
+			int64 v = slot_amount(s, snapshot);
+			if (v == 0 || out.size() == out.capacity())
+				continue;
+			Amount a;
+			a.key.len = e->key.len;
+			memcpy(a.key.bytes, e->key.image, e->key.len);
+			a.bucket = s.bucket;
+			a.amount = v;
+			out.push_back(a); // never reallocates: capacity checked
+		}
+	});
+	return out;
+}
+
+bool busy(int32 counter, const Image &key, int64 before, Snapshot snapshot) {
+	if (!available())
+		return false;
+	LWLock *lock;
+	Entry *e = find_shared(counter, key, &lock);
+	bool result = false;
+	if (e != nullptr) {
+		for (Slot &s : e->slots) {
+			if (!s.used || s.bucket >= before)
+				continue;
+			// pins first: an add that has unpinned has published
+			if (pg_atomic_read_u32(&s.pins) != 0 || pg_atomic_read_u64(&s.publishes) != 0 || pending_of(s) != 0 ||
+			    (s.inflight_active && !sees(s.inflight_xid, snapshot)))
+				result = true;
+			for (Written &w : s.written)
+				if (w.active && !sees(w.xid, snapshot))
+					result = true;
+		}
+	}
+	LWLockRelease(lock);
+	return result;
+}
+
+std::vector<Amount> claim(int32 counter, size_t limit) {
+	std::vector<Amount> out;
+	if (!available())
+		return out;
+	if (claims == nullptr)
+		claims = new std::vector<Claim>();
+	size_t n = static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16;
+	if (n > limit)
+		n = limit;
+	out.reserve(n);
+	claims->reserve(claims->size() + n);
+	TransactionId xid = pg_guard([] { return GetTopTransactionId(); });
+	TransactionId horizon = pg_guard([] { return GetOldestNonRemovableTransactionId(nullptr); });
+	int level = GetCurrentTransactionNestLevel();
+	// Nothing below may throw or raise: every claim is recorded.
+	lock_all(LW_EXCLUSIVE);
+	HASH_SEQ_STATUS scan;
+	hash_seq_init(&scan, table);
+	Entry *e;
+	while ((e = static_cast<Entry *>(hash_seq_search(&scan))) != nullptr) {
+		bool mine = e->key.db == MyDatabaseId && e->key.counter == counter;
+		bool in_use = false;
+		for (int i = 0; i < bucket_slots; i++) {
+			Slot &s = e->slots[i];
+			if (!s.used)
+				continue;
+			trim_written(s, horizon);
+			if (mine && !s.inflight_active && out.size() < n && claims->size() < claims->capacity()) {
+				// amount first, publications second: a publisher adds in
+				// that order, so a claim never takes a publication without
+				// its amount (the reverse only leaves a mark with 0)
+				int64 v = static_cast<int64>(pg_atomic_exchange_u64(&s.pending, 0));
+				uint64 published = pg_atomic_exchange_u64(&s.publishes, 0);
+				if (v != 0 || published != 0) {
+					s.inflight_active = true;
+					s.inflight = v;
+					s.inflight_publishes = published;
+					s.inflight_xid = xid;
+					claims->push_back(Claim{e, i, get_hash_value(table, &e->key), level});
+					if (v != 0) { // amounts that cancel have nothing to write
+						Amount a;
+						a.key.len = e->key.len;
+						memcpy(a.key.bytes, e->key.image, e->key.len);
+						a.bucket = s.bucket;
+						a.amount = v;
+						out.push_back(a);
+					}
+				}
+			}
+			if (slot_empty(s))
+				s.used = false;
+			else
+				in_use = true;
+		}
+		if (!in_use)
+			hash_search(table, &e->key, HASH_REMOVE, nullptr);
+	}
+	unlock_all();
+	return out;
+}
+
+void drop_local(int32 counter) {
+	if (local_adds == nullptr)
+		return;
+	for (auto &item : *local_adds)
+		if (item.second.counter == counter)
+			item.second.levels.clear();
+}
+
+Stats stats(int32 counter) {
+	Stats st{0, 0, 0, 0};
+	if (!available())
+		return st;
+	scan_counter(counter, [&st](Entry *e) {
+		st.entries++;
+		for (Slot &s : e->slots) {
+			if (!s.used)
+				continue;
+			st.pending += pending_of(s);
+			st.in_flight += s.inflight_active ? s.inflight : 0;
+			st.pinned += pg_atomic_read_u32(&s.pins);
+		}
+	});
+	return st;
+}
+
+// Buffered counters: the shared table, the transaction's own adds, publish
+// at commit, claims of a flush. See counter_ext/buffer.hpp for the model.
+//
+// Why publish at XACT_EVENT_COMMIT (after the commit record is flushed and
+// the transaction is visible) and not at PRE_COMMIT: an amount must reach
+// the shared table only if the transaction commits, and PRE_COMMIT comes
+// before steps that can still abort it (serialization failures of
+// SERIALIZABLE, NOTIFY queue full, deferred work of other modules). The
+// price is a window between the moment the rows are visible and the moment
+// the amount is published: a reader in that window misses the amount for a
+// moment, a crash in that window loses it (as it loses anything published
+// and not yet flushed: the restart is detected and repaired, see
+// counter.flush), and reconciliation treats a key whose adds are pinned
+// (added, not yet published) as busy, so it never installs a truth that
+// counts rows whose amounts are still on their way.
+
+} // namespace ce::buffer

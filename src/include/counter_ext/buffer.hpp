@@ -1,0 +1,136 @@
+// Buffered counters (doc/reference/tracked.md, "Buffered counters"): adds
+// of a transaction accumulate in backend memory, are published into a
+// shared-memory table when the transaction commits, and are written to the
+// counter's delta table by a flush (counter.flush, the 'flush' job).
+//
+// The shared table is a partitioned dynahash keyed by (database, counter
+// id, key image); each entry holds a few event-time bucket slots. A slot
+// carries:
+//   pins      transactions that added to it and have not ended (they will
+//             publish, or not): reconciliation treats such a key as busy;
+//   pending   published amounts no flush has claimed (atomic), with the
+//             number of publications in them: amounts cancel (+1 and -1 of
+//             two transactions), and reconciliation must still see that
+//             something was published;
+//   inflight  what one flush claimed (with its transaction id): it returns
+//             to pending if that flush's (sub)transaction aborts, and moves
+//             to 'written' when it commits;
+//   written   amounts a committed flush wrote, kept (with the flush's
+//             transaction id) until every snapshot sees that transaction, so
+//             that a read whose snapshot does not yet see the flush still
+//             counts them from here.
+// A slot is freed, and an entry removed, only when all of that is zero.
+//
+// Lock order: partition locks in ascending order; nothing else is taken
+// while one is held. Adders take one partition lock shared (exclusive to
+// make an entry or a slot), publishing is lock-free (atomics), a flush takes
+// every partition exclusive for its claim.
+#pragma once
+
+#include "counter_ext/pg.hpp"
+
+extern "C" {
+#include "utils/snapshot.h"
+}
+
+#include <cstdint>
+#include <vector>
+
+namespace ce::buffer {
+
+// Longest key image that is buffered; longer keys take the unbuffered path.
+inline constexpr int max_key_bytes = 64;
+
+// Bucket slots per key: a key with adds in more buckets at once takes the
+// unbuffered path for the others.
+inline constexpr int bucket_slots = 4;
+
+// The binary image of a key: the datum of a by-value type, the bytes of a
+// fixed-length one, the data of a varlena (no header, never compressed), a
+// cstring with its NUL.
+struct Image {
+	uint16 len;
+	char bytes[max_key_bytes];
+};
+
+// False when the key's image is longer than max_key_bytes. Owns nothing:
+// may detoast (palloc in the current context).
+bool image_of(Datum key, int16 typlen, bool byval, Image *out);
+
+// The key of an image, palloc'd in the current context for by-reference
+// types. Owns nothing.
+Datum datum_of(const Image &image, int16 typlen, bool byval);
+
+// One (key, bucket) amount, as a flush or a read hands it out.
+struct Amount {
+	Image key;
+	int64 bucket;
+	int64 amount;
+};
+
+// Writes amounts of a counter straight to its delta table (the unbuffered
+// path), as the counter's owner: set by tracked.cpp, used for PREPARE
+// TRANSACTION. Throws on failure.
+using DirectWriter = void (*)(int32 counter, const std::vector<Amount> &amounts);
+void set_direct_writer(DirectWriter writer);
+
+// GUCs, shared memory request, transaction callbacks (from _PG_init).
+void init();
+
+// counter_ext.flush_interval, in milliseconds.
+extern int flush_interval_ms;
+// counter_ext.buffer_entries (shared table size).
+extern int buffer_entries;
+
+// True when the shared table exists (the library was preloaded).
+bool available();
+
+// When the shared table was made (at every postmaster start and every
+// restart after a crash): a flush that finds another one recorded knows
+// that published adds may have been lost.
+TimestampTz epoch();
+
+// Adds delta to (counter, key, bucket) in this transaction's memory; it is
+// published when the transaction commits. False when it cannot be buffered
+// (no shared table, the table or the key's bucket slots are full, a
+// parallel worker): the caller writes the delta itself. May throw
+// std::bad_alloc (nothing is changed then).
+bool add(int32 counter, const Image &key, int64 bucket, int64 delta);
+
+// What a read adds to the table's value of (counter, key): everything
+// published that a table read with 'snapshot' does not see.
+int64 amount(int32 counter, const Image &key, Snapshot snapshot);
+
+// Every (key, bucket) of a counter with what a read with 'snapshot' adds to
+// the table (zero amounts left out).
+std::vector<Amount> amounts(int32 counter, Snapshot snapshot);
+
+// Whether reconciliation must leave the key alone (busy): a slot with a
+// bucket before 'before' has an add of a transaction that has not ended, a
+// published amount, or an amount a flush wrote that 'snapshot' does not see.
+bool busy(int32 counter, const Image &key, int64 before, Snapshot snapshot);
+
+// Claims everything published for the counter in this database for a flush
+// by the current transaction: returns the amounts to write. If the
+// (sub)transaction aborts they return to pending; once it commits they are
+// gone from the table (kept as 'written' for older snapshots). At most
+// 'limit' entries.
+std::vector<Amount> claim(int32 counter, size_t limit);
+
+// Drops this transaction's not yet published adds of a counter (TRUNCATE
+// of its source).
+void drop_local(int32 counter);
+
+// Counts of a counter's entries, for counter.buffer_status.
+struct Stats {
+	int64 entries;
+	int64 pending;
+	int64 in_flight;
+	int64 pinned;
+};
+Stats stats(int32 counter);
+
+// Adds that found no room and took the unbuffered path since startup.
+uint64 overflows();
+
+} // namespace ce::buffer

@@ -1,0 +1,954 @@
+-- Partition maintenance: the functions and views that changed in 1.2 (the
+-- catalog tables and the functions kept from 1.1 are in 40_partition.sql).
+-- Only functions and views: the update from 1.1 includes this file as it is.
+
+-- The owner of a managed table: the role its maintenance runs as.
+CREATE FUNCTION counter_internal.partition_owner(parent regclass)
+RETURNS regrole
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT c.relowner::pg_catalog.regrole FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent $$;
+
+-- Runs a command built by this file (identifiers through %I or regclass
+-- output, values as literals of timestamptz or numbers only) as the owner of
+-- parent, restricted. Returns the rows it processed.
+CREATE FUNCTION counter_internal.partition_exec(parent regclass, sql text)
+RETURNS bigint
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT counter_internal.exec_as_owner_cmd(counter_internal.partition_owner(parent), sql, true) $$;
+
+-- Raises unless the calling role may manage parent (a member of its owner,
+-- or a superuser).
+CREATE FUNCTION counter_internal.partition_require_owner(parent regclass)
+RETURNS void
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+BEGIN
+    IF NOT (pg_catalog.pg_has_role(caller, counter_internal.partition_owner(parent), 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'must be owner of table %', parent USING ERRCODE = 'insufficient_privilege',
+            DETAIL = 'Partition maintenance of a table is for members of its owner (or a superuser).';
+    END IF;
+END
+$$;
+
+-- The parent's columns that an INSERT can list (not dropped, not generated).
+CREATE FUNCTION counter_internal.partition_column_list(parent regclass)
+RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+    FROM pg_attribute a
+    WHERE a.attrelid OPERATOR(pg_catalog.=) partition_column_list.parent
+      AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.=) ''
+$$;
+
+-- Logical replication (doc/operations.md): a partition made by counter_ext
+-- is replicated as its parent is, set as the parent's owner.
+--   REPLICA IDENTITY: PostgreSQL does not copy it, and a partition that is
+--   published without one refuses UPDATE and DELETE. USING INDEX maps to the
+--   partition's index attached to the parent's identity index, so t must be
+--   attached already.
+--   Publications that list partitions of the parent one by one (not the
+--   parent, an ancestor, their schema, nor all tables, which include new
+--   partitions by themselves) get t too, when t is a new partition. That
+--   needs the publication's owner (ALTER PUBLICATION); a maintenance run as
+--   another role warns and goes on.
+CREATE FUNCTION counter_internal.partition_replicate_like_parent(parent regclass, t regclass, new_partition boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ident "char" := (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent);
+    idx regclass;
+    pub name;
+BEGIN
+    IF ident OPERATOR(pg_catalog.<>) (SELECT c.relreplident FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t)
+       OR ident OPERATOR(pg_catalog.=) 'i' THEN
+        CASE ident
+        WHEN 'f' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY FULL', t));
+        WHEN 'n' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY NOTHING', t));
+        WHEN 'd' THEN PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY DEFAULT', t));
+        ELSE
+            SELECT h.inhrelid::regclass INTO idx
+            FROM pg_index pi
+            JOIN pg_inherits h ON h.inhparent OPERATOR(pg_catalog.=) pi.indexrelid
+            JOIN pg_index ci ON ci.indexrelid OPERATOR(pg_catalog.=) h.inhrelid
+            WHERE pi.indrelid OPERATOR(pg_catalog.=) parent AND pi.indisreplident
+              AND ci.indrelid OPERATOR(pg_catalog.=) t;
+            IF idx IS NULL THEN
+                RAISE EXCEPTION 'partition % has no index attached to the replica identity index of %', t, parent
+                    USING ERRCODE = 'object_not_in_prerequisite_state';
+            END IF;
+            PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', t,
+                (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) idx)));
+        END CASE;
+    END IF;
+    FOR pub IN
+        SELECT DISTINCT p.pubname FROM pg_publication p
+        JOIN pg_publication_rel pr ON pr.prpubid OPERATOR(pg_catalog.=) p.oid
+        JOIN pg_inherits h ON h.inhrelid OPERATOR(pg_catalog.=) pr.prrelid
+                          AND h.inhparent OPERATOR(pg_catalog.=) parent
+        WHERE new_partition AND NOT p.puballtables AND h.inhrelid OPERATOR(pg_catalog.<>) t
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_rel x
+                          WHERE x.prpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(parent) a
+                                              UNION ALL SELECT t))
+          AND NOT EXISTS (SELECT 1 FROM pg_publication_namespace x
+                          WHERE x.pnpubid OPERATOR(pg_catalog.=) p.oid
+                            AND x.pnnspid IN (SELECT c.relnamespace FROM pg_class c
+                                              WHERE c.oid OPERATOR(pg_catalog.=) t))
+        ORDER BY 1
+    LOOP
+        BEGIN
+            PERFORM counter_internal.partition_exec(parent, format('ALTER PUBLICATION %I ADD TABLE %s', pub, t));
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING 'partition % of % is not added to publication %: %', t, parent, pub, SQLERRM
+                USING HINT = 'The publication''s owner can add it: ALTER PUBLICATION ... ADD TABLE.';
+        END;
+    END LOOP;
+END
+$$;
+
+-- True when a DELETE from the parent's default partition is published by a
+-- publication of this database (FOR ALL TABLES, the parent or an ancestor,
+-- the default partition itself, or their schema): a drain must then be
+-- published as the rows it moves. A publication of inserts only sees no
+-- drain at all (neither its deletes nor its inserts into a table not yet
+-- attached), which is right for it as it is.
+CREATE FUNCTION counter_internal.partition_published(parent regclass)
+RETURNS boolean
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_publication_tables pt
+        JOIN pg_publication p ON p.pubname OPERATOR(pg_catalog.=) pt.pubname AND p.pubdelete
+        JOIN pg_class c ON c.relname OPERATOR(pg_catalog.=) pt.tablename
+        JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                           AND n.nspname OPERATOR(pg_catalog.=) pt.schemaname
+        WHERE c.oid IN (SELECT a.relid FROM pg_partition_ancestors(partition_published.parent) a
+                        UNION ALL SELECT counter.partition_default(partition_published.parent)))
+$$;
+
+-- Creates, as the parent's owner, the standalone table that becomes the
+-- partition [lo, hi): the parent's columns, defaults, constraints and indexes
+-- (LIKE ... INCLUDING ALL, so ATTACH adopts the indexes instead of building
+-- them), privileges and tablespace. With bounded = true it also gets NOT NULL and a
+-- CHECK of the bounds, so rows put in it are checked on the way in and ATTACH
+-- need not scan it. With how = 'direct' it is created straight as a partition
+-- (CREATE TABLE ... PARTITION OF: faster, but it locks the parent in ACCESS
+-- EXCLUSIVE mode, so only partition_manage uses it, on a table being set up).
+CREATE FUNCTION counter_internal.partition_make_table(parent regclass, lo timestamptz, hi timestamptz, how text)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    cfg counter.partitioned_tables;
+    rel pg_class;
+    nsp name;
+    tname name;
+    t regclass;
+    g record;
+BEGIN
+    SELECT * INTO STRICT cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_make_table.parent;
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) partition_make_table.parent;
+    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) rel.relnamespace;
+    tname := counter.partition_name_for(rel.relname, counter.partition_suffix(lo, cfg.part_interval));
+    IF how = 'direct' THEN
+        PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
+                       nsp, tname, nsp, rel.relname, lo, hi));
+        PERFORM counter_internal.partition_replicate_like_parent(parent, format('%I.%I', nsp, tname)::regclass, true);
+    ELSE
+        PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I (LIKE %I.%I INCLUDING ALL)%s', nsp, tname, nsp, rel.relname,
+                       CASE WHEN rel.reltablespace <> 0
+                            THEN format(' TABLESPACE %I', (SELECT s.spcname FROM pg_tablespace s
+                                                           WHERE s.oid = rel.reltablespace))
+                            ELSE '' END));
+    END IF;
+    t := format('%I.%I', nsp, tname)::regclass;
+    IF how = 'bounded' THEN
+        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL, ADD CONSTRAINT counter_ext_bounds CHECK (%I >= %L AND %I < %L)',
+                       t, cfg.control, cfg.control, lo, cfg.control, hi));
+    END IF;
+    -- PostgreSQL does not copy a parent's privileges to new partitions.
+    IF rel.relacl IS NOT NULL THEN
+        FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
+                 WHERE a.grantee OPERATOR(pg_catalog.<>) rel.relowner LOOP
+            PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', g.privilege_type, t,
+                           CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
+                           CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
+        END LOOP;
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- Moves up to max_rows rows of [lo, hi) (every row when lo is NULL) from
+-- ONLY from_rel into to_rel (the parent: the rows are routed to its
+-- partitions), all of them when max_rows is NULL, in one statement: a row is
+-- deleted and inserted atomically, so it is never lost nor duplicated; the statement runs as the parent's owner (a CHECK
+-- constraint or default calling the owner's function runs as the owner).
+-- Triggers and foreign-key actions do not fire (a move is not a delete):
+-- that needs session_replication_role = replica, which is set only for a
+-- table whose owner is a superuser; tables of other owners may move rows only
+-- without triggers and without referencing foreign keys.
+CREATE FUNCTION counter_internal.partition_move(parent regclass, from_rel regclass, to_rel regclass, lo timestamptz,
+                                                hi timestamptz, max_rows bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    ctl name := (SELECT c.control FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_move.parent);
+    cols text := counter_internal.partition_column_list(parent);
+    old_role text := current_setting('session_replication_role');
+    n bigint;
+BEGIN
+    IF (SELECT r.rolsuper FROM pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) counter_internal.partition_owner(parent)) THEN
+        PERFORM set_config('session_replication_role', 'replica', true);
+    ELSIF EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid IN (from_rel, to_rel) AND NOT g.tgisinternal)
+       OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contype OPERATOR(pg_catalog.=) 'f'
+                  AND k.confrelid IN (parent, from_rel)) THEN
+        RAISE EXCEPTION 'moving rows out of the default partition of % needs a table owned by a superuser', parent
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The table has triggers or is referenced by foreign keys, which must not fire for a move.';
+    END IF;
+    n := counter_internal.partition_exec(parent,
+        format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
+               '%2$s %3$s)) RETURNING %4$s) '
+               'INSERT INTO %5$s (%4$s) OVERRIDING SYSTEM VALUE SELECT %4$s FROM moved',
+               from_rel,
+               CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
+               CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel));
+    PERFORM set_config('session_replication_role', old_role, true);
+    RETURN n;
+END
+$$;
+
+-- Attaches a table made by partition_make_table as the partition [lo, hi),
+-- as the parent's owner, with the parent's replica identity. A bounded t
+-- holds rows a drain moved out of the default partition. When deletes from
+-- that partition are published, the move was published as DELETEs only (t
+-- is not published before it is attached), so a subscriber would lose the
+-- rows: then t is set aside under another name, an empty partition is
+-- attached in its place, and the rows go back in through the parent
+-- (published as INSERTs, through the partition or the root), in this
+-- transaction. A subscriber applies the drain's transaction as deletes from
+-- the default partition and inserts of the same rows.
+CREATE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    held regclass;
+    held_name name;
+    has_rows boolean := false;
+BEGIN
+    IF bounded AND counter_internal.partition_published(parent) THEN
+        SELECT x.e INTO STRICT has_rows FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+            format('SELECT EXISTS (SELECT 1 FROM ONLY %s) WHERE $1', t), true) AS x(e boolean);
+    END IF;
+    IF has_rows THEN
+        held_name := counter.partition_name_for(
+            (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent),
+            counter.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
+                                          WHERE c.parent OPERATOR(pg_catalog.=) partition_attach.parent)) || '_held');
+        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s RENAME TO %I', t, held_name));
+        held := t;
+        t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+    END IF;
+    PERFORM counter_internal.partition_exec(parent,
+        format('ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%L) TO (%L)', parent, t, lo, hi));
+    IF bounded THEN
+        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DROP CONSTRAINT counter_ext_bounds', t));
+    END IF;
+    PERFORM counter_internal.partition_replicate_like_parent(parent, t, true);
+    IF held IS NOT NULL THEN
+        PERFORM counter_internal.partition_move(parent, held, parent, NULL, NULL, NULL);
+        PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', held));
+    END IF;
+END
+$$;
+
+-- Moves up to max_rows rows of [lo, hi) from the default partition into t
+-- (all of them when max_rows is NULL): counter_internal.partition_move.
+CREATE FUNCTION counter_internal.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT counter_internal.partition_move(parent, counter.partition_default(parent), t, lo, hi, max_rows)
+$$;
+
+-- One bounded step of maintenance of one table, in the caller's transaction:
+-- finish or continue a staged drain; else drop/detach up to step_partitions
+-- partitions past retention; else create up to step_partitions missing
+-- partitions up to as_of + premake intervals; else drain one slot of the
+-- default partition (at most batch_rows rows, or the whole slot under lock
+-- when that is small), only slots inside [as_of - retention (or 7 days),
+-- as_of + premake]; when done, outside = the rows of the default
+-- partition outside that window (left there). status: 'more' (call again),
+-- 'done', 'busy' (another session maintains the table), 'skipped' (locks not
+-- obtained within lock_timeout after lock_retries retries), 'error' (message
+-- in error). Every statement on the table runs as its owner.
+CREATE FUNCTION counter_internal.partition_step(parent regclass, as_of timestamptz,
+    OUT created integer, OUT dropped integer, OUT moved bigint, OUT status text, OUT error text,
+    OUT outside bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+SET lock_timeout = 0
+AS $$
+DECLARE
+    cfg counter.partitioned_tables;
+    stg counter.partition_staging;
+    step bigint;
+    d regclass;
+    cur timestamptz;
+    upto timestamptz;
+    cutoff timestamptz;
+    win_lo timestamptz;
+    r record;
+    t regclass;
+    lo timestamptz;
+    hi timestamptz;
+    n bigint;
+    todo timestamptz[];
+    busy_slots timestamptz[];
+    covered tstzmultirange;
+    expired regclass[];
+    action text;
+    attempt int := 0;
+    near boolean;
+    i int;
+    drain_lo timestamptz;
+    drain_hi timestamptz;
+BEGIN
+    created := 0; dropped := 0; moved := 0; status := 'done';
+    as_of := coalesce(as_of, now());
+    SELECT * INTO cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_step.parent;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+        status := 'busy';
+        RETURN;
+    END IF;
+    PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) OPERATOR(pg_catalog.*) 1000)::bigint::text, true);
+    step := counter.partition_interval_seconds(cfg.part_interval);
+    d := counter.partition_default(parent);
+    cur := counter.partition_slot(as_of, step);
+    upto := cur OPERATOR(pg_catalog.+) make_interval(secs => step OPERATOR(pg_catalog.*) cfg.premake);
+    cutoff := CASE WHEN cfg.retention IS NOT NULL THEN as_of OPERATOR(pg_catalog.-) cfg.retention END;
+
+    LOOP -- attempts: a lock_not_available rolls the attempt back, waits, retries
+        attempt := attempt OPERATOR(pg_catalog.+) 1;
+        BEGIN
+            created := 0; dropped := 0; moved := 0; status := 'done'; outside := NULL;
+            SELECT * INTO stg FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_step.parent;
+            IF FOUND THEN
+                -- A staged drain: move another batch, or the rest under lock and attach.
+                action := 'drain';
+                IF d IS NULL THEN
+                    RAISE EXCEPTION 'table % lost its default partition during a drain', parent
+                        USING ERRCODE = 'object_not_in_prerequisite_state';
+                END IF;
+                SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+                    format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
+                           d, cfg.control, stg.lo, cfg.control, stg.hi, cfg.batch_rows OPERATOR(pg_catalog.+) 1), true)
+                    AS x(n bigint);
+                IF n OPERATOR(pg_catalog.>) cfg.batch_rows THEN
+                    moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, cfg.batch_rows);
+                    status := 'more';
+                ELSE
+                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
+                    moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, NULL);
+                    PERFORM counter_internal.partition_attach(parent, stg.staging, stg.lo, stg.hi, true);
+                    DELETE FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_step.parent;
+                    created := 1;
+                    status := 'more';
+                END IF;
+                EXIT;
+            END IF;
+
+            -- One look at the partitions: what they cover, the oldest start, and
+            -- those wholly at or before as_of - retention (oldest first).
+            SELECT coalesce(range_agg(tstzrange(b.lo, b.hi)), '{}'::tstzmultirange),
+                   min(b.lo) FILTER (WHERE b.lo > '-infinity'),
+                   (array_agg(b.partition ORDER BY b.hi) FILTER (WHERE b.hi <= cutoff))[1:cfg.step_partitions]
+            INTO covered, win_lo, expired
+            FROM counter.partition_bounds(parent) b WHERE NOT b.is_default;
+
+            -- Missing slots from the oldest partition (or the current slot) up to
+            -- as_of + premake, not overlapping any partition, without rows in default.
+            action := 'create';
+            win_lo := least(coalesce(counter.partition_slot(win_lo, step), cur), cur);
+            -- The window: [as_of - retention (7 days without one), as_of +
+            -- premake]. No partition is made outside it, for a gap or for a
+            -- row of the default partition, however old or far ahead.
+            drain_lo := counter.partition_slot(coalesce(cutoff, as_of OPERATOR(pg_catalog.-) interval '7 days'), step);
+            drain_hi := upto OPERATOR(pg_catalog.+) make_interval(secs => step);
+            win_lo := greatest(win_lo, drain_lo);
+            IF d IS NOT NULL THEN
+                SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+                    format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %4$s)) FROM ONLY %2$s '
+                           'WHERE %1$I >= %3$L AND %1$I <= %5$L AND $1',
+                           cfg.control, d, win_lo, step, upto), true) AS x(a timestamptz[]);
+            END IF;
+            SELECT array_agg(g ORDER BY g) INTO todo FROM (
+                SELECT g FROM generate_series(win_lo, upto, make_interval(secs => step)) g
+                WHERE NOT (covered && tstzrange(g, g + make_interval(secs => step)))
+                  AND NOT (g = ANY (coalesce(busy_slots, '{}')))
+                ORDER BY g LIMIT cfg.step_partitions) s;
+            IF todo IS NOT NULL THEN
+                near := false;
+                FOREACH lo IN ARRAY todo LOOP
+                    hi := lo + make_interval(secs => step);
+                    -- A slot writers may be filling right now: hold writers of
+                    -- the parent so none routes a row there with a stale
+                    -- partition list (it would fail after the ATTACH).
+                    IF NOT near AND lo <= cur + make_interval(secs => step) THEN
+                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                        near := true;
+                    END IF;
+                    t := counter_internal.partition_make_table(parent, lo, hi, 'standalone');
+                    PERFORM counter_internal.partition_attach(parent, t, lo, hi, false);
+                    covered := covered + tstzmultirange(tstzrange(lo, hi));
+                    created := created + 1;
+                END LOOP;
+                IF created >= cfg.step_partitions THEN
+                    status := 'more';
+                    EXIT; -- bounded: the rest in the next step
+                END IF;
+            END IF;
+
+            -- Drain, oldest slot first: up to step_partitions slots of at most
+            -- batch_rows rows each, each moved and attached under a lock that
+            -- holds writers for that moment; a larger slot starts a staged
+            -- drain (one batch per step, the last under lock).
+            action := 'drain';
+            IF d IS NOT NULL THEN
+                FOR i IN 1..cfg.step_partitions LOOP
+                    lo := NULL;
+                    SELECT x.t INTO lo FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+                        format('SELECT %1$I FROM ONLY %2$s WHERE %1$I >= %3$L AND %1$I < %4$L AND $1 ORDER BY %1$I LIMIT 1',
+                               cfg.control, d, drain_lo, drain_hi), true) AS x(t timestamptz);
+                    EXIT WHEN lo IS NULL;
+                    lo := counter.partition_slot(lo, step);
+                    hi := lo + make_interval(secs => step);
+                    IF covered && tstzrange(lo, hi) THEN
+                        RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
+                            lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
+                    END IF;
+                    SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+                        format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
+                               d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1), true) AS x(n bigint);
+                    IF n > cfg.batch_rows THEN
+                        EXIT WHEN i > 1; -- the next step stages it
+                        t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+                        INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
+                        moved := counter_internal.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
+                        status := 'more';
+                        EXIT;
+                    END IF;
+                    t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+                    IF i = 1 THEN
+                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
+                    END IF;
+                    moved := moved + counter_internal.partition_move_rows(parent, t, lo, hi, NULL);
+                    PERFORM counter_internal.partition_attach(parent, t, lo, hi, true);
+                    covered := covered + tstzmultirange(tstzrange(lo, hi));
+                    created := created + 1;
+                    status := 'more';
+                END LOOP;
+            END IF;
+
+            -- Retention, last (its ACCESS EXCLUSIVE lock on the parent is held only
+            -- until the commit): drop (or detach) up to step_partitions expired partitions.
+            IF expired IS NOT NULL THEN
+                action := 'retention';
+                FOREACH t IN ARRAY expired LOOP
+                    IF cfg.retention_keep_table THEN
+                        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DETACH PARTITION %s', parent, t));
+                    ELSE
+                        PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', t));
+                    END IF;
+                    dropped := dropped + 1;
+                END LOOP;
+                IF dropped >= cfg.step_partitions THEN
+                    status := 'more';
+                END IF;
+            END IF;
+
+            -- Done: count what is left outside the window (reported, left there).
+            IF status = 'done' AND d IS NOT NULL THEN
+                SELECT x.n INTO outside FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+                    format('SELECT count(*) FROM ONLY %1$s WHERE NOT (%2$I >= %3$L AND %2$I < %4$L) AND $1',
+                           d, cfg.control, drain_lo, drain_hi), true) AS x(n bigint);
+            END IF;
+            EXIT;
+        EXCEPTION
+            WHEN lock_not_available THEN
+                IF attempt OPERATOR(pg_catalog.>) cfg.lock_retries THEN
+                    created := 0; dropped := 0; moved := 0;
+                    status := 'skipped';
+                    error := format('%s: could not lock %s within lock_timeout %s (%s attempts): %s',
+                                    action, parent, cfg.lock_timeout, attempt, SQLERRM);
+                    RETURN;
+                END IF;
+                PERFORM pg_sleep(least(extract(epoch FROM cfg.lock_timeout), 1));
+            WHEN check_violation THEN
+                -- a row arrived in the default partition for a slot being
+                -- created: the next attempt sees it and drains that slot.
+                IF action <> 'create' OR attempt > cfg.lock_retries THEN
+                    created := 0; dropped := 0; moved := 0;
+                    status := 'error';
+                    error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
+                    RETURN;
+                END IF;
+            WHEN OTHERS THEN
+                created := 0; dropped := 0; moved := 0;
+                status := 'error';
+                error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
+                RETURN;
+        END;
+    END LOOP;
+END
+$$;
+
+-- Records the outcome of a maintenance run of one table; a WARNING names
+-- the rows left outside the window.
+CREATE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
+                                                  created bigint, dropped bigint, moved bigint, outside bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE counter.partitioned_tables c
+    SET last_run_at = clock_timestamp(), last_outcome = partition_record.outcome, last_error = partition_record.error,
+        last_created = partition_record.created, last_dropped = partition_record.dropped,
+        last_moved = partition_record.moved, last_outside = partition_record.outside
+    WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent;
+    IF outside OPERATOR(pg_catalog.>) 0 THEN
+        RAISE WARNING '% rows in the default partition of % are outside [now - retention (or 7 days), now + premake] and were left there',
+            outside, parent
+            USING HINT = 'Move or delete them by hand, or widen retention; maintenance never makes partitions outside that window.';
+    END IF;
+END
+$$;
+
+-- One bounded step of maintenance of parent, for the committing loop below
+-- (an entry point: checks its caller). 'created', 'dropped', 'moved' carry the
+-- totals of the run so far; when the run ends (done, skipped, error, or the
+-- step limit) its outcome is recorded.
+CREATE FUNCTION counter.partition_run_step(parent regclass, step_number integer,
+    INOUT created bigint, INOUT dropped bigint, INOUT moved bigint, OUT status text, OUT error text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    outcome text;
+BEGIN
+    PERFORM counter_internal.partition_require_owner(parent);
+    IF NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) partition_run_step.parent) THEN
+        RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    s := counter_internal.partition_step(parent, NULL);
+    created := coalesce(created, 0) + s.created;
+    dropped := coalesce(dropped, 0) + s.dropped;
+    moved := coalesce(moved, 0) + s.moved;
+    status := s.status;
+    error := s.error;
+    outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
+                    WHEN s.status = 'done' THEN 'ok'
+                    WHEN s.status = 'more' AND step_number >= 100000 THEN 'partial' END;
+    IF outcome IS NOT NULL THEN
+        PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside);
+    END IF;
+END
+$$;
+
+-- Maintenance of one table in the caller's transaction (no COMMIT): steps
+-- until done, skipped, failed or max_steps. For use inside a transaction;
+-- CALL counter.run_maintenance() commits after every step instead.
+CREATE FUNCTION counter.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
+    OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    i int := 0;
+BEGIN
+    IF parent IS NULL THEN
+        RAISE EXCEPTION 'parent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM counter_internal.partition_require_owner(parent);
+    created := 0; dropped := 0; moved := 0; outcome := 'ok';
+    LOOP
+        i := i + 1;
+        s := counter_internal.partition_step(parent, as_of);
+        created := created + s.created; dropped := dropped + s.dropped; moved := moved + s.moved;
+        IF s.status = 'busy' THEN
+            outcome := 'busy';
+            RETURN;
+        ELSIF s.status IN ('skipped', 'error') THEN
+            outcome := s.status; error := s.error;
+            EXIT;
+        ELSIF s.status = 'done' THEN
+            EXIT;
+        ELSIF i >= max_steps THEN
+            outcome := 'partial';
+            EXIT;
+        END IF;
+    END LOOP;
+    PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside);
+END
+$$;
+COMMENT ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) IS
+    'maintains one table in the current transaction (no commits); CALL counter.run_maintenance() commits per step';
+
+-- The committing loop behind run_maintenance and the job: one transaction per
+-- bounded step. No SET clause (a procedure with one cannot COMMIT): every
+-- name and operator is schema-qualified; each step checks the caller.
+CREATE PROCEDURE counter.partition_maintain_steps(parent regclass, INOUT created bigint DEFAULT 0,
+    INOUT dropped bigint DEFAULT 0, INOUT moved bigint DEFAULT 0, INOUT outcome text DEFAULT NULL,
+    INOUT error text DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    s record;
+    i int := 0;
+BEGIN
+    created := 0; dropped := 0; moved := 0; outcome := 'ok'; error := NULL;
+    LOOP
+        i := i OPERATOR(pg_catalog.+) 1;
+        SELECT * INTO s FROM counter.partition_run_step(parent, i, created, dropped, moved);
+        created := s.created;
+        dropped := s.dropped;
+        moved := s.moved;
+        IF s.status OPERATOR(pg_catalog.=) 'busy' THEN
+            outcome := 'busy';
+            COMMIT;
+            RETURN;
+        ELSIF s.status OPERATOR(pg_catalog.=) ANY ('{skipped,error}'::text[]) THEN
+            outcome := s.status; error := s.error;
+            EXIT;
+        ELSIF s.status OPERATOR(pg_catalog.=) 'done' THEN
+            EXIT;
+        ELSIF i OPERATOR(pg_catalog.>=) 100000 THEN
+            outcome := 'partial';
+            EXIT;
+        END IF;
+        COMMIT;
+    END LOOP;
+    COMMIT;
+END
+$$;
+
+-- CALL counter.run_maintenance() maintains every managed table;
+-- CALL counter.run_maintenance('public.events') one. Commits after every
+-- bounded step; a table that is locked past its lock_timeout (or fails) is
+-- recorded and skipped, the others go on. Call it outside a transaction
+-- block (pg_cron does); inside one, use counter.partition_maintain().
+CREATE PROCEDURE counter.run_maintenance(parent regclass DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    tables regclass[];
+    p regclass;
+    c bigint; d bigint; m bigint; o text; e text;
+BEGIN
+    IF parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t
+                                          WHERE t.parent OPERATOR(pg_catalog.=) run_maintenance.parent) THEN
+        RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT pg_catalog.array_agg(t.parent ORDER BY t.parent::pg_catalog.oid) INTO tables
+    FROM counter.partitioned_tables t
+    WHERE run_maintenance.parent IS NULL OR t.parent OPERATOR(pg_catalog.=) run_maintenance.parent;
+    COMMIT;
+    FOREACH p IN ARRAY COALESCE(tables, '{}') LOOP
+        CALL counter.partition_maintain_steps(p, c, d, m, o, e);
+    END LOOP;
+END
+$$;
+
+-- The job the background worker (or counter.run_jobs()) runs for a target
+-- registered by partition_manage: maintains that table, committing per step.
+-- rows_affected = partitions created + partitions dropped or detached + rows
+-- moved out of the default partition. A table skipped for locks ends in
+-- SQLSTATE 55P03, any other failure in 55000, after its outcome is recorded.
+CREATE PROCEDURE counter.job_partition_maintenance(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    p regclass := pg_catalog.to_regclass(target);
+    c bigint; d bigint; m bigint; o text; e text;
+BEGIN
+    IF p IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) p) THEN
+        RAISE EXCEPTION 'table % is not managed by counter_ext', target USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    CALL counter.partition_maintain_steps(p, c, d, m, o, e);
+    rows_affected := c OPERATOR(pg_catalog.+) d OPERATOR(pg_catalog.+) m;
+    IF o OPERATOR(pg_catalog.=) 'skipped' THEN
+        RAISE EXCEPTION 'partition maintenance of % skipped', target USING ERRCODE = 'lock_not_available', DETAIL = e;
+    ELSIF o OPERATOR(pg_catalog.=) 'error' THEN
+        RAISE EXCEPTION 'partition maintenance of % failed', target USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = e;
+    END IF;
+END
+$$;
+
+-- Puts a table under maintenance: checks it, records it, creates its default
+-- partition (if it has none) and its partitions from start_at (default: the
+-- current slot; never before as_of - retention) through as_of + premake
+-- intervals, at most 10,000 of them, registers its job. Returns the number of
+-- partitions created. For the table's owner (or a superuser); the partitions
+-- are made by the owner.
+CREATE FUNCTION counter.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
+    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
+    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    first_slot timestamptz;
+    rel pg_class;
+    pt pg_partitioned_table;
+    att pg_attribute;
+    nsp name;
+    step bigint;
+    made bigint := 0;
+    d regclass;
+    lo timestamptz;
+    t regclass;
+    busy_slots timestamptz[];
+    covered tstzmultirange;
+    s record;
+BEGIN
+    IF parent IS NULL OR control IS NULL OR part_interval IS NULL OR premake IS NULL
+       OR retention_keep_table IS NULL OR batch_rows IS NULL OR lock_timeout IS NULL THEN
+        RAISE EXCEPTION 'partition_manage: only retention, start_at and as_of may be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
+    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid = rel.relnamespace;
+    IF rel.relkind <> 'p' THEN
+        RAISE EXCEPTION '% is not a partitioned table', parent
+            USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
+    END IF;
+    IF NOT (pg_has_role(caller, rel.relowner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'must be owner of table %', parent USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF rel.relpersistence = 't' THEN
+        RAISE EXCEPTION '% is a temporary table', parent USING ERRCODE = 'wrong_object_type';
+    END IF;
+    SELECT * INTO STRICT pt FROM pg_partitioned_table p WHERE p.partrelid = parent;
+    IF pt.partstrat <> 'r' OR pt.partnatts <> 1 OR pt.partattrs[0] = 0 THEN
+        RAISE EXCEPTION '% is not partitioned by range over one column', parent
+            USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
+    END IF;
+    att := counter.column_of(parent, control);
+    IF att.attnum <> pt.partattrs[0] THEN
+        RAISE EXCEPTION 'column "%" is not the partition key of %', control, parent
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF att.atttypid <> 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'partition key "%" of % is %, not timestamptz', control, parent, att.atttypid::regtype
+            USING ERRCODE = 'datatype_mismatch';
+    END IF;
+    step := counter.partition_interval_seconds(part_interval);
+    IF premake < 1 THEN
+        RAISE EXCEPTION 'premake must be at least 1, not %', premake USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF retention IS NOT NULL AND (extract(epoch FROM retention) < step OR retention <= interval '0') THEN
+        RAISE EXCEPTION 'retention % is shorter than the partition interval %', retention, part_interval
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF batch_rows < 1 THEN
+        RAISE EXCEPTION 'batch_rows must be at least 1, not %', batch_rows USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF lock_timeout <= interval '0' THEN
+        RAISE EXCEPTION 'lock_timeout must be positive' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_manage.parent) THEN
+        RAISE EXCEPTION 'table % is already managed', parent USING ERRCODE = 'duplicate_object',
+            HINT = 'Use counter.partition_unmanage() first to change its settings.';
+    END IF;
+    as_of := coalesce(as_of, now());
+    first_slot := counter.partition_slot(least(coalesce(start_at, as_of), as_of), step);
+    IF retention IS NOT NULL THEN
+        first_slot := greatest(first_slot, counter.partition_slot(as_of - retention, step));
+    END IF;
+    IF extract(epoch FROM counter.partition_slot(as_of, step) - first_slot) / step + premake + 1 > 10000 THEN
+        RAISE EXCEPTION 'partition_manage would create more than 10000 partitions'
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'Give a later start_at, a retention, or a longer part_interval.';
+    END IF;
+    INSERT INTO counter.partitioned_tables (parent, control, part_interval, premake, retention, retention_keep_table,
+                                            batch_rows, lock_timeout)
+    VALUES (parent, control, part_interval, premake, retention, retention_keep_table, batch_rows, lock_timeout);
+
+    d := counter.partition_default(parent);
+    IF d IS NOT NULL THEN
+        SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(rel.relowner::regrole,
+            format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %3$s)) FROM ONLY %2$s WHERE $1',
+                   control, d, step), true) AS x(a timestamptz[]);
+    END IF;
+
+    -- The initial partitions, in this transaction; later ones come in bounded steps.
+    SELECT coalesce(range_agg(tstzrange(b.lo, b.hi)), '{}'::tstzmultirange) INTO covered
+    FROM counter.partition_bounds(parent) b WHERE NOT b.is_default;
+    FOR lo IN
+        SELECT g FROM generate_series(first_slot,
+                                      counter.partition_slot(as_of, step) + make_interval(secs => step * premake),
+                                      make_interval(secs => step)) g
+        WHERE NOT (covered && tstzrange(g, g + make_interval(secs => step)))
+          AND NOT (g = ANY (coalesce(busy_slots, '{}')))
+        ORDER BY g
+    LOOP
+        PERFORM counter_internal.partition_make_table(parent, lo, lo + make_interval(secs => step), 'direct');
+        made := made + 1;
+    END LOOP;
+
+    -- The default partition last: each partition made before it skipped the
+    -- check of the default partition's rows.
+    IF d IS NULL THEN
+        PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
+                       counter.partition_name_for(rel.relname, '_default'), parent));
+        d := counter.partition_default(parent);
+        t := d;
+        -- privileges as for every partition
+        IF rel.relacl IS NOT NULL THEN
+            FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
+                     WHERE a.grantee <> rel.relowner LOOP
+                PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
+                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(s.grantee::regrole::text) END,
+                               CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
+            END LOOP;
+        END IF;
+    END IF;
+
+    -- Every partition, those made before too, gets the parent's replica identity.
+    PERFORM counter_internal.partition_replicate_like_parent(parent, b.partition, false)
+    FROM counter.partition_bounds(parent) b;
+    PERFORM counter.job_register('partition_maintenance', format('%I.%I', nsp, rel.relname),
+                                 least(part_interval, interval '1 hour'));
+    UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
+    WHERE c.parent = partition_manage.parent;
+    RETURN made;
+END
+$$;
+COMMENT ON FUNCTION counter.partition_manage(regclass, name, interval, integer, interval, boolean, timestamptz, integer, interval, timestamptz) IS
+    'puts a range-partitioned event table under hourly (or other) partition maintenance';
+
+-- Takes a table out of maintenance (its partitions stay). Refuses while an
+-- hour is half drained (its moved rows sit in a table not yet attached).
+CREATE FUNCTION counter.partition_unmanage(parent regclass)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent) THEN
+        RETURN false;
+    END IF;
+    PERFORM counter_internal.partition_require_owner(parent);
+    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+        RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
+            HINT = 'Try again in a moment.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM counter.partition_staging s WHERE s.parent = partition_unmanage.parent) THEN
+        RAISE EXCEPTION 'table % has rows half way out of its default partition', parent
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'CALL counter.run_maintenance() to finish the drain first.';
+    END IF;
+    SELECT coalesce(t.job_target, format('%I.%I', n.nspname, c.relname)) INTO target
+    FROM counter.partitioned_tables t JOIN pg_class c ON c.oid = t.parent JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE t.parent = partition_unmanage.parent;
+    PERFORM counter.job_unregister('partition_maintenance', target);
+    DELETE FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent;
+    RETURN true;
+END
+$$;
+
+-- The state of every managed table the caller owns (or belongs to the owner
+-- of; a superuser: every one). Rows are counted as the table's owner.
+CREATE FUNCTION counter.partition_state()
+RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
+               partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
+               default_partition regclass, rows_in_default bigint, rows_staged bigint,
+               last_run_at timestamptz, last_outcome text, last_error text,
+               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    su boolean := (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller);
+    c counter.partitioned_tables;
+    stg regclass;
+BEGIN
+    FOR c IN SELECT * FROM counter.partitioned_tables p
+             WHERE su OR pg_has_role(caller, counter_internal.partition_owner(p.parent), 'USAGE')
+             ORDER BY p.parent::oid LOOP
+        parent := c.parent; control := c.control; part_interval := c.part_interval; premake := c.premake;
+        retention := c.retention; last_run_at := c.last_run_at; last_outcome := c.last_outcome;
+        last_error := c.last_error; last_created := c.last_created; last_dropped := c.last_dropped;
+        last_moved := c.last_moved; last_outside := c.last_outside;
+        SELECT count(*), min(b.lo), max(b.hi) INTO partitions, oldest, newest
+        FROM counter.partition_bounds(c.parent) b WHERE NOT b.is_default;
+        hours_ahead := round(extract(epoch FROM newest - now()) / 3600, 2);
+        default_partition := counter.partition_default(c.parent);
+        rows_in_default := NULL;
+        IF default_partition IS NOT NULL THEN
+            SELECT x.n INTO rows_in_default FROM counter_internal.exec_as_owner(counter_internal.partition_owner(c.parent),
+                format('SELECT count(*) FROM ONLY %s WHERE $1', default_partition), true) AS x(n bigint);
+        END IF;
+        rows_staged := NULL;
+        SELECT s.staging INTO stg FROM counter.partition_staging s WHERE s.parent = c.parent;
+        IF stg IS NOT NULL AND EXISTS (SELECT FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) stg) THEN
+            SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner(counter_internal.partition_owner(c.parent),
+                format('SELECT count(*) FROM %s WHERE $1', stg), true) AS x(n bigint);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE VIEW counter.partition_status AS SELECT * FROM counter.partition_state();
+COMMENT ON VIEW counter.partition_status IS
+    'managed partitioned tables: oldest and newest partition, hours premade ahead, rows in default, last maintenance';
+GRANT SELECT ON counter.partition_status TO PUBLIC;
+
+-- partition_manage, partition_unmanage, partition_maintain, run_maintenance
+-- and the job are for every role: each checks that its caller may manage
+-- the table. The helpers live in counter_internal (EXECUTE revoked from
+-- PUBLIC by 99_internal.sql).

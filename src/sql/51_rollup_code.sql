@@ -1,0 +1,951 @@
+-- Hourly rollups: the functions and views that changed in 1.2 (the catalog
+-- tables and the functions kept from 1.1 are in 50_rollup.sql). Only
+-- functions and views: the update from 1.1 includes this file as it is.
+
+-- The rollup row, or undefined_object.
+CREATE FUNCTION counter_internal.rollup_get(rollup_name text)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    IF rollup_name IS NULL THEN
+        RAISE EXCEPTION 'rollup name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM counter.rollups c WHERE c.name OPERATOR(pg_catalog.=) rollup_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup "%" does not exist', rollup_name USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN r;
+END
+$$;
+
+-- Raises unless the calling role may manage rollup r (a member of its
+-- owner, or a superuser).
+CREATE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+BEGIN
+    IF NOT (pg_catalog.pg_has_role(caller, r.owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'must be owner of rollup "%" to %', r.name, action
+            USING ERRCODE = 'insufficient_privilege', DETAIL = format('Only members of %s (or a superuser) may.', r.owner);
+    END IF;
+END
+$$;
+
+-- The SQL a rollup runs, generated from its catalog row with the current
+-- names of its tables (regclass output under a pinned search_path is
+-- always schema-qualified).
+CREATE FUNCTION counter_internal.rollup_sql(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    hour_expr text;
+    keys text := '';        -- "g1, g2, "
+    ev_vals text;           -- 1, x, NULL::bigint, NULL::bigint (events branch)
+    ro_vals text;           -- 0, NULL::int4, r.count, r.sum_x (rollup branch)
+    agg_vals text;          -- sum(n)::bigint AS count, coalesce(sum(x), 0) AS sum_x, max(oc), ...
+    agg_new text;           -- ROW of the fresh values
+    agg_old text;           -- ROW of the old values
+    keys_ddr text := '';    -- "d.g1 OPERATOR(..) r.g1 AND "
+    st text;                -- type of a sum column
+    vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
+    cols text;              -- count, sum_x
+    add_set text;
+    fresh_set text;
+    old_vals text;
+    new_vals text;
+    g name;
+    t oid;
+    where_filter text;
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
+                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    FOREACH g IN ARRAY r.group_by LOOP
+        SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        keys := keys || format('%I, ', g);
+        keys_ddr := keys_ddr || format('d.%1$I %2$s r.%1$I AND ', g, (counter_internal.key_operators(t))[1]);
+    END LOOP;
+    vals := 'pg_catalog.count(*) AS count';
+    cols := 'count';
+    add_set := 'count = r.count + EXCLUDED.count';
+    fresh_set := 'count = EXCLUDED.count';
+    old_vals := 'r.count';
+    ev_vals := '1 AS "n$", NULL::bigint AS "o$count"';
+    ro_vals := '0, r.count';
+    agg_vals := 'pg_catalog.sum("n$")::bigint AS count';
+    agg_new := 'pg_catalog.sum("n$")::bigint';
+    agg_old := 'pg_catalog.max("o$count")';
+    new_vals := 'EXCLUDED.count';
+    FOREACH g IN ARRAY r.sums LOOP
+        vals := vals || format(', coalesce(pg_catalog.sum(%1$I), 0) AS %2$I', g, 'sum_' || g);
+        cols := cols || format(', %I', 'sum_' || g);
+        add_set := add_set || format(', %1$I = r.%1$I + EXCLUDED.%1$I', 'sum_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
+        old_vals := old_vals || format(', r.%I', 'sum_' || g);
+        SELECT CASE WHEN a.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END
+        INTO STRICT st FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::%3$s AS %4$I', g, 'v$' || g, st, 'o$sum_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, NULL) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'sum_' || g);
+        agg_vals := agg_vals || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s AS %3$I', 'v$' || g, st, 'sum_' || g);
+        agg_new := agg_new || format(', coalesce(pg_catalog.sum(%1$I), 0)::%2$s', 'v$' || g, st);
+        agg_old := agg_old || format(', pg_catalog.max(%I)', 'o$sum_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
+    END LOOP;
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        -- Sketches are canonical (equal sets give equal bytes): compare bytes.
+        vals := vals || format(', counter.hll_add_agg(%1$I) AS %2$I', g, 'distinct_' || g);
+        cols := cols || format(', %I', 'distinct_' || g);
+        add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
+        ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::counter.hll AS %3$I', g, 'w$' || g, 'o$distinct_' || g);
+        ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                                     WHERE a.attrelid = r.source AND a.attname = g), 'distinct_' || g);
+        agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I) AS %2$I', 'w$' || g, 'distinct_' || g);
+        agg_new := agg_new || format(', counter.hll_add_agg(%I)::bytea', 'w$' || g);
+        agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
+    END LOOP;
+    -- The stored tree, applied to each event row (src/filter.cpp); the
+    -- trigger applies it in C++ before add_sql sees new_rows.
+    where_filter := CASE WHEN r.filter IS NULL THEN 'true'
+                         ELSE format('counter_internal.filter_match(''rollup'', %s, e)', r.rollup_id) END;
+
+    -- Trigger mode, per statement: shared hour locks in hour order, then one
+    -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
+    -- that pass the filter (src/rollup.cpp).
+    -- (One statement: the hour locks are an InitPlan, taken before the
+    -- first row reaches the upsert.)
+    r.add_sql := format($f$
+        WITH l AS MATERIALIZED (
+            SELECT pg_catalog.count(*) AS n
+            FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
+                             1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
+                  FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
+        INSERT INTO %1$s AS r (%2$shour, %3$s)
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
+        GROUP BY %2$s%4$s ORDER BY %2$s%4$s
+        ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
+        r.rollup_table, keys, cols, hour_expr, vals, add_set);
+    -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
+    -- events and the rollup rows of those hours together finds the rows that
+    -- differ (no join, no per-row lock or probe of unchanged rows); write only
+    -- those, and delete rows whose hour has no events any more (count 0).
+    r.refresh_sql := format($f$
+        WITH diff AS MATERIALIZED (
+            SELECT %2$shour, %5$s
+            FROM (SELECT %2$s%4$s AS hour, %6$s FROM %8$s AS e
+                  WHERE %9$I >= $1 AND %9$I < $2 AND ($3 IS NULL OR %4$s = ANY ($3)) AND %7$s
+                  UNION ALL
+                  SELECT %2$shour, %10$s FROM %1$s r
+                  WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))) u
+            GROUP BY %2$shour
+            HAVING ROW(%11$s) IS DISTINCT FROM ROW(%12$s)),
+        up AS (
+            INSERT INTO %1$s AS r (%2$shour, %3$s)
+            SELECT %2$shour, %3$s FROM diff d WHERE d.count > 0
+            ON CONFLICT (%2$shour) DO UPDATE SET %13$s
+            WHERE ROW(%14$s) IS DISTINCT FROM ROW(%15$s)
+            RETURNING 1),
+        del AS (
+            DELETE FROM %1$s AS r USING diff d
+            WHERE d.count = 0 AND %16$sd.hour OPERATOR(pg_catalog.=) r.hour
+            RETURNING 1)
+        SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
+        r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
+        ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
+    r.sql_for := format('%s|%s', r.source, r.rollup_table);
+    RETURN r;
+END
+$$;
+
+-- Stores the rollup's SQL in the catalog (at creation and rule changes).
+CREATE FUNCTION counter_internal.rollup_build_sql(rid integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter_internal.rollup_sql(rid);
+BEGIN
+    UPDATE counter.rollups u SET sql_for = r.sql_for, add_sql = r.add_sql, refresh_sql = r.refresh_sql
+    WHERE u.rollup_id = rid;
+END
+$$;
+
+-- Makes what rollup rid needs beyond its table, from its catalog row: the
+-- stored SQL, EXECUTE on filter_match for its owner (the refresh applies the
+-- stored filter as the owner), and the triggers on the source (dropped and
+-- made again). Used by counter.rollup_create and by the update from 1.1.
+CREATE FUNCTION counter_internal.rollup_build(rid integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    trg name;
+BEGIN
+    PERFORM counter_internal.rollup_build_sql(rid);
+    SELECT * INTO STRICT r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF r.filter IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       r.owner);
+    END IF;
+    FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
+                 AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_rollup_%s_insert', rid),
+                     format('counter_rollup_%s_delete', rid), format('counter_rollup_%s_update', rid)]::name[]) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trg, r.source);
+    END LOOP;
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_insert', r.source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_delete', r.source, rid);
+    EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                   'counter_rollup_' || rid || '_update', r.source, rid);
+END
+$$;
+
+-- The statement-level trigger on the source (argument: rollup id), in C++
+-- (src/rollup.cpp). It runs as the writer, reads the catalog row as the
+-- catalog's owner, checks the table it fires on is the rollup's source,
+-- records the hours of deferred inserts, deletes and updates in the dirty
+-- log (computed in C++: no SQL runs on the rows), and in trigger mode runs
+-- add_sql as the rollup's owner (restricted, search_path pinned) on the rows
+-- that pass the stored filter, with plans kept per backend. Only
+-- counter.rollup_create attaches it.
+CREATE FUNCTION counter_internal.rollup_trigger()
+RETURNS trigger
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rollup_fire';
+
+-- Registers or removes the job of a rollup so it mirrors counter.rollups.
+CREATE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    every interval;
+BEGIN
+    SELECT r.refresh_every INTO every FROM counter.rollups r WHERE r.name OPERATOR(pg_catalog.=) rollup_name;
+    IF FOUND THEN
+        PERFORM counter.job_register('rollup_refresh', rollup_name, every);
+    ELSE
+        PERFORM counter.job_unregister('rollup_refresh', rollup_name);
+    END IF;
+END
+$$;
+
+-- The oldest hour of a rollup that may be recomputed: hours before the lowest
+-- range partition of the source (older partitions may have been dropped) and
+-- before now() - retention are outside the source's retention. Reads only
+-- catalogs (pg_class, pg_inherits, the relcache's partition descriptor).
+CREATE FUNCTION counter_internal.rollup_horizon(rid integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    lowest timestamptz;
+    bound text;
+    h timestamptz := '-infinity';
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    IF EXISTS (SELECT FROM pg_partitioned_table p
+               JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+               WHERE p.partrelid = r.source AND p.partstrat = 'r' AND p.partnatts = 1
+                 AND a.attname = r.time_column) THEN
+        FOR bound IN
+            SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM '^FOR VALUES FROM \(''([^'']*)''\)')
+            FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = r.source
+        LOOP
+            IF bound IS NOT NULL AND (lowest IS NULL OR bound::timestamptz < lowest) THEN
+                lowest := bound::timestamptz;
+            END IF;
+        END LOOP;
+        IF lowest IS NOT NULL THEN
+            h := lowest;
+        END IF;
+    END IF;
+    IF r.retention IS NOT NULL THEN
+        h := greatest(h, now() - r.retention);
+    END IF;
+    IF isfinite(h) AND counter.rollup_hour(h) <> h THEN
+        h := counter.rollup_hour(h) + interval '1 hour';  -- a partial hour is outside
+    END IF;
+    RETURN h;
+END
+$$;
+
+-- Recomputes hours of one chunk (one UTC day) of a rollup from the events:
+-- all hours in [from_h, to_h), or only those in hours. wait = false skips a
+-- chunk another session is refreshing (returns NULL). Returns the rollup rows
+-- written or deleted. Needs READ COMMITTED: each step must see what the
+-- previous step waited for. An entry point of the refresh procedures: it
+-- checks its caller, takes the locks and consumes the dirty marks itself, and
+-- runs the recompute (the source, the filter, the rollup table) as the
+-- rollup's owner, restricted: whoever calls (a superuser's run_jobs, the
+-- worker), the owner's code cannot leave the owner's rights.
+CREATE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
+                                             hours timestamptz[], wait boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    n bigint;
+BEGIN
+    IF rid IS NULL OR from_h IS NULL OR to_h IS NULL OR wait IS NULL THEN
+        RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    r := counter_internal.rollup_sql(rid);
+    IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
+        RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF wait THEN
+        PERFORM pg_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
+    ELSIF NOT pg_try_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        RETURN NULL;
+    END IF;
+    IF r.mode = 'trigger' THEN
+        -- Wait for writers still adding to these hours; later ones wait for us.
+        PERFORM pg_advisory_xact_lock(1380928584, counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
+              WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
+    END IF;
+    -- Consume the dirty marks first: a mark committed after this point
+    -- survives, so its events are recomputed by the next refresh.
+    DELETE FROM counter.rollup_dirty d
+    WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
+    SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, r.refresh_sql, from_h, to_h, hours) AS x(n bigint);
+    RETURN n;
+END
+$$;
+
+-- The chunks (UTC days, clamped to the source's retention) of a full
+-- recompute of [from_ts, to_ts). An entry point of the refresh procedures
+-- (checks its caller).
+CREATE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    horizon timestamptz;
+    a timestamptz := from_ts;
+BEGIN
+    IF rollup_name IS NULL OR from_ts IS NULL OR to_ts IS NULL THEN
+        RAISE EXCEPTION 'rollup name and range must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    r := counter_internal.rollup_get(rollup_name);
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
+       OR counter.rollup_hour(to_ts) <> to_ts THEN
+        RAISE EXCEPTION 'a refresh range must be whole UTC hours: % to %', from_ts, to_ts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF to_ts < from_ts THEN
+        RAISE EXCEPTION 'a refresh range must not end before it starts' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    horizon := counter_internal.rollup_horizon(r.rollup_id);
+    IF a < horizon THEN
+        RAISE NOTICE 'rollup "%": % hours before % are outside the source''s retention and were left as they were',
+            rollup_name, (extract(epoch FROM least(horizon, to_ts) - a) / 3600)::bigint, horizon;
+        a := least(horizon, to_ts);
+    END IF;
+    WHILE a < to_ts LOOP
+        rollup_id := r.rollup_id;
+        from_h := a;
+        to_h := least(to_ts, date_trunc('day', a, 'UTC') + interval '1 day');
+        RETURN NEXT;
+        a := to_h;
+    END LOOP;
+END
+$$;
+
+-- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
+-- hours outside the source's retention are dropped from the log (they can
+-- never be recomputed into a smaller number). An entry point of the refresh
+-- procedures (checks its caller).
+CREATE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter_internal.rollup_get(rollup_name);
+    rid integer := r.rollup_id;
+    horizon timestamptz;
+    dropped bigint;
+BEGIN
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    horizon := counter_internal.rollup_horizon(rid);
+    WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
+    SELECT count(DISTINCT hour) INTO dropped FROM gone;
+    IF dropped > 0 THEN
+        RAISE WARNING 'rollup "%": % dirty hours before % are outside the source''s retention and were left as they were',
+            rollup_name, dropped, horizon;
+    END IF;
+    RETURN QUERY
+        SELECT rid, min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
+        FROM counter.rollup_dirty d
+        WHERE d.rollup_id = rid
+        GROUP BY counter.rollup_day_number(d.hour)
+        ORDER BY 2;
+END
+$$;
+
+-- Records the outcome of a refresh. A status row another refresh is still
+-- writing is left to that refresh (never wait for it: the job must not
+-- block behind a long recompute it skipped). An entry point of the refresh
+-- procedures (checks its caller).
+CREATE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
+    UPDATE counter.rollup_status s
+    SET last_refresh_at = started, last_outcome = outcome,
+        last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
+    WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
+      AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
+                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED);
+END
+$$;
+
+-- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
+-- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
+CREATE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    total bigint := 0;
+    started timestamptz := clock_timestamp();
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
+        total := total + counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
+    RETURN total;
+END
+$$;
+
+-- Recomputes the dirty hours of a rollup in the caller's transaction,
+-- skipping chunks another session is refreshing. Returns the rollup rows
+-- written or deleted.
+CREATE FUNCTION counter.rollup_refresh_dirty(name text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    n bigint;
+    total bigint := 0;
+    skipped integer := 0;
+    started timestamptz := clock_timestamp();
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(name) LOOP
+        n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+        IF n IS NULL THEN
+            skipped := skipped + 1;
+            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', name, c.from_h;
+        ELSE
+            total := total + n;
+        END IF;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started,
+                                  CASE WHEN skipped = 0 THEN 'ok' ELSE format('skipped %s locked chunks', skipped) END,
+                                  total, NULL);
+    RETURN total;
+END
+$$;
+
+-- Procedure forms: one transaction per chunk (a UTC day at most). No SET
+-- clause is allowed on a procedure that commits, so these only call the
+-- functions above, schema-qualified.
+CREATE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;
+    n pg_catalog.int8;
+    total pg_catalog.int8 := 0;
+    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    st pg_catalog.text;
+    msg pg_catalog.text;
+BEGIN
+    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
+        BEGIN
+            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+        END;
+        IF st IS NOT NULL THEN
+            PERFORM counter.rollup_record(c.rollup_id, started, 'error', total, msg);
+            COMMIT;
+            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
+        END IF;
+        total := pg_catalog.int8pl(total, n);
+        COMMIT;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
+    COMMIT;
+END
+$$;
+
+-- The job the background worker (or counter.run_jobs(), or pg_cron) runs:
+-- recompute the dirty hours of one rollup, one UTC day per transaction,
+-- skipping chunks another session is refreshing.
+CREATE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c record;
+    n pg_catalog.int8;
+    skipped pg_catalog.int4 := 0;
+    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    st pg_catalog.text;
+    msg pg_catalog.text;
+BEGIN
+    rows_affected := 0;
+    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(target) LOOP
+        BEGIN
+            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+        END;
+        IF st IS NOT NULL THEN
+            PERFORM counter.rollup_record(c.rollup_id, started, 'error', rows_affected, msg);
+            COMMIT;
+            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
+        END IF;
+        IF n IS NULL THEN
+            skipped := pg_catalog.int4pl(skipped, 1);
+            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, c.from_h;
+        ELSE
+            rows_affected := pg_catalog.int8pl(rows_affected, n);
+        END IF;
+        COMMIT;
+    END LOOP;
+    PERFORM counter.rollup_record(counter.rollup_id(target), started,
+        CASE WHEN skipped OPERATOR(pg_catalog.=) 0 THEN 'ok' ELSE pg_catalog.format('skipped %s locked chunks', skipped) END,
+        rows_affected, NULL);
+    COMMIT;
+END
+$$;
+
+-- Creates a rollup: its table, its triggers on the source, its catalog row
+-- and its refresh job, and marks every hour that already has events dirty
+-- (the job fills them in). Nothing is created when any argument is wrong.
+CREATE FUNCTION counter.rollup_create(
+    name text,
+    source regclass,
+    time_column name,
+    group_by name[],
+    distinct_on name[] DEFAULT '{}',
+    mode text DEFAULT 'trigger',
+    sums name[] DEFAULT '{}',
+    filter text DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    refresh_every interval DEFAULT '1 minute')
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    compiled text[];
+    rel record;
+    col record;
+    g name;
+    seen name[] := '{}';
+    outcols text[] := ARRAY['hour', 'count'];
+    ddl text := '';
+    keys text := '';
+    tbl regclass;
+    rid integer;
+BEGIN
+    IF name IS NULL OR source IS NULL OR time_column IS NULL OR group_by IS NULL OR distinct_on IS NULL
+       OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL THEN
+        RAISE EXCEPTION 'only filter and retention of counter.rollup_create may be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF name = '' OR octet_length(name) > 63 THEN
+        RAISE EXCEPTION 'a rollup name must be 1 to 63 bytes long' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF mode NOT IN ('trigger', 'deferred') THEN
+        RAISE EXCEPTION 'unknown rollup mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'use ''trigger'' or ''deferred''';
+    END IF;
+    IF refresh_every < interval '1 second' OR retention <= interval '0' THEN
+        RAISE EXCEPTION 'refresh_every must be at least 1 second and retention positive'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
+        RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
+    END IF;
+    SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
+    INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+    WHERE c.oid = source;
+    IF rel.relkind NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', source USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF rel.relpersistence = 't' THEN
+        RAISE EXCEPTION '% is a temporary table', source USING ERRCODE = 'wrong_object_type';
+    END IF;
+    IF NOT (pg_has_role(caller, rel.owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
+        RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
+    END IF;
+
+    SELECT c.atttypid, c.attnotnull INTO col FROM counter.column_of(source, time_column) c;
+    IF col.atttypid <> 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
+            USING ERRCODE = 'datatype_mismatch',
+                  HINT = 'UTC hours need instants; a timestamp without time zone depends on the TimeZone setting';
+    END IF;
+    IF NOT col.attnotnull THEN
+        RAISE EXCEPTION 'time column "%" must be NOT NULL', time_column USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOREACH g IN ARRAY group_by LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'group_by must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = time_column THEN
+            RAISE EXCEPTION 'group column "%" is the time column', g USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'the rollup groups by the UTC hour of the time column already';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in group_by', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        IF g = ANY (outcols) THEN
+            RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter.column_of(source, g) c;
+        IF NOT col.attnotnull THEN
+            RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
+                HINT = 'the group columns form the primary key of the rollup';
+        END IF;
+        PERFORM counter_internal.key_operators(col.atttypid);  -- 42883 unless the key type can be compared
+        seen := seen || g;
+        ddl := ddl || format('%I %s%s NOT NULL, ', g, format_type(col.atttypid, col.atttypmod),
+            (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
+             JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
+        keys := keys || format('%I, ', g);
+    END LOOP;
+    outcols := outcols || seen::text[];
+
+    ddl := ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL';
+    seen := '{}';
+    FOREACH g IN ARRAY sums LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'sums must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in sums', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        SELECT c.atttypid INTO col FROM counter.column_of(source, g) c;
+        IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype) THEN
+            RAISE EXCEPTION 'cannot sum column "%" of type %', g, format_type(col.atttypid, NULL)
+                USING ERRCODE = 'datatype_mismatch', HINT = 'sums are exact: smallint, integer, bigint or numeric';
+        END IF;
+        IF octet_length('sum_' || g) > 63 THEN
+            RAISE EXCEPTION 'sum column name "sum_%" is too long', g USING ERRCODE = 'name_too_long';
+        END IF;
+        IF 'sum_' || g = ANY (outcols) THEN
+            RAISE EXCEPTION 'sum column "sum_%" collides with a rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        seen := seen || g;
+        outcols := outcols || ('sum_' || g);
+        ddl := ddl || format(', %I %s NOT NULL', 'sum_' || g,
+                             CASE WHEN col.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END);
+    END LOOP;
+
+    -- One sketch per distinct_on column: merged across hours, never summed.
+    seen := '{}';
+    FOREACH g IN ARRAY distinct_on LOOP
+        IF g IS NULL THEN
+            RAISE EXCEPTION 'distinct_on must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF g = ANY (seen) THEN
+            RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
+        END IF;
+        PERFORM counter.column_of(source, g);
+        IF octet_length('distinct_' || g) > 63 THEN
+            RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
+        END IF;
+        IF 'distinct_' || g = ANY (outcols) THEN
+            RAISE EXCEPTION 'distinct column "distinct_%" collides with a rollup column of that name', g
+                USING ERRCODE = 'duplicate_column';
+        END IF;
+        seen := seen || g;
+        outcols := outcols || ('distinct_' || g);
+        ddl := ddl || format(', %I counter.hll NOT NULL', 'distinct_' || g);
+    END LOOP;
+
+    IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%.%" already exists', rel.nsp, name USING ERRCODE = 'duplicate_table',
+            HINT = 'the rollup table is created in the schema of the source, named after the rollup';
+    END IF;
+    -- The filter is resolved here, once, as the owner (src/filter.cpp).
+    IF filter IS NOT NULL THEN
+        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+    END IF;
+
+    -- The rollup table is made by the owner, in the source's schema.
+    -- fillfactor: each row is updated many times in its hour; room on its
+    -- page keeps those updates HOT (no index entries, pruned in place).
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner,
+        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys), true);
+    tbl := format('%I.%I', rel.nsp, name)::regclass;
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('CREATE INDEX ON %s (hour)', tbl), true);
+    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('COMMENT ON TABLE %s IS %L', tbl,
+        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
+
+    INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
+                                 filter, filter_tree, filter_relid, retention, refresh_every, owner)
+    VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner)
+    RETURNING rollup_id INTO rid;
+    PERFORM counter_internal.rollup_build(rid);
+    INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
+
+    -- CREATE TRIGGER waited for every open writer of the source and holds
+    -- them off until commit, so these are all the events the triggers miss
+    -- (read as the owner; only the hours reach the catalog).
+    INSERT INTO counter.rollup_dirty (rollup_id, hour)
+    SELECT rid, x.h FROM counter_internal.exec_as_owner(rel.owner,
+        format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
+        AS x(h timestamptz);
+    PERFORM counter_internal.rollup_job_sync(name);
+    RETURN tbl;
+END
+$$;
+
+-- Drops a rollup: its triggers, its table (as the owner: a table the owner
+-- no longer owns is refused), its catalog rows and its job.
+CREATE FUNCTION counter.rollup_drop(name text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter_internal.rollup_get(name);
+    op text;
+BEGIN
+    PERFORM counter_internal.rollup_require_owner(r, 'drop it');
+    PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
+    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.source) THEN
+        FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'counter_rollup_' || r.rollup_id || '_' || op, r.source);
+        END LOOP;
+    END IF;
+    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
+    END IF;
+    DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+    DELETE FROM counter.rollup_status s WHERE s.rollup_id = r.rollup_id;
+    DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
+    PERFORM counter_internal.rollup_job_sync(name);
+END
+$$;
+
+-- Changes the rule of a rollup (which events count), compiled as the owner.
+-- Existing hours keep their numbers until recomputed:
+-- CALL counter.rollup_refresh(name, from, to).
+CREATE FUNCTION counter.rollup_set_filter(name text, filter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter_internal.rollup_get(name);
+    compiled text[];
+BEGIN
+    PERFORM counter_internal.rollup_require_owner(r, 'change its filter');
+    IF filter IS NOT NULL THEN
+        compiled := counter_internal.filter_compile(r.source, filter, r.owner);
+    END IF;
+    UPDATE counter.rollups c SET filter = compiled[1], filter_tree = compiled[2],
+        filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END
+    WHERE c.rollup_id = r.rollup_id;
+    PERFORM counter_internal.rollup_build_sql(r.rollup_id);
+    IF compiled IS NOT NULL THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+                       r.owner);
+    END IF;
+END
+$$;
+
+-- Totals per group and period (hour, day, week, month, year or total) in a
+-- time zone, over the whole UTC hours [from_ts, to_ts). Periods must start on
+-- whole UTC hours in that zone (zones with half-hour offsets cannot be
+-- assembled from hours and are refused).
+CREATE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
+                                      time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
+RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    r counter.rollups;
+    period text;
+    key_expr text := 'jsonb_build_object(';
+    grp text := '';
+    sums_expr text := 'jsonb_build_object(';
+    distinct_expr text := 'jsonb_build_object(';
+    bad timestamptz;
+    g name;
+    sep text := '';
+BEGIN
+    IF name IS NULL OR from_ts IS NULL OR to_ts IS NULL OR time_zone IS NULL OR per IS NULL THEN
+        RAISE EXCEPTION 'arguments of counter.rollup_totals must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    r := counter_internal.rollup_get(rollup_totals.name);
+    -- Readers of the rollup table may read its totals; the table is read as
+    -- its owner (never with more rights than the owner's).
+    IF NOT pg_catalog.has_table_privilege(caller, r.rollup_table, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for rollup "%"', name USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('Reading its totals needs SELECT on %s.', r.rollup_table);
+    END IF;
+    IF per NOT IN ('hour', 'day', 'week', 'month', 'year', 'total') THEN
+        RAISE EXCEPTION 'unknown period "%"', per USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'use hour, day, week, month, year or total';
+    END IF;
+    PERFORM now() AT TIME ZONE time_zone;  -- 22023 for an unknown zone
+    IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
+       OR counter.rollup_hour(to_ts) <> to_ts OR to_ts < from_ts THEN
+        RAISE EXCEPTION 'a totals range must be whole UTC hours, from before to: % to %', from_ts, to_ts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF per <> 'total' THEN
+        SELECT p INTO bad FROM (
+            SELECT date_trunc(per, h, time_zone) AS p
+            FROM generate_series(from_ts, to_ts - interval '1 hour', interval '1 hour') h) s
+        WHERE counter.rollup_hour(p) <> p LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a % in time zone "%" starts at %, which is not a whole UTC hour', per, time_zone, bad
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'hourly rollups assemble periods of zones with whole-hour offsets only';
+        END IF;
+        period := format('pg_catalog.date_trunc(%L, hour, %L)', per, time_zone);
+    ELSE
+        period := format('%L::timestamptz', from_ts);
+    END IF;
+    FOREACH g IN ARRAY r.group_by LOOP
+        key_expr := key_expr || sep || format('%L, %I', g, g);
+        grp := grp || format(', %I', g);
+        sep := ', ';
+    END LOOP;
+    sep := '';
+    FOREACH g IN ARRAY r.sums LOOP
+        sums_expr := sums_expr || sep || format('%L, pg_catalog.sum(%I)', g, 'sum_' || g);
+        sep := ', ';
+    END LOOP;
+    sep := '';
+    -- Distinct counts merge the hours' sketches (never a sum of counts).
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        distinct_expr := distinct_expr || sep
+            || format('%L, pg_catalog.round(counter.hll_cardinality(counter.hll_union_agg(%I)))::bigint', g, 'distinct_' || g);
+        sep := ', ';
+    END LOOP;
+    RETURN QUERY SELECT * FROM counter_internal.exec_as_owner(r.owner, format(
+        'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s), %6$s) FROM %4$s '
+        'WHERE hour >= $1 AND hour < $2 GROUP BY 1%5$s ORDER BY 1%5$s',
+        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr), from_ts, to_ts)
+        AS x(p timestamptz, k jsonb, n bigint, s jsonb, d jsonb);
+END
+$$;
+
+-- Newest hour the rollup knows of (its table, read as its owner, and its
+-- dirty log); NULL for a rollup the caller does not own.
+CREATE FUNCTION counter.rollup_newest_hour(rid integer)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    r counter.rollups;
+    h timestamptz;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND OR NOT (pg_has_role(caller, r.owner, 'USAGE')
+                         OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller))
+       OR NOT EXISTS (SELECT FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table) THEN
+        RETURN NULL;
+    END IF;
+    SELECT x.h INTO h FROM counter_internal.exec_as_owner(r.owner,
+        format('SELECT pg_catalog.max(hour) FROM %s WHERE $1', r.rollup_table), true) AS x(h timestamptz);
+    RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
+END
+$$;
+
+CREATE VIEW counter.rollup_state AS
+SELECT r.name,
+       r.mode,
+       r.source,
+       r.rollup_table,
+       counter.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
+       least(pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') OPERATOR(pg_catalog.-) interval '1 hour',
+             d.oldest_dirty OPERATOR(pg_catalog.-) interval '1 hour') AS newest_complete_hour,
+       coalesce(d.dirty_hours, 0) AS dirty_hours,
+       s.last_refresh_at,
+       s.last_outcome,
+       s.last_duration,
+       s.last_rows,
+       s.last_error
+FROM counter.rollups r
+LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty
+           FROM counter.rollup_dirty dd GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
+LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
+WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
+COMMENT ON VIEW counter.rollup_state IS 'per rollup of the roles the reader belongs to: newest hours, dirty hours pending, last refresh';
+GRANT SELECT ON counter.rollup_state TO PUBLIC;

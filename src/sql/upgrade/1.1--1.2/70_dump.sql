@@ -1,0 +1,2 @@
+-- ---- dump and restore: pending work, history and identity sequences are dumped (issue 14) ----
+--@include src/sql/70_dump.sql
