@@ -2,8 +2,9 @@
 # make deb [PG=15|17|18|all]: Debian packages postgresql-N-counter-ext from
 # this tree (as it is), with debian/ (pg_buildext, pgxs_loop), into
 # build/deb/. No PG builds for the machine's own majors (Debian 12: 15);
-# 17 and 18 are built in the suite's cached chroots (test/chroot.sh), where
-# debian/pgversions meets that suite's PostgreSQL. Prints the .deb files.
+# 17 and 18 are built in cached chroots (test/chroot.sh: the suite's test
+# chroot plus build-essential, pgN-SUITE-deb), where debian/pgversions meets
+# that suite's PostgreSQL. Prints the .deb files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
