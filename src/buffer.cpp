@@ -723,6 +723,11 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 	std::vector<Amount> out;
 	if (!available())
 		return out;
+	// an idle counter (no entry) costs no transaction id, so no commit record
+	bool any = false;
+	scan_counter(counter, [&any](Entry *) { any = true; });
+	if (!any)
+		return out;
 	if (claims == nullptr)
 		claims = new std::vector<Claim>();
 	size_t n = static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16;

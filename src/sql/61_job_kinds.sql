@@ -1,5 +1,5 @@
 -- The built-in job kinds: rows of counter_internal.job_kinds, added once the
--- procedures exist (30, 40 and 50 made them). Included as it is by the update
+-- procedures exist (30, 36, 40 and 50 made them). Included as it is by the update
 -- from 1.1, after the procedures of 1.2 are made.
 INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
     ('reconcile', 'counter.job_reconcile(text, bigint)', true),
