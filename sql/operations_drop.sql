@@ -7,7 +7,7 @@ CREATE EXTENSION counter_ext;
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
 SET timezone = 'UTC';
-CREATE ROLE ops_drop_owner;
+CREATE ROLE ops_drop_owner LOGIN;   -- its jobs run in a session of its own (PostgreSQL 15 needs LOGIN for it)
 CREATE SCHEMA ops AUTHORIZATION ops_drop_owner;
 
 -- What counter_ext keeps about the objects of this test: catalog rows, jobs,
@@ -57,6 +57,7 @@ SELECT job_id AS job FROM counter.jobs WHERE kind = 'partition_maintenance' \gse
 CALL counter.run_job(:job);
 SELECT outcome, sqlstate FROM counter.job_runs WHERE job_id = :job ORDER BY run_id;
 CREATE SCHEMA ops2;
+GRANT USAGE, CREATE ON SCHEMA ops2 TO ops_drop_owner;   -- the job runs as the owner, who makes partitions there
 ALTER TABLE ops.events_renamed SET SCHEMA ops2;
 ALTER SCHEMA ops2 RENAME TO "Ops 3";
 SELECT kind, target FROM counter.jobs;

@@ -8,8 +8,8 @@ CREATE EXTENSION counter_ext;
 SET client_min_messages = warning;
 \set VERBOSITY terse
 
-CREATE ROLE rsec_victim;
-CREATE ROLE rsec_attacker;
+CREATE ROLE rsec_victim LOGIN;       -- jobs run in a session of their owner (PostgreSQL 15 needs LOGIN for it)
+CREATE ROLE rsec_attacker LOGIN;
 GRANT CREATE ON SCHEMA public TO rsec_victim;
 CREATE SCHEMA att AUTHORIZATION rsec_attacker;
 CREATE TABLE public.seen (tag text, sess text, cur text, note text);

@@ -254,7 +254,7 @@ void stop_database_worker(Oid dboid) {
 		pgstat_clear_backend_activity_snapshot();
 		int n = pgstat_fetch_stat_numbackends();
 		for (int i = 1; i <= n; i++) {
-			PgBackendStatus *be = pgstat_fetch_stat_beentry(i);
+			PgBackendStatus *be = ce::compat::backend_status_by_index(i);
 			if (be == nullptr || be->st_databaseid != dboid || be->st_backendType != B_BG_WORKER ||
 			    be->st_procpid == MyProcPid)
 				continue;

@@ -246,3 +246,25 @@ ce_scan_log() {
 ce_psql() {
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q "$@"
 }
+
+# ce_bench_beside_release REF: for the benchmarks that compare this tree with
+# a released version (test/bench/*/vs_release.sh): builds REF's source (git
+# archive) in a temporary folder ($work, removed on exit) and starts two
+# clusters with the durable defaults, "this" (this tree's build) and "ref"
+# (REF's). Exits on failure.
+ce_bench_beside_release() {
+    local ref=$1
+    ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
+    ce_build_and_stage || exit 1
+    work=$(mktemp -d)
+    trap 'ce_cluster_stop_all; rm -rf "$work"' EXIT INT TERM
+    mkdir "$work/ref"
+    git -C "$CE_TOP" archive "$ref" | tar -x -C "$work/ref"
+    ( export CE_TOP="$work/ref" CE_STAGE="$work/ref/build/stage"; source "$work/ref/test/lib.sh"
+      ce_build_and_stage ) >"$work/ref-build.log" 2>&1 || { tail "$work/ref-build.log"; exit 1; }
+    chmod -R a+rX "$work"
+    local durable=("fsync = on" "synchronous_commit = on" "full_page_writes = on" "counter_ext.enabled = off")
+    local this_bin=$CE_PGBIN ref_bin=$work/ref/build/stage${CE_PGBIN#$CE_STAGE}
+    CE_PGBIN=$this_bin ce_cluster_start this "${durable[@]}" || exit 1
+    CE_PGBIN=$ref_bin ce_cluster_start ref "${durable[@]}" || exit 1
+}

