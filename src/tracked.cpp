@@ -14,6 +14,7 @@
 #include "counter_ext/buffer.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/keys.hpp"
+#include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/tracked_fold.hpp"
@@ -783,7 +784,7 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 // The second key of the flush lock is the counter id; the first spells
 // 'c' 'e' 0 15 (issue 15). Transaction level: a flush holds it until its
 // writes commit or abort, so two flushes of one counter never overlap.
-constexpr int32 flush_lock_class = 0x6365000f;
+constexpr int32 flush_lock_class = ce::locks::flush; // the one registry: locks.hpp
 
 // Most entries one flush statement writes.
 constexpr size_t flush_batch = 10000;

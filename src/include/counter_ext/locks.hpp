@@ -28,6 +28,7 @@ inline constexpr int32_t rollup_day = 1380928579;
 inline constexpr int32_t rollup_hour = 1380928584;
 // 0x63656a62 ('c' 'e' 'j' 'b'): claiming one job.
 inline constexpr int32_t job = 1667590754;
+inline constexpr int32_t flush = 0x6365000f; // buffered counters' flush
 
 inline constexpr LockClass classes[] = {
     {"tracked", tracked, "counter_id"},
@@ -35,6 +36,7 @@ inline constexpr LockClass classes[] = {
     {"rollup_day", rollup_day, "counter.rollup_lock_key(rollup_id, UTC day number)"},
     {"rollup_hour", rollup_hour, "counter.rollup_lock_key(rollup_id, UTC hour number)"},
     {"job", job, "job_id modulo 2^31"},
+    {"flush", flush, "counter_id (a buffered counter's flush)"},
 };
 
 // The class named 'name', or nullptr.
