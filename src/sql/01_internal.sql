@@ -6,12 +6,12 @@
 -- operation with search_path pg_catalog, pg_temp; parameters are the
 -- variadic arguments ($1, $2, ...). Called only by the extension's functions,
 -- after they have checked the caller's privilege.
-CREATE FUNCTION counter_internal.exec_as_owner(owner regrole, sql text, VARIADIC args "any")
+CREATE OR REPLACE FUNCTION counter_internal.exec_as_owner(owner regrole, sql text, VARIADIC args "any")
 RETURNS SETOF record
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_exec_as_owner';
 
-CREATE FUNCTION counter_internal.exec_as_owner_cmd(owner regrole, sql text, VARIADIC args "any")
+CREATE OR REPLACE FUNCTION counter_internal.exec_as_owner_cmd(owner regrole, sql text, VARIADIC args "any")
 RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_exec_as_owner_cmd';
@@ -19,19 +19,19 @@ AS 'MODULE_PATHNAME', 'counter_exec_as_owner_cmd';
 -- The one filter compiler (src/filter.cpp): resolves a filter as the owner,
 -- once, and returns {canonical text, tree}; filter_match applies the stored
 -- tree of a tracked counter ('tracked') or rollup ('rollup') to a source row.
-CREATE FUNCTION counter_internal.filter_compile(source regclass, filter text, owner regrole)
+CREATE OR REPLACE FUNCTION counter_internal.filter_compile(source regclass, filter text, owner regrole)
 RETURNS text[]
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_filter_compile';
 
-CREATE FUNCTION counter_internal.filter_match(kind text, id integer, source_row anyelement)
+CREATE OR REPLACE FUNCTION counter_internal.filter_match(kind text, id integer, source_row anyelement)
 RETURNS boolean
 LANGUAGE c STABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_filter_match';
 
 -- {=, <, >} of a key type's default btree operator class, written as
 -- OPERATOR(schema.op): resolved from the catalog, never from a search_path.
-CREATE FUNCTION counter_internal.key_operators(key_type regtype)
+CREATE OR REPLACE FUNCTION counter_internal.key_operators(key_type regtype)
 RETURNS text[]
 LANGUAGE c STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_key_operators';

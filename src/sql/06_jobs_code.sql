@@ -4,7 +4,7 @@
 -- is.
 
 -- One line per job with its latest run.
-CREATE VIEW counter.job_status AS
+CREATE OR REPLACE VIEW counter.job_status AS
 SELECT j.job_id, j.kind, j.target, j.enabled, j.run_every, j.next_run, j.failures,
        j.running_run IS NOT NULL AS running,
        r.started_at AS last_started, r.finished_at AS last_finished, r.outcome AS last_outcome,
@@ -24,7 +24,7 @@ LEFT JOIN LATERAL (
 -- owner (which follows ALTER TABLE ... OWNER TO and REASSIGN OWNED). NULL when
 -- the target is gone or the kind is not a built-in one. (PL/pgSQL: the
 -- features' catalogs are made by later pieces.)
-CREATE FUNCTION counter_internal.job_target_owner(kind text, target text)
+CREATE OR REPLACE FUNCTION counter_internal.job_target_owner(kind text, target text)
 RETURNS regrole
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -47,7 +47,7 @@ REVOKE ALL ON FUNCTION counter_internal.job_target_owner(text, text) FROM PUBLIC
 
 -- Tells the launcher (when the library is preloaded) that the database has a
 -- job of 'owner' due at 'due', once the transaction commits.
-CREATE FUNCTION counter_internal.job_nudge(owner oid, due timestamptz)
+CREATE OR REPLACE FUNCTION counter_internal.job_nudge(owner oid, due timestamptz)
 RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_job_nudge';
@@ -57,7 +57,7 @@ REVOKE ALL ON FUNCTION counter_internal.job_nudge(oid, timestamptz) FROM PUBLIC;
 -- its id. 'owner' is the owner of the object the job serves, given by the
 -- registering feature (NULL: found from the target, see
 -- counter_internal.job_target_owner).
-CREATE FUNCTION counter.job_register(kind text, target text, run_every interval, owner regrole DEFAULT NULL)
+CREATE OR REPLACE FUNCTION counter.job_register(kind text, target text, run_every interval, owner regrole DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -101,7 +101,7 @@ $$;
 
 -- Removes the job of a target; true when there was one. Its history stays
 -- until the retention trims it.
-CREATE FUNCTION counter.job_unregister(kind text, target text)
+CREATE OR REPLACE FUNCTION counter.job_unregister(kind text, target text)
 RETURNS boolean
 LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp

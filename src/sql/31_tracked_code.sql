@@ -1,10 +1,10 @@
 -- Tracked counters: the functions and views (the tables are in
--- 30_tracked.sql). This piece holds code only, so the update from 1.1
--- (src/sql/upgrade/1.1--1.2/) includes it as it is, after dropping 1.1's
--- functions and views.
+-- 30_tracked.sql). This piece holds code only, so the update from 1.2
+-- (src/sql/upgrade/1.2--1.3/50_code.sql) includes it as it is
+-- (everything here is CREATE OR REPLACE).
 
 -- The role that called the outermost function (for SECURITY DEFINER code).
-CREATE FUNCTION counter_internal.caller()
+CREATE OR REPLACE FUNCTION counter_internal.caller()
 RETURNS regrole
 LANGUAGE c STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_tracked_caller';
@@ -14,20 +14,20 @@ AS 'MODULE_PATHNAME', 'counter_tracked_caller';
 -- order, as the counter's owner; on TRUNCATE, empties the counter. Its one
 -- argument is the counter id; everything else comes from counter.tracked.
 -- Only counter.track attaches it.
-CREATE FUNCTION counter_internal.tracked_fold()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_fold()
 RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
 
 -- Every backend forgets the counter rows it keeps (src/tracked.cpp): called
 -- by every function here that changes a row's registration.
-CREATE FUNCTION counter_internal.tracked_invalidate()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_invalidate()
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
 
 -- The counter row, or an errcode'd error.
-CREATE FUNCTION counter_internal.tracked_get(counter_name text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -49,7 +49,7 @@ $$;
 
 -- Raises unless the calling role may manage counter t (a member of the
 -- source table's owner, or a superuser).
-CREATE FUNCTION counter_internal.tracked_require_owner(t counter.tracked, action text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_require_owner(t counter.tracked, action text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -65,7 +65,7 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION counter_internal.tracked_table(t counter.tracked, part text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_table(t counter.tracked, part text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -74,7 +74,7 @@ AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked
 -- (Re)creates what counter t needs beyond its state tables: the batch
 -- function and, in trigger mode, the triggers on the source. Used by
 -- counter.track and by the update from 1.1.
-CREATE FUNCTION counter_internal.tracked_build(t counter.tracked)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_build(t counter.tracked)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -250,7 +250,7 @@ END
 $fn$;
 
 -- Registers a tracked counter. See doc/reference/tracked.md.
-CREATE FUNCTION counter.track(
+CREATE OR REPLACE FUNCTION counter.track(
     name text,
     source regclass,
     key_column name,
@@ -406,7 +406,7 @@ COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interv
     bigint, bigint, interval, interval, boolean, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
-CREATE FUNCTION counter.untrack(name text)
+CREATE OR REPLACE FUNCTION counter.untrack(name text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -448,7 +448,7 @@ COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its sta
 -- key is of the counter's key type, or text (through the type's input
 -- function). src/tracked.cpp: runs as the caller, checks INSERT on the
 -- source, then writes as the source's owner.
-CREATE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
+CREATE OR REPLACE FUNCTION counter.add(name text, key anyelement, delta bigint DEFAULT 1,
                             at timestamptz DEFAULT pg_catalog.now())
 RETURNS void
 LANGUAGE c VOLATILE
@@ -458,14 +458,14 @@ COMMENT ON FUNCTION counter.add(text, anyelement, bigint, timestamptz) IS
 
 -- Value of one key: base + every delta; 0 for a key never seen. Needs SELECT
 -- on the source.
-CREATE FUNCTION counter.value(name text, key anyelement)
+CREATE OR REPLACE FUNCTION counter.value(name text, key anyelement)
 RETURNS bigint
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_tracked_value';
 COMMENT ON FUNCTION counter.value(text, anyelement) IS 'value of one key of a tracked counter (0 when never seen)';
 
 -- Values of many keys, one row per distinct key given, in key order.
-CREATE FUNCTION counter.values_of(name text, keys anyarray)
+CREATE OR REPLACE FUNCTION counter.values_of(name text, keys anyarray)
 RETURNS TABLE (key anyelement, value bigint)
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_tracked_values_of';
@@ -474,7 +474,7 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
 -- itself; the state is read through exec_as_owner.
-CREATE FUNCTION counter.tracked_all_values()
+CREATE OR REPLACE FUNCTION counter.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -505,12 +505,12 @@ BEGIN
 END
 $fn$;
 
-CREATE VIEW counter.tracked_values AS SELECT * FROM counter.tracked_all_values();
+CREATE OR REPLACE VIEW counter.tracked_values AS SELECT * FROM counter.tracked_all_values();
 COMMENT ON VIEW counter.tracked_values IS 'every key with state of every tracked counter the caller may read';
 
 -- The watermark a run uses: the given one (or now - lag), down to a bucket
 -- boundary.
-CREATE FUNCTION counter_internal.tracked_watermark(t counter.tracked, w timestamptz)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_watermark(t counter.tracked, w timestamptz)
 RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -523,7 +523,7 @@ $$;
 -- advisory lock (false when another reconciler holds it), runs the counter's
 -- batch function as the owner, records drifted keys; 'after' moves to the
 -- batch's last key.
-CREATE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
     w_from timestamptz, all_keys boolean, INOUT after text, OUT locked boolean, OUT checked bigint,
     OUT corrected bigint, OUT pos bigint, OUT neg bigint, OUT max_abs bigint, OUT busy bigint)
 LANGUAGE plpgsql VOLATILE
@@ -561,7 +561,7 @@ $fn$;
 
 -- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
 -- counter_ext_drift) when total |drift| exceeds the counter's threshold.
-CREATE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
 RETURNS counter.tracked_runs
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -592,7 +592,7 @@ $fn$;
 -- run_from is the previous watermark: source rows in [run_from, watermark)
 -- are newly past it, and their keys are checked even when nothing was
 -- written through the counter.
-CREATE FUNCTION counter_internal.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
+CREATE OR REPLACE FUNCTION counter_internal.tracked_start_run(t counter.tracked, w timestamptz, all_keys boolean,
     OUT run bigint, OUT run_watermark timestamptz, OUT run_from timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -611,7 +611,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter_internal.tracked_add_batch(t counter.tracked, run bigint, b record)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_add_batch(t counter.tracked, run bigint, b record)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -628,7 +628,7 @@ END
 $fn$;
 
 -- The run of counter t with id 'run', while it runs; or 42704.
-CREATE FUNCTION counter_internal.tracked_require_run(t counter.tracked, run bigint)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_require_run(t counter.tracked, run bigint)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -649,7 +649,7 @@ $fn$;
 -- triggers, so every key is verified in the next run, and a stored filter is
 -- resolved again against the new table (as the owner, from its canonical
 -- text). Returns the row as it now is.
-CREATE FUNCTION counter_internal.tracked_check_restored(t counter.tracked)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_check_restored(t counter.tracked)
 RETURNS counter.tracked
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -675,7 +675,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
 RETURNS counter.reconcile_result
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -735,7 +735,7 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
 -- neither SECURITY DEFINER nor SET, so it only loops (operators
 -- schema-qualified); the steps are functions that check the caller owns the
 -- counter and that the run is this counter's running run.
-CREATE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
+CREATE OR REPLACE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
     OUT w_from timestamptz, OUT verify_after text, OUT verify_slice bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -778,7 +778,7 @@ $fn$;
 
 -- Moves the verification cycle on: 'after' is where the next slice starts;
 -- finished, the cycle is complete (the next one starts from the first key).
-CREATE FUNCTION counter.tracked_job_verified(target text, run bigint, after text, finished boolean, verified bigint)
+CREATE OR REPLACE FUNCTION counter.tracked_job_verified(target text, run bigint, after text, finished boolean, verified bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -799,7 +799,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
+CREATE OR REPLACE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
     w_from timestamptz, INOUT after text, OUT locked boolean, OUT checked bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -823,7 +823,7 @@ BEGIN
 END
 $fn$;
 
-CREATE FUNCTION counter.tracked_job_end(target text, run bigint, run_outcome text)
+CREATE OR REPLACE FUNCTION counter.tracked_job_end(target text, run bigint, run_outcome text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -845,7 +845,7 @@ BEGIN
 END
 $fn$;
 
-CREATE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
@@ -902,7 +902,7 @@ $fn$;
 COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
     'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
 
-CREATE VIEW counter.tracked_history AS
+CREATE OR REPLACE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
        r.outcome, r.keys_busy, r.keys_verified
@@ -910,7 +910,7 @@ FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
 
-CREATE VIEW counter.tracked_drift AS
+CREATE OR REPLACE VIEW counter.tracked_drift AS
 SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run,
        coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
        coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
@@ -921,7 +921,7 @@ WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
 GROUP BY c.counter_id, c.name;
 COMMENT ON VIEW counter.tracked_drift IS 'per tracked counter: runs and total drift found';
 
-CREATE VIEW counter.tracked_key_drift_history AS
+CREATE OR REPLACE VIEW counter.tracked_key_drift_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, k.key, k.cached, k.truth, k.drift
 FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
@@ -933,7 +933,7 @@ COMMENT ON VIEW counter.tracked_key_drift_history IS 'keys that drifted past the
 -- session_replication_role = replica cannot be seen this way; the
 -- verification cycle and the check of rows newly past the watermark find
 -- them.) It reads pg_trigger and writes counter.tracked only.
-CREATE FUNCTION counter_internal.tracked_ddl()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_ddl()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -978,12 +978,10 @@ BEGIN
     END LOOP;
 END
 $fn$;
-CREATE EVENT TRIGGER counter_tracked_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
-    EXECUTE FUNCTION counter_internal.tracked_ddl();
 
 -- A source table dropped (DROP TABLE, DROP SCHEMA, DROP OWNED): its counters
 -- go with it, state, catalog rows, history and jobs.
-CREATE FUNCTION counter_internal.tracked_forget_dropped()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_forget_dropped()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1005,13 +1003,10 @@ BEGIN
     END LOOP;
 END
 $fn$;
-CREATE EVENT TRIGGER counter_tracked_forget_dropped ON sql_drop
-    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
-    EXECUTE FUNCTION counter_internal.tracked_forget_dropped();
 
 -- Where each counter stands: the watermark, pending full runs, the
 -- verification cycle, triggers switched off.
-CREATE VIEW counter.tracked_status AS
+CREATE OR REPLACE VIEW counter.tracked_status AS
 SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.triggers_off, c.verify_every,
        c.verify_started AS verify_cycle_started, c.verify_after AS verify_cursor, c.last_verified,
        c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue

@@ -3,7 +3,7 @@
 
 -- When the shared table of buffered counters was made (NULL: the library is
 -- not preloaded, nothing is buffered).
-CREATE FUNCTION counter_internal.tracked_buffer_epoch()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_buffer_epoch()
 RETURNS timestamptz
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_epoch';
@@ -12,20 +12,20 @@ AS 'MODULE_PATHNAME', 'counter_tracked_buffer_epoch';
 -- an add not yet published, an amount published and not flushed, or one a
 -- flush wrote that the statement's snapshot does not see, in a bucket < w.
 -- Called by the batch function of a buffered counter, as its owner.
-CREATE FUNCTION counter_internal.tracked_buffer_busy(counter_id integer, w timestamptz, keys anyarray)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_buffer_busy(counter_id integer, w timestamptz, keys anyarray)
 RETURNS anyarray
 LANGUAGE c STABLE STRICT
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_busy';
 
 -- Every key of a buffered counter with what its buffer adds to the table's
 -- value (sample: any value of the key type, e.g. NULL::bigint).
-CREATE FUNCTION counter_internal.tracked_buffered(counter_id integer, sample anyelement)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_buffered(counter_id integer, sample anyelement)
 RETURNS TABLE (key anyelement, amount bigint)
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_tracked_buffered';
 
 -- counter.untrack: what is published for the counter is dropped.
-CREATE FUNCTION counter_internal.tracked_buffer_forget(counter_id integer)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_buffer_forget(counter_id integer)
 RETURNS bigint
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_forget';
@@ -36,7 +36,7 @@ AS 'MODULE_PATHNAME', 'counter_tracked_buffer_forget';
 -- go of it when that transaction commits. Returns the entries written (0
 -- when another transaction is flushing the counter right now). Needs the
 -- privileges of the counter's owner.
-CREATE FUNCTION counter.flush(name text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION counter.flush(name text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_flush';
@@ -45,7 +45,7 @@ COMMENT ON FUNCTION counter.flush(text) IS
 
 -- The job kind 'flush' (one job per buffered counter, run_every =
 -- counter_ext.flush_interval when the counter was registered).
-CREATE PROCEDURE counter.job_flush(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.job_flush(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -57,14 +57,14 @@ COMMENT ON PROCEDURE counter.job_flush(text, bigint) IS
     'flush job of a buffered counter; rows_affected = entries written';
 
 -- One row per buffered counter the caller may act for.
-CREATE FUNCTION counter.buffer_status()
+CREATE OR REPLACE FUNCTION counter.buffer_status()
 RETURNS TABLE (counter text, preloaded boolean, entries bigint, pending bigint, in_flight bigint, pinned bigint,
                flushed_at timestamptz, flushes bigint, repairs bigint, repair_requested_at timestamptz,
                overflows bigint)
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_buffer_status';
 
-CREATE VIEW counter.buffered AS SELECT * FROM counter.buffer_status();
+CREATE OR REPLACE VIEW counter.buffered AS SELECT * FROM counter.buffer_status();
 COMMENT ON VIEW counter.buffered IS
     'buffered counters: whether the library is preloaded, what the shared table holds, flushes, repairs';
 GRANT SELECT ON counter.buffered TO PUBLIC;

@@ -3,7 +3,7 @@
 -- Only functions and views: the update from 1.1 includes this file as it is.
 
 -- The owner of a managed table: the role its maintenance runs as.
-CREATE FUNCTION counter_internal.partition_owner(parent regclass)
+CREATE OR REPLACE FUNCTION counter_internal.partition_owner(parent regclass)
 RETURNS regrole
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -12,7 +12,7 @@ AS $$ SELECT c.relowner::pg_catalog.regrole FROM pg_catalog.pg_class c WHERE c.o
 -- Runs a command built by this file (identifiers through %I or regclass
 -- output, values as literals of timestamptz or numbers only) as the owner of
 -- parent, restricted. Returns the rows it processed.
-CREATE FUNCTION counter_internal.partition_exec(parent regclass, sql text)
+CREATE OR REPLACE FUNCTION counter_internal.partition_exec(parent regclass, sql text)
 RETURNS bigint
 LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -20,7 +20,7 @@ AS $$ SELECT counter_internal.exec_as_owner_cmd(counter_internal.partition_owner
 
 -- Raises unless the calling role may manage parent (a member of its owner,
 -- or a superuser).
-CREATE FUNCTION counter_internal.partition_require_owner(parent regclass)
+CREATE OR REPLACE FUNCTION counter_internal.partition_require_owner(parent regclass)
 RETURNS void
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -37,7 +37,7 @@ END
 $$;
 
 -- The parent's columns that an INSERT can list (not dropped, not generated).
-CREATE FUNCTION counter_internal.partition_column_list(parent regclass)
+CREATE OR REPLACE FUNCTION counter_internal.partition_column_list(parent regclass)
 RETURNS text
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -59,7 +59,7 @@ $$;
 --   partitions by themselves) get t too, when t is a new partition. That
 --   needs the publication's owner (ALTER PUBLICATION); a maintenance run as
 --   another role warns and goes on.
-CREATE FUNCTION counter_internal.partition_replicate_like_parent(parent regclass, t regclass, new_partition boolean)
+CREATE OR REPLACE FUNCTION counter_internal.partition_replicate_like_parent(parent regclass, t regclass, new_partition boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -122,7 +122,7 @@ $$;
 -- published as the rows it moves. A publication of inserts only sees no
 -- drain at all (neither its deletes nor its inserts into a table not yet
 -- attached), which is right for it as it is.
-CREATE FUNCTION counter_internal.partition_published(parent regclass)
+CREATE OR REPLACE FUNCTION counter_internal.partition_published(parent regclass)
 RETURNS boolean
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -145,7 +145,7 @@ $$;
 -- need not scan it. With how = 'direct' it is created straight as a partition
 -- (CREATE TABLE ... PARTITION OF: faster, but it locks the parent in ACCESS
 -- EXCLUSIVE mode, so only partition_manage uses it, on a table being set up).
-CREATE FUNCTION counter_internal.partition_make_table(parent regclass, lo timestamptz, hi timestamptz, how text)
+CREATE OR REPLACE FUNCTION counter_internal.partition_make_table(parent regclass, lo timestamptz, hi timestamptz, how text)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -202,7 +202,7 @@ $$;
 -- that needs session_replication_role = replica, which is set only for a
 -- table whose owner is a superuser; tables of other owners may move rows only
 -- without triggers and without referencing foreign keys.
-CREATE FUNCTION counter_internal.partition_move(parent regclass, from_rel regclass, to_rel regclass, lo timestamptz,
+CREATE OR REPLACE FUNCTION counter_internal.partition_move(parent regclass, from_rel regclass, to_rel regclass, lo timestamptz,
                                                 hi timestamptz, max_rows bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -249,7 +249,7 @@ $$;
 -- row trigger cloned to the partition is handled as for every move). A
 -- subscriber applies the drain's transaction as deletes from the default
 -- partition and inserts of the same rows.
-CREATE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
+CREATE OR REPLACE FUNCTION counter_internal.partition_attach(parent regclass, t regclass, lo timestamptz, hi timestamptz, bounded boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -289,7 +289,7 @@ $$;
 
 -- Moves up to max_rows rows of [lo, hi) from the default partition into t
 -- (all of them when max_rows is NULL): counter_internal.partition_move.
-CREATE FUNCTION counter_internal.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
+CREATE OR REPLACE FUNCTION counter_internal.partition_move_rows(parent regclass, t regclass, lo timestamptz, hi timestamptz, max_rows bigint)
 RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -308,7 +308,7 @@ $$;
 -- 'done', 'busy' (another session maintains the table), 'skipped' (locks not
 -- obtained within lock_timeout after lock_retries retries), 'error' (message
 -- in error). Every statement on the table runs as its owner.
-CREATE FUNCTION counter_internal.partition_step(parent regclass, as_of timestamptz,
+CREATE OR REPLACE FUNCTION counter_internal.partition_step(parent regclass, as_of timestamptz,
     OUT created integer, OUT dropped integer, OUT moved bigint, OUT status text, OUT error text,
     OUT outside bigint)
 LANGUAGE plpgsql VOLATILE
@@ -538,7 +538,7 @@ $$;
 
 -- Records the outcome of a maintenance run of one table; a WARNING names
 -- the rows left outside the window.
-CREATE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
+CREATE OR REPLACE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
                                                   created bigint, dropped bigint, moved bigint, outside bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -562,7 +562,7 @@ $$;
 -- (an entry point: checks its caller). 'created', 'dropped', 'moved' carry the
 -- totals of the run so far; when the run ends (done, skipped, error, or the
 -- step limit) its outcome is recorded.
-CREATE FUNCTION counter.partition_run_step(parent regclass, step_number integer,
+CREATE OR REPLACE FUNCTION counter.partition_run_step(parent regclass, step_number integer,
     INOUT created bigint, INOUT dropped bigint, INOUT moved bigint, OUT status text, OUT error text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -593,7 +593,7 @@ $$;
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
 -- CALL counter.run_maintenance() commits after every step instead.
-CREATE FUNCTION counter.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
+CREATE OR REPLACE FUNCTION counter.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
     OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -633,7 +633,7 @@ COMMENT ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) I
 -- The committing loop behind run_maintenance and the job: one transaction per
 -- bounded step. No SET clause (a procedure with one cannot COMMIT): every
 -- name and operator is schema-qualified; each step checks the caller.
-CREATE PROCEDURE counter.partition_maintain_steps(parent regclass, INOUT created bigint DEFAULT 0,
+CREATE OR REPLACE PROCEDURE counter.partition_maintain_steps(parent regclass, INOUT created bigint DEFAULT 0,
     INOUT dropped bigint DEFAULT 0, INOUT moved bigint DEFAULT 0, INOUT outcome text DEFAULT NULL,
     INOUT error text DEFAULT NULL)
 LANGUAGE plpgsql
@@ -673,7 +673,7 @@ $$;
 -- bounded step; a table that is locked past its lock_timeout (or fails) is
 -- recorded and skipped, the others go on. Call it outside a transaction
 -- block (pg_cron does); inside one, use counter.partition_maintain().
-CREATE PROCEDURE counter.run_maintenance(parent regclass DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.run_maintenance(parent regclass DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -700,7 +700,7 @@ $$;
 -- rows_affected = partitions created + partitions dropped or detached + rows
 -- moved out of the default partition. A table skipped for locks ends in
 -- SQLSTATE 55P03, any other failure in 55000, after its outcome is recorded.
-CREATE PROCEDURE counter.job_partition_maintenance(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.job_partition_maintenance(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -726,7 +726,7 @@ $$;
 -- intervals, at most 10,000 of them, registers its job. Returns the number of
 -- partitions created. For the table's owner (or a superuser); the partitions
 -- are made by the owner.
-CREATE FUNCTION counter.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+CREATE OR REPLACE FUNCTION counter.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
     premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
     start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
     lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
@@ -871,7 +871,7 @@ COMMENT ON FUNCTION counter.partition_manage(regclass, name, interval, integer, 
 
 -- Takes a table out of maintenance (its partitions stay). Refuses while an
 -- hour is half drained (its moved rows sit in a table not yet attached).
-CREATE FUNCTION counter.partition_unmanage(parent regclass)
+CREATE OR REPLACE FUNCTION counter.partition_unmanage(parent regclass)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -903,7 +903,7 @@ $$;
 
 -- The state of every managed table the caller owns (or belongs to the owner
 -- of; a superuser: every one). Rows are counted as the table's owner.
-CREATE FUNCTION counter.partition_state()
+CREATE OR REPLACE FUNCTION counter.partition_state()
 RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
                partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
                default_partition regclass, rows_in_default bigint, rows_staged bigint,
@@ -945,7 +945,7 @@ BEGIN
 END
 $$;
 
-CREATE VIEW counter.partition_status AS SELECT * FROM counter.partition_state();
+CREATE OR REPLACE VIEW counter.partition_status AS SELECT * FROM counter.partition_state();
 COMMENT ON VIEW counter.partition_status IS
     'managed partitioned tables: oldest and newest partition, hours premade ahead, rows in default, last maintenance';
 GRANT SELECT ON counter.partition_status TO PUBLIC;

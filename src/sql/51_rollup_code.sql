@@ -3,7 +3,7 @@
 -- functions and views: the update from 1.1 includes this file as it is.
 
 -- The rollup row, or undefined_object.
-CREATE FUNCTION counter_internal.rollup_get(rollup_name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_get(rollup_name text)
 RETURNS counter.rollups
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -24,7 +24,7 @@ $$;
 
 -- Raises unless the calling role may manage rollup r (a member of its
 -- owner, or a superuser).
-CREATE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -43,7 +43,7 @@ $$;
 -- The SQL a rollup runs, generated from its catalog row with the current
 -- names of its tables (regclass output under a pinned search_path is
 -- always schema-qualified).
-CREATE FUNCTION counter_internal.rollup_sql(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_sql(rid integer)
 RETURNS counter.rollups
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -173,7 +173,7 @@ END
 $$;
 
 -- Stores the rollup's SQL in the catalog (at creation and rule changes).
-CREATE FUNCTION counter_internal.rollup_build_sql(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_build_sql(rid integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -190,7 +190,7 @@ $$;
 -- stored SQL, EXECUTE on filter_match for its owner (the refresh applies the
 -- stored filter as the owner), and the triggers on the source (dropped and
 -- made again). Used by counter.rollup_create and by the update from 1.1.
-CREATE FUNCTION counter_internal.rollup_build(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_build(rid integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -231,13 +231,13 @@ $$;
 -- add_sql as the rollup's owner (restricted, search_path pinned) on the rows
 -- that pass the stored filter, with plans kept per backend. Only
 -- counter.rollup_create attaches it.
-CREATE FUNCTION counter_internal.rollup_trigger()
+CREATE OR REPLACE FUNCTION counter_internal.rollup_trigger()
 RETURNS trigger
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_rollup_fire';
 
 -- Registers or removes the job of a rollup so it mirrors counter.rollups.
-CREATE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -258,7 +258,7 @@ $$;
 -- range partition of the source (older partitions may have been dropped) and
 -- before now() - retention are outside the source's retention. Reads only
 -- catalogs (pg_class, pg_inherits, the relcache's partition descriptor).
-CREATE FUNCTION counter_internal.rollup_horizon(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_horizon(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -306,7 +306,7 @@ $$;
 -- runs the recompute (the source, the filter, the rollup table) as the
 -- rollup's owner, restricted: whoever calls (a superuser's run_jobs, the
 -- worker), the owner's code cannot leave the owner's rights.
-CREATE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
+CREATE OR REPLACE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
                                              hours timestamptz[], wait boolean)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -355,7 +355,7 @@ $$;
 -- The chunks (UTC days, clamped to the source's retention) of a full
 -- recompute of [from_ts, to_ts). An entry point of the refresh procedures
 -- (checks its caller).
-CREATE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
+CREATE OR REPLACE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -398,7 +398,7 @@ $$;
 -- hours outside the source's retention are dropped from the log (they can
 -- never be recomputed into a smaller number). An entry point of the refresh
 -- procedures (checks its caller).
-CREATE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
+CREATE OR REPLACE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -430,7 +430,7 @@ $$;
 -- writing is left to that refresh (never wait for it: the job must not
 -- block behind a long recompute it skipped). An entry point of the refresh
 -- procedures (checks its caller).
-CREATE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
+CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -454,7 +454,7 @@ $$;
 
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
 -- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
-CREATE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+CREATE OR REPLACE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -475,7 +475,7 @@ $$;
 -- Recomputes the dirty hours of a rollup in the caller's transaction,
 -- skipping chunks another session is refreshing. Returns the rollup rows
 -- written or deleted.
-CREATE FUNCTION counter.rollup_refresh_dirty(name text)
+CREATE OR REPLACE FUNCTION counter.rollup_refresh_dirty(name text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -506,7 +506,7 @@ $$;
 -- Procedure forms: one transaction per chunk (a UTC day at most). No SET
 -- clause is allowed on a procedure that commits, so these only call the
 -- functions above, schema-qualified.
-CREATE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
+CREATE OR REPLACE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -539,7 +539,7 @@ $$;
 -- The job the background worker (or counter.run_jobs(), or pg_cron) runs:
 -- recompute the dirty hours of one rollup, one UTC day per transaction,
 -- skipping chunks another session is refreshing.
-CREATE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -580,7 +580,7 @@ $$;
 -- Creates a rollup: its table, its triggers on the source, its catalog row
 -- and its refresh job, and marks every hour that already has events dirty
 -- (the job fills them in). Nothing is created when any argument is wrong.
-CREATE FUNCTION counter.rollup_create(
+CREATE OR REPLACE FUNCTION counter.rollup_create(
     name text,
     source regclass,
     time_column name,
@@ -770,7 +770,7 @@ $$;
 
 -- Drops a rollup: its triggers, its table (as the owner: a table the owner
 -- no longer owns is refused), its catalog rows and its job.
-CREATE FUNCTION counter.rollup_drop(name text)
+CREATE OR REPLACE FUNCTION counter.rollup_drop(name text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -799,7 +799,7 @@ $$;
 -- Changes the rule of a rollup (which events count), compiled as the owner.
 -- Existing hours keep their numbers until recomputed:
 -- CALL counter.rollup_refresh(name, from, to).
-CREATE FUNCTION counter.rollup_set_filter(name text, filter text)
+CREATE OR REPLACE FUNCTION counter.rollup_set_filter(name text, filter text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -827,7 +827,7 @@ $$;
 -- time zone, over the whole UTC hours [from_ts, to_ts). Periods must start on
 -- whole UTC hours in that zone (zones with half-hour offsets cannot be
 -- assembled from hours and are refused).
-CREATE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
+CREATE OR REPLACE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
                                       time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
 RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -906,7 +906,7 @@ $$;
 
 -- Newest hour the rollup knows of (its table, read as its owner, and its
 -- dirty log); NULL for a rollup the caller does not own.
-CREATE FUNCTION counter.rollup_newest_hour(rid integer)
+CREATE OR REPLACE FUNCTION counter.rollup_newest_hour(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -928,7 +928,7 @@ BEGIN
 END
 $$;
 
-CREATE VIEW counter.rollup_state AS
+CREATE OR REPLACE VIEW counter.rollup_state AS
 SELECT r.name,
        r.mode,
        r.source,

@@ -15,23 +15,23 @@
 -- their owner); refuses to run anywhere else. The job worker passes the
 -- EXECUTE check of its CALL as the extension's owner (no PUBLIC grant), and
 -- the procedure goes back to the session's user, the owner, at once.
-CREATE PROCEDURE counter_internal.owner_session_run()
+CREATE OR REPLACE PROCEDURE counter_internal.owner_session_run()
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_owner_session_run';
 
-CREATE PROCEDURE counter.run_jobs(INOUT jobs_run integer DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.run_jobs(INOUT jobs_run integer DEFAULT NULL)
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_run_jobs';
 COMMENT ON PROCEDURE counter.run_jobs(integer) IS 'runs every due counter_ext job once (CALL it outside a transaction block)';
 
-CREATE PROCEDURE counter.run_job(job_id bigint, INOUT rows_affected bigint DEFAULT NULL)
+CREATE OR REPLACE PROCEDURE counter.run_job(job_id bigint, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_run_job';
 COMMENT ON PROCEDURE counter.run_job(bigint, bigint) IS 'runs one counter_ext job now, due or not; raises its error if it fails';
 
 -- Changes a job; a NULL argument leaves that setting as it is. A shorter
 -- run_every brings next_run forward to at most now() + run_every.
-CREATE FUNCTION counter.job_alter(job_id bigint, run_every interval DEFAULT NULL, enabled boolean DEFAULT NULL,
+CREATE OR REPLACE FUNCTION counter.job_alter(job_id bigint, run_every interval DEFAULT NULL, enabled boolean DEFAULT NULL,
                                   timeout interval DEFAULT NULL, lock_timeout interval DEFAULT NULL,
                                   next_run timestamptz DEFAULT NULL)
 RETURNS counter.jobs
@@ -90,11 +90,11 @@ REVOKE ALL ON FUNCTION counter.job_alter(bigint, interval, boolean, interval, in
 -- gives a class's key, counter_internal.lock_classes lists them
 -- (src/include/counter_ext/locks.hpp is the table; doc/reference/worker.md
 -- documents it).
-CREATE FUNCTION counter_internal.lock_class(class text)
+CREATE OR REPLACE FUNCTION counter_internal.lock_class(class text)
 RETURNS integer
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_lock_class';
-CREATE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, OUT second_key text)
+CREATE OR REPLACE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, OUT second_key text)
 RETURNS SETOF record
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_lock_classes';
@@ -102,14 +102,14 @@ AS 'MODULE_PATHNAME', 'counter_lock_classes';
 -- Progress of running work: a job's code calls counter.job_progress(phase,
 -- done, total) between its steps; its worker's pg_stat_activity.query says it
 -- at once, and counter.running_jobs shows it with the rate and time left.
-CREATE FUNCTION counter.job_progress(phase text, done bigint, total bigint DEFAULT NULL)
+CREATE OR REPLACE FUNCTION counter.job_progress(phase text, done bigint, total bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_job_progress';
 COMMENT ON FUNCTION counter.job_progress(text, bigint, bigint) IS
     'called by a running job: what it does and how far it is (shown in counter.running_jobs and pg_stat_activity)';
 
-CREATE FUNCTION counter_internal.job_progress_entries(OUT pid integer, OUT job_id bigint, OUT run_id bigint,
+CREATE OR REPLACE FUNCTION counter_internal.job_progress_entries(OUT pid integer, OUT job_id bigint, OUT run_id bigint,
     OUT phase text, OUT phase_started timestamptz, OUT done bigint, OUT total bigint, OUT updated timestamptz)
 RETURNS SETOF record
 LANGUAGE c VOLATILE
@@ -118,7 +118,7 @@ AS 'MODULE_PATHNAME', 'counter_job_progress_entries';
 -- The jobs running now: who runs them, since when, and how far they are
 -- (phase, done of total, rate, time left: what the job's code reported with
 -- counter.job_progress; NULL until it does, and without the preload).
-CREATE VIEW counter.running_jobs AS
+CREATE OR REPLACE VIEW counter.running_jobs AS
 SELECT j.job_id, j.kind, j.target, j.owner, r.run_id, r.runner, r.pid, r.started_at,
        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.started_at AS running_for,
        p.phase, p.done, p.total,

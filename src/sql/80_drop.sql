@@ -13,7 +13,7 @@
 -- (as the owner, restricted) comes back here with the source already gone,
 -- or still there without its triggers: that rollup is being dropped, and is
 -- left to that drop.
-CREATE FUNCTION counter_internal.rollup_forget_dropped()
+CREATE OR REPLACE FUNCTION counter_internal.rollup_forget_dropped()
 RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -38,16 +38,13 @@ BEGIN
     END LOOP;
 END
 $$;
-CREATE EVENT TRIGGER counter_rollup_forget_dropped ON sql_drop
-    WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
-    EXECUTE FUNCTION counter_internal.rollup_forget_dropped();
 
 -- A managed partitioned table that is renamed (ALTER TABLE ... RENAME, SET
 -- SCHEMA, ALTER SCHEMA ... RENAME) keeps its job: the job's target follows
 -- the new name. SECURITY DEFINER: it runs for any role's ALTER, and touches
 -- only counter_ext's rows (a job target changes to the real name of the
 -- table whose job it is).
-CREATE FUNCTION counter_internal.partition_follow_rename()
+CREATE OR REPLACE FUNCTION counter_internal.partition_follow_rename()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -67,6 +64,3 @@ BEGIN
     END LOOP;
 END
 $$;
-CREATE EVENT TRIGGER counter_partition_follow_rename ON ddl_command_end
-    WHEN TAG IN ('ALTER TABLE', 'ALTER SCHEMA')
-    EXECUTE FUNCTION counter_internal.partition_follow_rename();

@@ -1,4 +1,0 @@
--- ---- buffered counters: the tables (src/sql/35_buffered.sql, as it is), before
--- the tracked counters of 1.1 are rebuilt (counter_internal.tracked_build
--- reads t.buffered).
---@include src/sql/35_buffered.sql

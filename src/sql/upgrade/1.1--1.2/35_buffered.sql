@@ -1,3 +1,0 @@
--- ---- buffered counters: the functions (the tables are made by
--- 25_buffered.sql, before the tracked counters are rebuilt).
---@include src/sql/36_buffered_code.sql

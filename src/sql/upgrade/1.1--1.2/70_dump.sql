@@ -1,2 +1,0 @@
--- ---- dump and restore: pending work, history and identity sequences are dumped (issue 14) ----
---@include src/sql/70_dump.sql

@@ -1,2 +1,0 @@
--- ---- DROP and rename (issue 14): rollups go with their tables, partition jobs follow renames
---@include src/sql/80_drop.sql

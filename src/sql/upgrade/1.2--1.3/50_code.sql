@@ -1,0 +1,10 @@
+-- ---- the functions, procedures and views of 1.3, as a fresh install makes them
+--@include src/sql/01_internal.sql
+--@include src/sql/06_jobs_code.sql
+--@include src/sql/31_tracked_code.sql
+--@include src/sql/36_buffered_code.sql
+--@include src/sql/41_partition_code.sql
+--@include src/sql/51_rollup_code.sql
+--@include src/sql/60_worker.sql
+--@include src/sql/70_dump.sql
+--@include src/sql/80_drop.sql
