@@ -20,6 +20,11 @@
 //     be owned by a superuser and executable by the owner; the session user
 //     must be the job's owner.
 //  3. record the outcome and the next run (back-off after a failure).
+// Before step 2, a job whose object is not complete in this database (a
+// restore is still loading it: counter_internal.job_hold, doc/operations.md
+// "While a restore runs") is not run: the claim records a run with outcome
+// 'held' and the reason, and tries again after min(run_every, 10 s),
+// without a back-off.
 //
 // The runner's bookkeeping (reading and writing counter.jobs and
 // counter.job_runs, which the owners cannot touch) runs as the extension's
@@ -110,9 +115,10 @@ struct Claim {
 	bool proc_is_procedure;
 	bool proc_trusted;
 	bool owner_may_execute;
+	char *held_reason; // when the claim is 'held'
 };
 
-enum ClaimResult { claimed = 0, busy = 1, missing = 2, not_owner = 3, not_due = 4 };
+enum ClaimResult { claimed = 0, busy = 1, missing = 2, not_owner = 3, not_due = 4, held = 5 };
 
 struct Outcome {
 	bool ok;
@@ -307,6 +313,31 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	}
 	if (!force && !due)
 		return not_due;
+
+	// Held: the job's object is not complete here (a restore still loads it).
+	// Bookkeeping SQL on the extension's catalogs only (job_hold reads
+	// catalogs and arms the job).
+	spi_run("SELECT counter_internal.job_hold($1)", 1, id_type, id_value, nullptr, false, SPI_OK_SELECT,
+	        "checking that the job's object is complete");
+	bool not_held;
+	Datum why = column(0, 1, &not_held);
+	if (!not_held) {
+		MemoryContext o2 = MemoryContextSwitchTo(r->cxt);
+		out->held_reason = TextDatumGetCString(why);
+		MemoryContextSwitchTo(o2);
+		Oid ht[4] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TEXTOID};
+		Datum hv[4] = {Int64GetDatum(job_id), CStringGetTextDatum(r->runner_name),
+		               TimestampTzGetDatum(MyStartTimestamp), CStringGetTextDatum(out->held_reason)};
+		spi_run("WITH h AS (UPDATE counter.jobs j"
+		        " SET next_run = clock_timestamp() + LEAST(j.run_every, interval '10 seconds')"
+		        " WHERE j.job_id = $1 RETURNING j.job_id, j.kind, j.target)"
+		        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at,"
+		        "  finished_at, outcome, sqlstate, message, run_as)"
+		        " SELECT h.job_id, h.kind, h.target, $2, pg_backend_pid(), $3, clock_timestamp(), clock_timestamp(),"
+		        "  'held', '55000', $4, session_user::regrole FROM h",
+		        4, ht, hv, nullptr, false, SPI_OK_INSERT, "recording a held job");
+		return held;
+	}
 
 	values[1] = Int64GetDatum(job_id);
 	values[2] = CStringGetTextDatum(r->runner_name);
@@ -572,6 +603,8 @@ void owner_session_run(FunctionCallInfo fcinfo) {
 		if (res != nullptr && a->mode == ce::JobWorkerMode::session_one) {
 			res->claim = got == not_due ? claimed : got;
 			res->busy_pid = busy_pid;
+			if (got == held)
+				strlcpy(res->message, c.held_reason, sizeof res->message);
 		}
 		if (got != claimed) {
 			SPI_commit();
@@ -872,6 +905,12 @@ CE_FUNCTION(counter_run_job) {
 		        (errcode(ERRCODE_OBJECT_IN_USE), errmsg("job %lld is running in another session", (long long)job_id),
 		         res.busy_pid != 0 ? errdetail("It runs in the process with pid %d.", res.busy_pid) : 0,
 		         errhint("Wait for that run to finish, or call counter.run_job again.")));
+	if (res.claim == held)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		                errmsg("job %lld is held: %s", (long long)job_id, res.message),
+		                errdetail("A job does not act on an object that is not complete in this database (a restore "
+		                          "still loading it)."),
+		                errhint("Let the restore finish; see \"While a restore runs\" in doc/operations.md.")));
 	if (!res.finished || !res.ok)
 		raise_job_error(res, job_id);
 	SPI_finish();

@@ -71,7 +71,9 @@ CREATE TABLE counter.job_runs (
     backend_start  timestamptz NOT NULL,
     started_at     timestamptz NOT NULL,
     finished_at    timestamptz,
-    outcome        text NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed')),
+    -- 'held': not run, because the job's object is not complete in this
+    -- database yet (a restore still loading it; the reason in message)
+    outcome        text NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed', 'held')),
     rows_affected  bigint,
     sqlstate       text,
     message        text,
@@ -83,3 +85,17 @@ COMMENT ON TABLE counter.job_runs IS 'run history of counter_ext jobs, trimmed a
 CREATE INDEX job_runs_job_idx ON counter.job_runs (job_id, run_id);
 CREATE INDEX job_runs_finished_idx ON counter.job_runs (finished_at);
 CREATE INDEX job_runs_running_idx ON counter.job_runs (run_id) WHERE outcome = 'running';
+
+-- The jobs that may act on this database: a job is armed here once the
+-- object it serves was seen complete in this database (counter.job_register
+-- arms the job of an object it has just made). Not dumped, on purpose: a
+-- restored job starts unarmed, and the runner holds it (outcome 'held',
+-- with the reason) until every piece the restore makes for its object is
+-- there (counter_internal.job_hold, doc/operations.md "While a restore
+-- runs"). pg_upgrade copies it with the rest.
+CREATE TABLE counter_internal.job_armed (
+    job_id    bigint PRIMARY KEY REFERENCES counter.jobs ON DELETE CASCADE,
+    armed_at  timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+COMMENT ON TABLE counter_internal.job_armed IS 'jobs of counter_ext whose object was seen complete in this database (not dumped)';
+REVOKE ALL ON TABLE counter_internal.job_armed FROM PUBLIC;

@@ -66,7 +66,9 @@ SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');
 
 CREATE TABLE counter.tracked_runs (
     run_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    counter_id      integer NOT NULL REFERENCES counter.tracked ON DELETE CASCADE,
+    -- (no FOREIGN KEY between dumped tables: pg_restore -j loads their rows in
+    -- any order; counter_internal.dumped_cascade deletes instead, 71_dump_cascades.sql)
+    counter_id      integer NOT NULL,
     started_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     finished_at     timestamptz,
     watermark       timestamptz NOT NULL,
@@ -85,7 +87,7 @@ CREATE INDEX ON counter.tracked_runs (counter_id, run_id);
 COMMENT ON TABLE counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
 
 CREATE TABLE counter.tracked_key_drift (
-    run_id  bigint NOT NULL REFERENCES counter.tracked_runs ON DELETE CASCADE,
+    run_id  bigint NOT NULL,  -- counter.tracked_runs (no FOREIGN KEY: see counter_id above)
     key     text NOT NULL,
     cached  bigint NOT NULL,
     truth   bigint NOT NULL,

@@ -7,3 +7,7 @@ INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
     ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true),
     ('flush', 'counter.job_flush(text, bigint)', true);
 
+
+-- (05_jobs.sql's table, 06_jobs_code.sql's function: see jobs_inserted)
+CREATE TRIGGER jobs_inserted AFTER INSERT ON counter.jobs REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.jobs_inserted();

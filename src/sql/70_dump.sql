@@ -27,3 +27,28 @@ SELECT pg_catalog.pg_extension_config_dump('counter.tracked_runs_run_id_seq', ''
 SELECT pg_catalog.pg_extension_config_dump('counter.rollups_rollup_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.jobs_job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.job_runs_run_id_seq', '');
+
+-- No FOREIGN KEY joins two of the dumped tables: pg_restore -j loads the rows
+-- of extension tables in any order (by size), so a referencing table's rows
+-- may come before the rows they reference, and the restore stops at the
+-- foreign key (tracked_key_drift before tracked_runs did). What ON DELETE
+-- CASCADE did is done by statement triggers (71_dump_cascades.sql), as the
+-- extension's owner like a foreign key's own action: deleting a counter
+-- deletes its runs, a run its logged drift, a managed table its staged drain.
+CREATE OR REPLACE FUNCTION counter_internal.dumped_cascade()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_TABLE_NAME OPERATOR(pg_catalog.=) 'tracked' THEN
+        DELETE FROM counter.tracked_runs x WHERE x.counter_id IN (SELECT o.counter_id FROM gone o);
+    ELSIF TG_TABLE_NAME OPERATOR(pg_catalog.=) 'tracked_runs' THEN
+        DELETE FROM counter.tracked_key_drift x WHERE x.run_id IN (SELECT o.run_id FROM gone o);
+    ELSIF TG_TABLE_NAME OPERATOR(pg_catalog.=) 'partitioned_tables' THEN
+        DELETE FROM counter.partition_staging x WHERE x.parent IN (SELECT o.parent FROM gone o);
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION counter_internal.dumped_cascade() FROM PUBLIC;

@@ -53,7 +53,7 @@ static_assert(sizeof(JobWorkerArgs) <= BGW_EXTRALEN, "job worker arguments fit i
 struct JobResult {
 	bool connected; // the worker got as far as its database and role
 	bool finished;  // it ran to the end (or to a recorded failure)
-	int claim;      // session_one: 0 ran, 1 busy elsewhere, 2 no such job, 3 not this owner's
+	int claim;      // session_one: 0 ran, 1 busy elsewhere, 2 no such job, 3 not this owner's, 5 held (message)
 	int busy_pid;
 	int jobs_run;
 	bool ok;
