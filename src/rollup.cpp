@@ -19,6 +19,13 @@
 //      writer's search_path, and kept per backend; it is made again when the
 //      stored text changes (a rule change, or a rename: sql_for no longer
 //      names the tables, and the text is generated afresh).
+// A replicated rollup (replicated => true) also has row triggers enabled for
+// replicas (counter_rollup_N_rinsert, _rdelete, _rupdate): the apply worker
+// of a subscription fires only those. For each row they mark the UTC hour of
+// the row (old and new for an update) dirty, as the catalog's owner, once
+// per (rollup, hour) and (sub)transaction; the refresh job recomputes those
+// hours from the rows, as the rollup's owner, in either mode. No user code
+// and no SQL on the rows runs in the apply worker.
 #include "counter_ext/filter.hpp"
 #include "counter_ext/owner.hpp"
 #include "counter_ext/spi.hpp"
@@ -26,6 +33,7 @@
 
 extern "C" {
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -40,6 +48,7 @@ extern "C" {
 
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace {
 
@@ -122,6 +131,40 @@ void collect_hours(Tuplestorestate *store, TupleDesc desc, int att, Hours *hours
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+// Appends (rid, hour) for each of 'hours' to counter.rollup_dirty. Owns
+// nothing C++: runs as the catalog's owner, inside SPI.
+void insert_dirty(int32 rid, const int64 *hours, int n) {
+	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+	for (int i = 0; i < n; i++)
+		elems[i] = TimestampTzGetDatum(hours[i]);
+	ArrayType *array = construct_array(elems, n, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	if (mark_plan == nullptr) {
+		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
+		mark_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
+		                             " SELECT $1, h FROM pg_catalog.unnest($2) h",
+		                             2, types);
+	}
+	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
+	if (SPI_execute_plan(mark_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
+}
+
+// Reads the catalog row of rollup rid into SPI_tuptable (columns: see the
+// query). Owns nothing C++: inside SPI.
+void read_rollup(int32 rid) {
+	Oid types[1] = {INT4OID};
+	if (lookup_plan == nullptr)
+		lookup_plan =
+		    ce::prepare_kept("SELECT c.mode OPERATOR(pg_catalog.=) 'trigger', c.add_sql, c.sql_for IS DISTINCT FROM"
+		                     " pg_catalog.format('%s|%s', c.source, c.rollup_table), c.source::pg_catalog.oid,"
+		                     " c.owner::pg_catalog.oid, c.time_column, c.filter, c.filter_tree, c.filter_relid"
+		                     " FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) $1",
+		                     1, types);
+	Datum args[1] = {Int32GetDatum(rid)};
+	if (SPI_execute_plan(lookup_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.rollups failed")));
+}
+
 // Records the hours of the rows of this statement in counter.rollup_dirty.
 // Owns nothing C++: runs as the catalog's owner, inside SPI.
 void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_rows) {
@@ -138,36 +181,15 @@ void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_row
 	for (int i = 1; i < hours.n; i++)
 		if (hours.v[i] != hours.v[distinct - 1])
 			hours.v[distinct++] = hours.v[i];
-	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
-	for (int i = 0; i < distinct; i++)
-		elems[i] = TimestampTzGetDatum(hours.v[i]);
-	ArrayType *array =
-	    construct_array(elems, distinct, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-	if (mark_plan == nullptr) {
-		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
-		mark_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
-		                             " SELECT $1, h FROM pg_catalog.unnest($2) h",
-		                             2, types);
-	}
-	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
-	if (SPI_execute_plan(mark_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
+	insert_dirty(rid, hours.v, distinct);
 }
 
 // Reads the rollup's row, checks it is this table's rollup, records dirty
 // hours. Owns nothing C++: runs as the catalog's owner, inside SPI.
 Rollup read_and_mark(TriggerData *td, int32 rid) {
 	Oid types[1] = {INT4OID};
-	if (lookup_plan == nullptr)
-		lookup_plan =
-		    ce::prepare_kept("SELECT c.mode OPERATOR(pg_catalog.=) 'trigger', c.add_sql, c.sql_for IS DISTINCT FROM"
-		                     " pg_catalog.format('%s|%s', c.source, c.rollup_table), c.source::pg_catalog.oid,"
-		                     " c.owner::pg_catalog.oid, c.time_column, c.filter, c.filter_tree, c.filter_relid"
-		                     " FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) $1",
-		                     1, types);
 	Datum args[1] = {Int32GetDatum(rid)};
-	if (SPI_execute_plan(lookup_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading counter.rollups failed")));
+	read_rollup(rid);
 	Rollup r{};
 	if (SPI_processed == 0)
 		return r;
@@ -207,6 +229,63 @@ Rollup read_and_mark(TriggerData *td, int32 rid) {
 		mark_dirty(td, rid, att, !TRIGGER_FIRED_BY_DELETE(td->tg_event), !insert);
 	}
 	return r;
+}
+
+// The (rollup, hour) pairs a replicated rollup's row triggers marked dirty
+// in the current subtransaction: a mark made there is rolled back with it, so
+// the memory is kept for that one (transaction, subtransaction) only.
+struct Marked {
+	uint64 xid = 0;
+	SubTransactionId subxid = InvalidSubTransactionId;
+	std::unordered_set<uint64> pairs; // hash of (rollup id, hour); see mark_row
+};
+Marked *marked = nullptr;
+
+// A row trigger's row: marks its hours dirty unless this (sub)transaction
+// did. Owns nothing C++ but 'marked' (static): runs as the catalog's owner,
+// inside SPI. Returns false when the trigger does not belong to a rollup of
+// this table.
+bool mark_row(TriggerData *td, int32 rid) {
+	read_rollup(rid);
+	if (SPI_processed == 0)
+		return false;
+	bool isnull;
+	HeapTuple row = SPI_tuptable->vals[0];
+	if (DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 4, &isnull)) != RelationGetRelid(td->tg_relation))
+		return false;
+	char *time_column = SPI_getvalue(row, SPI_tuptable->tupdesc, 6);
+	TupleDesc desc = RelationGetDescr(td->tg_relation);
+	int att = SPI_fnumber(desc, time_column);
+	if (att <= 0 || TupleDescAttr(desc, att - 1)->atttypid != TIMESTAMPTZOID)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+		                errmsg("the time column \"%s\" of rollup %d is not a timestamptz column of its source",
+		                       time_column, rid)));
+	uint64 xid = U64FromFullTransactionId(GetTopFullTransactionId());
+	SubTransactionId subxid = GetCurrentSubTransactionId();
+	if (marked->xid != xid || marked->subxid != subxid) {
+		marked->pairs.clear();
+		marked->xid = xid;
+		marked->subxid = subxid;
+	}
+	HeapTuple tuples[2] = {td->tg_trigtuple, TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : nullptr};
+	for (HeapTuple tuple : tuples) {
+		if (tuple == nullptr)
+			continue;
+		Datum at = heap_getattr(tuple, att, desc, &isnull);
+		if (isnull)
+			continue;
+		int64 h = hour_of(DatumGetTimestampTz(at));
+		uint64 key = (static_cast<uint64>(static_cast<uint32>(rid)) << 32) ^ static_cast<uint64>(h / USECS_PER_HOUR);
+		if (marked->pairs.count(key) != 0)
+			continue;
+		insert_dirty(rid, &h, 1);
+		try {
+			marked->pairs.insert(key);
+		} catch (...) {
+			marked->pairs.clear(); // no memory to remember it: later rows mark again (duplicates are harmless)
+		}
+	}
+	return true;
 }
 
 [[noreturn]] void not_registered(TriggerData *td, int32 rid) {
@@ -319,14 +398,28 @@ CE_FUNCTION(counter_rollup_fire) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.rollup_trigger must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
-	    TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || td->tg_trigger->tgnargs < 1)
-		throw ce::Error("39P01", "counter_internal.rollup_trigger must be an AFTER INSERT, UPDATE or DELETE statement "
-		                         "trigger with the rollup id as its argument");
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || td->tg_trigger->tgnargs < 1)
+		throw ce::Error("39P01", "counter_internal.rollup_trigger must be an AFTER INSERT, UPDATE or DELETE trigger "
+		                         "with the rollup id as its argument");
 	const char *arg = td->tg_trigger->tgargs[0];
 	int32 rid = ce::pg_guard([arg] { return pg_strtoint32(arg); });
 	if (kept == nullptr)
 		kept = new std::unordered_map<int32, Kept>();
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event)) {
+		// A replicated rollup's row trigger (the apply worker): mark the hours.
+		if (marked == nullptr)
+			marked = new Marked();
+		Oid catalog = ce::pg_guard([] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			return ce::catalog_owner();
+		});
+		bool found = ce::as_owner(catalog, [td, rid] { return mark_row(td, rid); });
+		if (!found)
+			ce::pg_guard([td, rid] { not_registered(td, rid); });
+		ce::pg_guard([] { SPI_finish(); });
+		return PointerGetDatum(nullptr);
+	}
 
 	Oid catalog = ce::pg_guard([] {
 		if (SPI_connect() != SPI_OK_CONNECT)

@@ -194,6 +194,10 @@ BEGIN
         src := r.source;
         want := ARRAY[format('counter_rollup_%s_insert', r.rollup_id), format('counter_rollup_%s_delete', r.rollup_id),
                       format('counter_rollup_%s_update', r.rollup_id)]::name[];
+        IF r.replicated THEN
+            want := want OPERATOR(pg_catalog.||) ARRAY[format('counter_rollup_%s_rinsert', r.rollup_id),
+                format('counter_rollup_%s_rdelete', r.rollup_id), format('counter_rollup_%s_rupdate', r.rollup_id)]::name[];
+        END IF;
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
                        WHERE i.indrelid OPERATOR(pg_catalog.=) r.rollup_table AND i.indisprimary AND i.indisvalid) THEN
             RETURN format('the rollup table %s of rollup "%s" has no primary key yet '

@@ -53,7 +53,10 @@ CREATE TABLE counter.rollups (
     -- stale); run only as the owner
     sql_for        text,
     add_sql        text,
-    refresh_sql    text
+    refresh_sql    text,
+    -- also counts rows applied by logical replication (a subscriber): row
+    -- triggers enabled for replicas mark their hours dirty
+    replicated     boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE counter.rollups IS 'hourly rollups of counter_ext (see counter.rollup_create)';
 SELECT pg_catalog.pg_extension_config_dump('counter.rollups', '');

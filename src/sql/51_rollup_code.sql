@@ -207,8 +207,7 @@ BEGIN
     END IF;
     FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
-                 AND g.tgname OPERATOR(pg_catalog.=) ANY (ARRAY[format('counter_rollup_%s_insert', rid),
-                     format('counter_rollup_%s_delete', rid), format('counter_rollup_%s_update', rid)]::name[]) LOOP
+                 AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', rid) LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', trg, r.source);
     END LOOP;
     EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS new_rows '
@@ -220,6 +219,17 @@ BEGIN
     EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows '
                    'FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
                    'counter_rollup_' || rid || '_update', r.source, rid);
+    -- Replicated: the apply worker of a subscription (session_replication_role
+    -- = replica) fires only row triggers enabled for replicas, and none of the
+    -- above; these mark the hours of the rows it applies dirty (once per
+    -- (hour, transaction)), and the refresh recomputes them from the rows.
+    IF r.replicated THEN
+        FOREACH trg IN ARRAY ARRAY['insert', 'delete', 'update']::name[] LOOP
+            EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.rollup_trigger(%L)',
+                           'counter_rollup_' || rid || '_r' || trg, pg_catalog.upper(trg), r.source, rid);
+            EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER %I', r.source, 'counter_rollup_' || rid || '_r' || trg);
+        END LOOP;
+    END IF;
 END
 $$;
 
@@ -590,7 +600,8 @@ CREATE OR REPLACE FUNCTION counter.rollup_create(
     sums name[] DEFAULT '{}',
     filter text DEFAULT NULL,
     retention interval DEFAULT NULL,
-    refresh_every interval DEFAULT '1 minute')
+    refresh_every interval DEFAULT '1 minute',
+    replicated boolean DEFAULT false)
 RETURNS regclass
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -609,7 +620,7 @@ DECLARE
     rid integer;
 BEGIN
     IF name IS NULL OR source IS NULL OR time_column IS NULL OR group_by IS NULL OR distinct_on IS NULL
-       OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL THEN
+       OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL OR replicated IS NULL THEN
         RAISE EXCEPTION 'only filter and retention of counter.rollup_create may be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
@@ -749,9 +760,9 @@ BEGIN
         format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
 
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
-                                 filter, filter_tree, filter_relid, retention, refresh_every, owner)
+                                 filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated)
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
-            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner)
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated)
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
     INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
@@ -782,7 +793,7 @@ BEGIN
     PERFORM counter_internal.rollup_require_owner(r, 'drop it');
     PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.source) THEN
-        FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update'] LOOP
+        FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update', 'rinsert', 'rdelete', 'rupdate'] LOOP
             EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'counter_rollup_' || r.rollup_id || '_' || op, r.source);
         END LOOP;
     END IF;
