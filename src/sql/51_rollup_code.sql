@@ -792,11 +792,11 @@ DECLARE
 BEGIN
     PERFORM counter_internal.rollup_require_owner(r, 'drop it');
     PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
-    IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.source) THEN
-        FOREACH op IN ARRAY ARRAY['insert', 'delete', 'update', 'rinsert', 'rdelete', 'rupdate'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'counter_rollup_' || r.rollup_id || '_' || op, r.source);
-        END LOOP;
-    END IF;
+    FOR op IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+              WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
+                AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', r.rollup_id) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', op, r.source);
+    END LOOP;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;

@@ -80,11 +80,15 @@ echo "source built: $rows rows in $(($(date +%s) - start)) s; jobs: $(q src "SEL
 # The new database, with a log of the DDL the restore runs (made before it).
 "$CE_PGBIN/createdb" dst || exit 1
 ce_psql -d dst >/dev/null <<'SQL' || fail "the DDL log"
-CREATE TABLE public.restore_log (at timestamptz NOT NULL, tag text, classid oid, objid oid, identity text);
+CREATE TABLE public.restore_log (at timestamptz NOT NULL, tag text, classid oid, objid oid, identity text,
+                                 backend text);
+-- (DDL of pg_restore's sessions only: the jobs' own, a new partition, is not
+-- part of the restore)
 CREATE FUNCTION public.restore_log_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.restore_log
-    SELECT clock_timestamp(), d.command_tag, d.classid, d.objid, d.object_identity
+    SELECT clock_timestamp(), d.command_tag, d.classid, d.objid, d.object_identity,
+           (SELECT a.backend_type FROM pg_stat_activity a WHERE a.pid = pg_backend_pid())
     FROM pg_event_trigger_ddl_commands() d;
 END $$;
 CREATE EVENT TRIGGER restore_log ON ddl_command_end EXECUTE FUNCTION public.restore_log_ddl();
@@ -98,11 +102,15 @@ echo "pg_restore -j 2: $(($(date +%s) - start)) s"
 ce_psql -d dst -c "DROP EVENT TRIGGER restore_log" || fail "dropping the DDL log trigger"
 
 # When each job's object was complete: the last index, constraint or trigger
-# pg_restore made on a table the object uses (its source and every partition
-# of it, its state or rollup table).
+# of its own that pg_restore made on a table the object uses (its source and
+# every partition of it, its state or rollup table; another object's trigger
+# on the same table is that object's).
 ce_psql -d dst >/dev/null <<'SQL' || fail "the completion times"
 CREATE TABLE public.job_tables AS
-SELECT j.job_id, x.rel
+SELECT j.job_id, x.rel, CASE
+    WHEN j.kind IN ('reconcile', 'flush') THEN (SELECT 'counter\_' || t.counter_id || '\_%' FROM counter.tracked t WHERE t.name = j.target)
+    WHEN j.kind = 'rollup_refresh' THEN (SELECT 'counter\_rollup\_' || r.rollup_id || '\_%' FROM counter.rollups r WHERE r.name = j.target)
+    END AS own_triggers
 FROM counter.jobs j
 CROSS JOIN LATERAL (
     SELECT t.source::oid AS rel FROM counter.tracked t WHERE j.kind IN ('reconcile', 'flush') AND t.name = j.target
@@ -117,7 +125,7 @@ CROSS JOIN LATERAL (
     SELECT to_regclass(j.target)::oid WHERE j.kind = 'partition_maintenance') x;
 -- partitions of partitioned tables among them
 INSERT INTO public.job_tables
-SELECT t.job_id, p.relid FROM public.job_tables t, pg_partition_tree(t.rel) p WHERE p.relid <> t.rel;
+SELECT t.job_id, p.relid, t.own_triggers FROM public.job_tables t, pg_partition_tree(t.rel) p WHERE p.relid <> t.rel;
 CREATE TABLE public.job_complete AS
 SELECT t.job_id, max(l.at) AS complete_at
 FROM public.job_tables t
@@ -125,7 +133,9 @@ JOIN public.restore_log l ON t.rel = CASE
     WHEN l.classid = 'pg_class'::regclass THEN coalesce((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = l.objid), l.objid)
     WHEN l.classid = 'pg_trigger'::regclass THEN (SELECT g.tgrelid FROM pg_trigger g WHERE g.oid = l.objid)
     WHEN l.classid = 'pg_constraint'::regclass THEN (SELECT c.conrelid FROM pg_constraint c WHERE c.oid = l.objid) END
-WHERE l.tag IN ('CREATE INDEX', 'ALTER TABLE', 'CREATE TRIGGER', 'ALTER INDEX')
+WHERE l.tag IN ('CREATE INDEX', 'ALTER TABLE', 'CREATE TRIGGER', 'ALTER INDEX') AND l.backend = 'client backend'
+  AND (l.classid <> 'pg_trigger'::regclass
+       OR (SELECT g.tgname FROM pg_trigger g WHERE g.oid = l.objid) LIKE t.own_triggers)
 GROUP BY t.job_id;
 SQL
 [ "$(q dst "SELECT count(*) FROM counter.jobs j LEFT JOIN public.job_complete c USING (job_id) WHERE c.complete_at IS NULL")" = 0 ] ||
