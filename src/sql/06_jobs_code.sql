@@ -223,10 +223,12 @@ BEGIN
             RETURN format('trigger(s) %s on %s not there yet (a restore creates a table''s triggers after its rows)',
                           missing, src);
         END IF;
+        -- (a counter whose triggers its owner disabled, triggers_off, was
+        -- dumped with them disabled: that is its complete state)
         SELECT pg_catalog.string_agg(g.tgname::text, ', ' ORDER BY g.tgname) INTO off
         FROM pg_catalog.pg_trigger g
         WHERE g.tgrelid OPERATOR(pg_catalog.=) src AND g.tgname OPERATOR(pg_catalog.=) ANY (want)
-          AND g.tgenabled OPERATOR(pg_catalog.=) 'D';
+          AND g.tgenabled OPERATOR(pg_catalog.=) 'D' AND NOT coalesce(t.triggers_off, false);
         IF off IS NOT NULL THEN
             RETURN format('trigger(s) %s on %s are disabled (pg_restore --disable-triggers loads rows with them off; '
                           'ALTER TABLE %s ENABLE TRIGGER ... once the rows are in)', off, src, src);
