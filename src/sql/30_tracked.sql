@@ -24,9 +24,9 @@
 -- counter.add / counter.value / counter.values_of, which run as the caller
 -- and switch to the owner after checking the caller's privilege.
 --
--- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
--- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
--- class.
+-- Advisory locks (transaction level): pg_try_advisory_xact_lock(
+-- counter_internal.lock_class('tracked'), counter_id); the classes are one
+-- registry, documented in doc/reference/worker.md "Advisory-lock classes".
 
 CREATE TABLE counter.tracked (
     counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

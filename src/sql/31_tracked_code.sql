@@ -530,7 +530,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    locked := pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id);
+    locked := pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id);
     IF NOT locked THEN
         RETURN;
     END IF;
@@ -704,7 +704,7 @@ BEGIN
     t := counter_internal.tracked_check_restored(t);
     w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
@@ -751,7 +751,7 @@ BEGIN
         PERFORM counter.flush(t.name);
         t := counter_internal.tracked_get(target);
     END IF;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN;
     END IF;

@@ -27,8 +27,10 @@
 -- session's settings never change a bound or a name.
 --
 -- Locks: each bounded step runs in its own transaction and first takes the
--- transaction-level advisory lock (classid 1667576885 = 'ce05', objid = the
--- parent's oid as int4); a second caller that finds it taken skips the table.
+-- transaction-level advisory lock (class counter_internal.lock_class(
+-- 'partition'), the one registry of doc/reference/worker.md "Advisory-lock
+-- classes"; second int the parent's oid as int4); a second caller that finds
+-- it taken skips the table.
 -- DDL waits at most the table's lock_timeout, retried lock_retries times.
 
 CREATE TABLE counter.partitioned_tables (

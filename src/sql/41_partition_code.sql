@@ -348,7 +348,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
         status := 'busy';
         RETURN;
     END IF;
@@ -883,7 +883,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM counter_internal.partition_require_owner(parent);
-    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
         RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
             HINT = 'Try again in a moment.';
     END IF;

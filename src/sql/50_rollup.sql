@@ -9,11 +9,13 @@
 --   counter.rollup_status  outcome of each rollup's last refresh
 --   counter.rollup_state   view: newest hours, pending dirty hours, last refresh
 --
--- Advisory locks (transaction level, two-int key space):
---   (1380928579 = 'ROLC', counter.rollup_lock_key(rollup_id, UTC day number))
+-- Advisory locks (transaction level, two-int key space; the classes come from
+-- the one registry, counter_internal.lock_class(name), documented in
+-- doc/reference/worker.md "Advisory-lock classes"):
+--   (lock_class('rollup_day'), counter.rollup_lock_key(rollup_id, UTC day number))
 --       one refresh chunk (a UTC day) of one rollup; a routine refresh
 --       (dirty hours, the job) tries and skips, a full recompute waits.
---   (1380928584 = 'ROLH', counter.rollup_lock_key(rollup_id, UTC hour number))
+--   (lock_class('rollup_hour'), counter.rollup_lock_key(rollup_id, UTC hour number))
 --       one hour of a trigger-mode rollup: writers take it shared (in hour
 --       order) before adding to the rollup, a recompute takes it exclusive (in
 --       hour order) before reading the events, so it never overwrites an

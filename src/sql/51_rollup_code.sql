@@ -128,18 +128,20 @@ BEGIN
     -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
     -- that pass the filter (src/rollup.cpp).
     -- (One statement: the hour locks are an InitPlan, taken before the
-    -- first row reaches the upsert.)
+    -- first row reaches the upsert. The lock class is resolved here, once,
+    -- from the registry, and stored in the text as a number: the trigger's
+    -- kept plan costs nothing more per statement.)
     r.add_sql := format($f$
         WITH l AS MATERIALIZED (
             SELECT pg_catalog.count(*) AS n
             FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
-                             1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
+                             %7$s, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
                   FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
         SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set);
+        r.rollup_table, keys, cols, hour_expr, vals, add_set, counter_internal.lock_class('rollup_hour'));
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -333,13 +335,13 @@ BEGIN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
-        PERFORM pg_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
-    ELSIF NOT pg_try_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
+    ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
         RETURN NULL;
     END IF;
     IF r.mode = 'trigger' THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
-        PERFORM pg_advisory_xact_lock(1380928584, counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_hour'), counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
               WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
     END IF;
