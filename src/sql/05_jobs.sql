@@ -77,6 +77,10 @@ CREATE TABLE counter.job_runs (
     message        text,
     -- the session user of the process that ran the job (its owner)
     run_as         regrole,
+    -- the rest of the error, kept whole (1.3)
+    detail         text,
+    hint           text,
+    context        text,
     CHECK ((outcome = 'running') = (finished_at IS NULL))
 );
 COMMENT ON TABLE counter.job_runs IS 'run history of counter_ext jobs, trimmed after counter_ext.history_retention';
