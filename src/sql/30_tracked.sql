@@ -64,28 +64,12 @@ CREATE TABLE counter.tracked (
 COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');
 
-CREATE TABLE counter.tracked_runs (
-    run_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    counter_id      integer NOT NULL REFERENCES counter.tracked ON DELETE CASCADE,
-    started_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-    finished_at     timestamptz,
-    watermark       timestamptz NOT NULL,
-    all_keys        boolean NOT NULL,
-    keys_checked    bigint NOT NULL DEFAULT 0,
-    keys_corrected  bigint NOT NULL DEFAULT 0,
-    drift_positive  bigint NOT NULL DEFAULT 0,
-    drift_negative  bigint NOT NULL DEFAULT 0,
-    max_abs_drift   bigint NOT NULL DEFAULT 0,
-    keys_busy       bigint NOT NULL DEFAULT 0,
-    keys_verified   bigint NOT NULL DEFAULT 0,
-    outcome         text NOT NULL DEFAULT 'running'
-                    CHECK (outcome IN ('running', 'ok', 'skipped', 'partial', 'interrupted'))
-);
-CREATE INDEX ON counter.tracked_runs (counter_id, run_id);
-COMMENT ON TABLE counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
-
+-- A counter's reconciliation runs are rows of the one run record,
+-- counter.job_runs (kind 'reconcile', object_id = counter_id; the drift in
+-- info), shown by the view counter.tracked_runs (31_tracked_code.sql). The
+-- keys that drifted past drift_log_threshold in a run are its detail:
 CREATE TABLE counter.tracked_key_drift (
-    run_id  bigint NOT NULL REFERENCES counter.tracked_runs ON DELETE CASCADE,
+    run_id  bigint NOT NULL REFERENCES counter.job_runs ON DELETE CASCADE,
     key     text NOT NULL,
     cached  bigint NOT NULL,
     truth   bigint NOT NULL,

@@ -46,14 +46,9 @@ CREATE TABLE counter.partitioned_tables (
                          CHECK (lock_timeout > interval '0'),
     lock_retries         integer NOT NULL DEFAULT 3 CHECK (lock_retries >= 0),
     created_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    last_run_at          timestamptz,
-    last_outcome         text CHECK (last_outcome IN ('ok', 'partial', 'skipped', 'error')),
-    last_error           text,
-    last_created         bigint,
-    last_dropped         bigint,
-    last_moved           bigint,
-    -- rows of the default partition outside the window of the last run, left there
-    last_outside         bigint,
+    -- (each maintenance run is a row of the one run record, counter.job_runs,
+    -- kind 'partition_maintenance', object_id = the parent's oid; the view
+    -- counter.partition_status shows the last one's last_* columns)
     -- the target of its job (schema.table when registered), followed through
     -- renames by counter_internal.partition_follow_rename (80_drop.sql)
     job_target           text

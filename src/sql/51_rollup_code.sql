@@ -428,10 +428,10 @@ BEGIN
 END
 $$;
 
--- Records the outcome of a refresh. A status row another refresh is still
--- writing is left to that refresh (never wait for it: the job must not
--- block behind a long recompute it skipped). An entry point of the refresh
--- procedures (checks its caller).
+-- Records a refresh in the one run record (counter.job_runs, kind
+-- 'rollup_refresh': the job's run, or a row of its own for a direct call;
+-- the rollup's part in info). Every refresh has its row, so none waits for
+-- another's. An entry point of the refresh procedures (checks its caller).
 CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -445,12 +445,10 @@ BEGIN
         RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
-    UPDATE counter.rollup_status s
-    SET last_refresh_at = started, last_outcome = outcome,
-        last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
-    WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
-      AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
-                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED);
+    PERFORM counter_internal.run_end(
+        counter_internal.run_begin('rollup_refresh', r.name, rid, '{}', started),
+        pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', err),
+        failed => err IS NOT NULL, rows_affected => n, message => err);
 END
 $$;
 
@@ -756,7 +754,6 @@ BEGIN
             CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner)
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
-    INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
 
     -- CREATE TRIGGER waited for every open writer of the source and holds
     -- them off until commit, so these are all the events the triggers miss
@@ -792,7 +789,7 @@ BEGIN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
-    DELETE FROM counter.rollup_status s WHERE s.rollup_id = r.rollup_id;
+    PERFORM counter_internal.run_forget('rollup_refresh', r.rollup_id);
     DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_job_sync(name);
 END
@@ -929,6 +926,22 @@ BEGIN
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
+
+-- The last refresh of each rollup, from the one run record (the table of
+-- that name up to 1.2); each role sees its rollups' rows.
+CREATE OR REPLACE VIEW counter.rollup_status AS
+SELECT r.rollup_id, x.started_at AS last_refresh_at, x.info ->> 'outcome' AS last_outcome,
+       (x.info ->> 'finished_at')::timestamptz OPERATOR(pg_catalog.-) x.started_at AS last_duration,
+       (x.info ->> 'rows')::bigint AS last_rows, x.info ->> 'error' AS last_error
+FROM counter.rollups r
+LEFT JOIN LATERAL (
+    SELECT y.started_at, y.info FROM counter.job_runs y
+    WHERE y.kind OPERATOR(pg_catalog.=) 'rollup_refresh' AND y.object_id OPERATOR(pg_catalog.=) r.rollup_id
+      AND y.info ? 'outcome'
+    ORDER BY y.run_id DESC LIMIT 1) x ON true
+WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
+COMMENT ON VIEW counter.rollup_status IS 'outcome of the last refresh of each rollup';
+GRANT SELECT ON counter.rollup_status TO PUBLIC;
 
 CREATE OR REPLACE VIEW counter.rollup_state AS
 SELECT r.name,

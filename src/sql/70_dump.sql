@@ -7,23 +7,20 @@
 -- counter.partition_staging, counter.jobs); this file adds what was left out:
 --   pending work   counter.rollup_dirty (hours a deferred rollup must
 --                  recompute; without it a restored rollup stays wrong)
---   last outcomes  counter.rollup_status
---   history        counter.job_runs, counter.tracked_runs and
---                  counter.tracked_key_drift: carried over (bounded by
---                  counter_ext.history_retention and the per-counter trim),
---                  so drift and job history survive a move to a new server
+--   history        counter.job_runs (the one run record: jobs, tracked
+--                  reconciliations, rollup refreshes, partition maintenance)
+--                  and counter.tracked_key_drift: carried over (bounded by
+--                  counter_ext.history_retention), so drift, last outcomes
+--                  and job history survive a move to a new server
 --   identities     the sequences of every identity column above.
 -- pg_dump orders the rows of tables that reference each other by their
 -- foreign keys, pg_restore -j included.
 
 SELECT pg_catalog.pg_extension_config_dump('counter.rollup_dirty', '');
-SELECT pg_catalog.pg_extension_config_dump('counter.rollup_status', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.job_runs', '');
-SELECT pg_catalog.pg_extension_config_dump('counter.tracked_runs', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked_key_drift', '');
 -- (One call a statement: each call updates the extension's catalog row.)
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked_counter_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('counter.tracked_runs_run_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.rollups_rollup_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.jobs_job_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('counter.job_runs_run_id_seq', '');
