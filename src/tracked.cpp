@@ -1179,12 +1179,13 @@ CE_FUNCTION(counter_tracked_values_of) {
 		char kalign;
 		get_typlenbyvalalign(c.key_type, &klen, &kbyval, &kalign);
 		Datum arg[1] = {PointerGetDatum(construct_array(converted, distinct, c.key_type, klen, kbyval, kalign))};
+		// before SPI_connect: SPI_finish frees what is palloc'd after it
+		int64 *value = static_cast<int64 *>(palloc(sizeof(int64) * (distinct + 1)));
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
 		if (SPI_execute_plan(value_plan(c, &plans->values, true), arg, nullptr, true, 0) != SPI_OK_SELECT ||
 		    SPI_processed != static_cast<uint64>(distinct))
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
-		int64 *value = static_cast<int64 *>(palloc(sizeof(int64) * (distinct + 1)));
 		for (uint64 i = 0; i < SPI_processed; i++) {
 			bool isnull;
 			int64 o = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));

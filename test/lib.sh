@@ -269,21 +269,3 @@ ce_bench_beside_release() {
     CE_PGBIN=$ref_bin ce_cluster_start ref "${durable[@]}" || exit 1
 }
 
-# Buffered counters are refused on PostgreSQL 16 and later in 1.2 (they
-# counted wrong under load on 17: doc/support.md). On those majors this checks
-# the refusal in a cluster of its own, prints ok and returns 0 (the caller
-# exits); on others it returns 1 and the caller runs its buffered test.
-ce_buffered_refused_here() {
-    [ "${CE_PG_MAJOR:-15}" -ge 16 ] || return 1
-    trap ce_cluster_stop_all EXIT
-    ce_cluster_start refusal "counter_ext.enabled = off" || exit 1
-    ce_cluster_use refusal
-    local out
-    out=$(ce_psql -v ON_ERROR_STOP=0 -c "CREATE EXTENSION counter_ext" -c "CREATE TABLE ev (k int, at timestamptz)" \
-        -c "SELECT counter.track('ev', 'ev', 'k', 'at', buffered => true)" 2>&1 || true)
-    printf '%s\n' "$out" | grep -q "buffered counters are not available on PostgreSQL 16 and later" \
-        || { echo "buffered => true was not refused: $out"; exit 1; }
-    echo "refused on PostgreSQL ${CE_PG_MAJOR}, as documented"
-    echo ok
-    return 0
-}

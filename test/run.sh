@@ -115,14 +115,6 @@ not_run=()
 for f in test/isolation/specs/*.spec; do
     [ -e "$f" ] || continue
     t=$(basename "$f" .spec)
-    # Buffered counters are refused on PostgreSQL 16 and later in 1.2
-    # (doc/support.md): their interleavings cannot be set up there. The
-    # refusal itself is tested there by sql/buffered.sql (buffered_1.out) and
-    # the two buffered scripts.
-    if [ "$t" = tracked_buffered ] && [ "$CE_PG_MAJOR" -ge 16 ]; then
-        not_run+=("isolation/$t (buffered counters are refused on PostgreSQL $CE_PG_MAJOR)")
-        continue
-    fi
     wanted "$t" && iso_tests+=("$t")
 done
 for n in "${not_run[@]}"; do echo "not run: $n"; done

@@ -314,14 +314,6 @@ BEGIN
         RAISE EXCEPTION 'invalid mode "%"', mode
             USING ERRCODE = '22023', HINT = 'mode is ''trigger'' or ''application''.';
     END IF;
-    -- Buffered counters returned wrong values under concurrent load on
-    -- PostgreSQL 17 (test/scripts/tracked_buffered_load.sh, found by CI on
-    -- 2026-12-01, not yet understood): refused there until it is, rather than
-    -- counting wrong (doc/support.md).
-    IF buffered AND pg_catalog.current_setting('server_version_num')::integer >= 160000 THEN
-        RAISE EXCEPTION 'buffered counters are not available on PostgreSQL 16 and later in counter_ext 1.2'
-            USING ERRCODE = '0A000', HINT = 'Track it unbuffered; see doc/support.md.';
-    END IF;
     IF replicated AND mode OPERATOR(pg_catalog.<>) 'trigger' THEN
         RAISE EXCEPTION 'replicated => true needs mode ''trigger''' USING ERRCODE = '22023';
     END IF;
