@@ -668,32 +668,46 @@ std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
 	if (!available())
 		return out;
 	size_t mine = local_adds != nullptr ? local_adds->size() : 0;
-	out.reserve(static_cast<size_t>(hash_get_num_entries(table)) * bucket_slots + 16 + mine);
-	if (mine > 0)
-		for (auto &item : *local_adds) {
-			LocalAdd &a = item.second;
-			int64 sum = 0;
-			for (auto &l : a.levels)
-				sum += l.second;
-			if (a.counter == counter && sum != 0)
-				out.push_back(Amount{a.key, a.bucket, sum});
-		}
-	scan_counter(counter, [&out, snapshot](Entry *e) {
-		for (Slot &s : e->slots) {
-			if (!s.used)
-				continue;
-			int64 v = slot_amount(s, snapshot);
-			if (v == 0 || out.size() == out.capacity())
-				continue;
-			Amount a;
-			a.key.len = e->key.len;
-			memcpy(a.key.bytes, e->key.image, e->key.len);
-			a.bucket = s.bucket;
-			a.amount = v;
-			out.push_back(a); // never reallocates: capacity checked
-		}
-	});
-	return out;
+	// The table can grow between the estimate and the scan (the scan only
+	// holds the partitions shared once it starts): a scan that finds more
+	// than fits goes again with room for more, so no amount is left out.
+	size_t entries = static_cast<size_t>(hash_get_num_entries(table));
+	for (;;) {
+		out.clear();
+		out.reserve(entries * bucket_slots + 16 + mine);
+		if (mine > 0)
+			for (auto &item : *local_adds) {
+				LocalAdd &a = item.second;
+				int64 sum = 0;
+				for (auto &l : a.levels)
+					sum += l.second;
+				if (a.counter == counter && sum != 0)
+					out.push_back(Amount{a.key, a.bucket, sum});
+			}
+		bool full = false;
+		scan_counter(counter, [&out, &full, snapshot](Entry *e) {
+			for (Slot &s : e->slots) {
+				if (!s.used)
+					continue;
+				int64 v = slot_amount(s, snapshot);
+				if (v == 0)
+					continue;
+				if (out.size() == out.capacity()) {
+					full = true;
+					continue;
+				}
+				Amount a;
+				a.key.len = e->key.len;
+				memcpy(a.key.bytes, e->key.image, e->key.len);
+				a.bucket = s.bucket;
+				a.amount = v;
+				out.push_back(a); // never reallocates: capacity checked
+			}
+		});
+		if (!full)
+			return out;
+		entries = 2 * static_cast<size_t>(hash_get_num_entries(table)) + 1;
+	}
 }
 
 bool busy(int32 counter, const Image &key, int64 before, Snapshot snapshot) {

@@ -12,6 +12,7 @@
 // are converted by ce::keys::convert (no user-defined cast ever runs), keys
 // are compared with the operators of the key type's default btree class.
 #include "counter_ext/buffer.hpp"
+#include "counter_ext/compat.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/keys.hpp"
 #include "counter_ext/locks.hpp"
@@ -55,6 +56,16 @@ extern "C" {
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+
+namespace {
+// The delta shard this session writes: its process slot modulo the shards, so
+// that sessions spread evenly (with the pid, two sessions of a pool often share
+// a shard while another stays idle, and on a hot key the one waits for the
+// other's row lock across its commit).
+int16 shard_of(int shards) {
+	return static_cast<int16>(ce::compat::my_proc_number() % (shards < 1 ? 1 : shards));
+}
+} // namespace
 
 // A plan kept for the life of the backend (SPI_keepplan).
 SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
@@ -515,7 +526,7 @@ void write_deltas(FoldCache *c, ce::tracked::FoldEntry *entries, size_t n) {
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	int16 shard = static_cast<int16>(MyProcPid % c->shards);
+	int16 shard = shard_of(c->shards);
 	int rc;
 	if (n == 1) {
 		if (c->upsert == nullptr)
@@ -844,7 +855,7 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 		Datum values[4] = {
 		    PointerGetDatum(construct_array(keys, count, c.key_type, len, byval, align)),
 		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-		    Int16GetDatum(static_cast<int16>(MyProcPid % (c.shards < 1 ? 1 : c.shards))),
+		    Int16GetDatum(shard_of(c.shards)),
 		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
 		int rc = SPI_execute_plan(plans->flush, values, nullptr, false, 0);
 		if (rc != SPI_OK_INSERT)
@@ -1062,8 +1073,7 @@ CE_FUNCTION(counter_tracked_add) {
 		}
 		Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
 		                                   TimestampTzGetDatum(0));
-		Datum values[4] = {value, bucket, Int16GetDatum(static_cast<int16>(MyProcPid % (c.shards < 1 ? 1 : c.shards))),
-		                   Int64GetDatum(delta)};
+		Datum values[4] = {value, bucket, Int16GetDatum(shard_of(c.shards)), Int64GetDatum(delta)};
 		if (SPI_execute_plan(plans->add, values, nullptr, false, 0) != SPI_OK_INSERT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
 		SPI_finish();

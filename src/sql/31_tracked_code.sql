@@ -277,7 +277,7 @@ CREATE OR REPLACE FUNCTION counter.track(
     mode text DEFAULT 'trigger',
     watermark_lag interval DEFAULT interval '5 seconds',
     bucket_width interval DEFAULT interval '1 minute',
-    shards integer DEFAULT 16,
+    shards integer DEFAULT 64,
     batch_size integer DEFAULT 1000,
     drift_log_threshold bigint DEFAULT 0,
     alert_threshold bigint DEFAULT 1000,

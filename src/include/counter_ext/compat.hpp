@@ -11,6 +11,7 @@
 #endif
 
 extern "C" {
+#include "storage/proc.h"
 #include "tcop/pquery.h"
 #include "utils/backend_status.h"
 }
@@ -39,6 +40,18 @@ inline bool portal_run(Portal portal, long count, bool top_level, DestReceiver *
 	return PortalRun(portal, count, top_level, dest, altdest, qc);
 #else
 	return PortalRun(portal, count, top_level, true, dest, altdest, qc);
+#endif
+}
+
+// This backend's slot among the server's processes: a small number no other
+// live process has (0 .. MaxBackends + auxiliaries), so n sessions spread
+// evenly over n or more shards. 17 named it MyProcNumber; before, it is the
+// PGPROC's pgprocno.
+inline int my_proc_number() {
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;
+#else
+	return MyProc != nullptr ? MyProc->pgprocno : MyProcPid;
 #endif
 }
 
