@@ -73,7 +73,7 @@ CREATE TABLE public.calls (t timestamptz NOT NULL) PARTITION BY RANGE (t);
 SELECT counter.partition_manage('public.calls', 't', premake => 2) AS created;
 CALL counter.run_maintenance('public.calls');
 CALL counter.job_partition_maintenance('public.calls') \gset
-SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partitioned_tables WHERE parent = 'public.calls'::regclass;
+SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status WHERE parent = 'public.calls'::regclass;
 SELECT counter.partition_unmanage('public.calls');
 
 -- Names: parent || _pYYYYMMDDHH24 (MI added below an hour), shortened with a

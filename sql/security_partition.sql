@@ -69,7 +69,7 @@ INSERT INTO public.v_ev VALUES (10, '2026-03-03 10:00+00'), (11, '1000-01-01 00:
 RESET ROLE;
 SELECT created, moved, outcome FROM counter.partition_maintain('public.v_ev', as_of => '2026-07-01 10:10+00');
 SELECT count(*) AS partitions FROM counter.partition_bounds('public.v_ev') WHERE NOT is_default;
-SELECT count(*) AS in_default, (SELECT last_outside FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass)
+SELECT count(*) AS in_default, (SELECT last_outside FROM counter.partition_status WHERE parent = 'public.v_ev'::regclass)
 FROM ONLY public.v_ev_default;
 
 -- The attacker and another owner's table: no lock taken, nothing to see,
@@ -97,14 +97,14 @@ RESET ROLE;
 
 -- Nothing changed for the victim.
 SELECT rolsuper FROM pg_roles WHERE rolname = 'psec_attacker';
-SELECT parent, retention, last_outcome FROM counter.partitioned_tables ORDER BY parent::text;
+SELECT parent, retention, last_outcome FROM counter.partition_status ORDER BY parent::text;
 SELECT count(*) AS victim_rows FROM public.v_ev;
 
 -- The committing procedure and the job, as the (non-superuser) owner.
 SET ROLE psec_victim;
 CALL counter.run_maintenance('public.v_ev');
 CALL counter.job_partition_maintenance('public.v_ev') \gset
-SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partitioned_tables;
+SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status;
 RESET ROLE;
 
 -- Clean up.

@@ -223,6 +223,11 @@ UPDATE counter.tracked SET owner = 'sec_t_attacker';
 \echo :LAST_ERROR_SQLSTATE
 INSERT INTO counter.tracked_runs (counter_id, watermark, all_keys) VALUES (1, now(), true);
 \echo :LAST_ERROR_SQLSTATE
+-- nor the run record under it
+UPDATE counter.job_runs SET info = '{}';
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM counter.job_runs;
+\echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM counter_internal.tracked_1_base;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;

@@ -28,7 +28,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.steps VALUES (target, 1);
     COMMIT;
-    RAISE EXCEPTION 'target % is broken', target USING ERRCODE = 'data_exception';
+    RAISE EXCEPTION 'target % is broken', target USING ERRCODE = 'data_exception',
+        DETAIL = 'its detail', HINT = 'its hint';
 END $$;
 CREATE PROCEDURE public.job_test_slow(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $$
@@ -74,6 +75,9 @@ CALL counter.run_job(:fail_job);
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) AS committed_before_failing FROM public.steps WHERE target = 'b';
 SELECT outcome, rows_affected, sqlstate, message FROM counter.job_runs WHERE job_id = :fail_job ORDER BY run_id;
+-- the error is kept whole: its detail, hint and context too
+SELECT detail, hint, context ~ 'PL/pgSQL function (public\.)?job_test_fail\(text,bigint\) line \d+ at RAISE' AS context_kept
+FROM counter.job_runs WHERE job_id = :fail_job ORDER BY run_id;
 SELECT failures, running_run,
        next_run BETWEEN now() + interval '7 minutes 59 seconds' AND now() + interval '10 minutes 1 second' AS backed_off
 FROM counter.jobs WHERE job_id = :fail_job;

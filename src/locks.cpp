@@ -8,9 +8,6 @@ extern "C" {
 #include "utils/builtins.h"
 }
 
-static_assert(ce::locks::job == 0x63656a62, "the job class spells 'cejb'");
-static_assert(ce::locks::partition == 0x63653435, "the partition class spells 'ce45'");
-
 // counter_internal.lock_class(class text) -> integer
 CE_FUNCTION(counter_lock_class) {
 	const char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));

@@ -369,12 +369,25 @@ void record(const Claim *c, const Outcome *o) {
 		        " WHERE j.job_id = $1 AND j.running_run = $2",
 		        2, types, v2, nullptr, false, SPI_OK_UPDATE, "scheduling a job");
 	} else {
-		Oid types[3] = {INT8OID, TEXTOID, TEXTOID};
-		Datum values[3] = {Int64GetDatum(c->run_id), CStringGetTextDatum(unpack_sql_state(o->error->sqlerrcode)),
-		                   CStringGetTextDatum(o->error->message != nullptr ? o->error->message : "")};
+		// the error whole: SQLSTATE, message, detail, hint, context
+		const ErrorData *e = o->error;
+		Oid types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+		Datum values[6] = {Int64GetDatum(c->run_id),
+		                   CStringGetTextDatum(unpack_sql_state(e->sqlerrcode)),
+		                   CStringGetTextDatum(e->message != nullptr ? e->message : ""),
+		                   e->detail != nullptr ? CStringGetTextDatum(e->detail) : 0,
+		                   e->hint != nullptr ? CStringGetTextDatum(e->hint) : 0,
+		                   e->context != nullptr ? CStringGetTextDatum(e->context) : 0};
+		const char nulls[7] = {' ',
+		                       ' ',
+		                       ' ',
+		                       e->detail != nullptr ? ' ' : 'n',
+		                       e->hint != nullptr ? ' ' : 'n',
+		                       e->context != nullptr ? ' ' : 'n',
+		                       '\0'};
 		spi_run("UPDATE counter.job_runs SET outcome = 'failed', finished_at = clock_timestamp(),"
-		        " sqlstate = $2, message = $3 WHERE run_id = $1",
-		        3, types, values, nullptr, false, SPI_OK_UPDATE, "recording a failed run");
+		        " sqlstate = $2, message = $3, detail = $4, hint = $5, context = $6 WHERE run_id = $1",
+		        6, types, values, nulls, false, SPI_OK_UPDATE, "recording a failed run");
 		Oid t2[2] = {INT8OID, INT8OID};
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL

@@ -58,15 +58,25 @@ CREATE TABLE counter.jobs (
 COMMENT ON TABLE counter.jobs IS 'periodic work of counter_ext, run by its background worker or counter.run_jobs()';
 SELECT pg_catalog.pg_extension_config_dump('counter.jobs', '');
 
--- Every run of a job: who ran it, when, how it ended. Rows that ended are
--- deleted after counter_ext.history_retention; a row still 'running' whose
--- process is gone (crash, termination) is marked failed by the next runner.
+-- The one record of periodic work: every run of a job, and every run of the
+-- same work started by a direct call (counter.reconcile, rollup_refresh,
+-- partition_maintain, ...: runner 'call', no job_id). Who ran it, when, how
+-- it ended, the error whole, and the feature's own part (info: a tracked
+-- run's drift, a refresh's rows, a maintenance run's partitions), for the
+-- object object_id (counter_id, rollup_id; NULL for a partitioned table,
+-- whose oid a restore changes: its runs are found by target, the
+-- schema-qualified name its job has). The features'
+-- views (counter.tracked_history, rollup_state, partition_status, ...) are
+-- views over it (counter_internal.run_begin/run_end write it). Rows that
+-- ended are deleted after counter_ext.history_retention; a row still
+-- 'running' whose process is gone (crash, termination) is marked failed by
+-- the next runner.
 CREATE TABLE counter.job_runs (
     run_id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id         bigint NOT NULL,
+    job_id         bigint,
     kind           text NOT NULL,
     target         text NOT NULL,
-    runner         text NOT NULL CHECK (runner IN ('worker', 'session')),
+    runner         text NOT NULL CHECK (runner IN ('worker', 'session', 'call')),
     pid            integer NOT NULL,
     backend_start  timestamptz NOT NULL,
     started_at     timestamptz NOT NULL,
@@ -79,10 +89,21 @@ CREATE TABLE counter.job_runs (
     message        text,
     -- the session user of the process that ran the job (its owner)
     run_as         regrole,
-    CHECK ((outcome = 'running') = (finished_at IS NULL))
+    -- the rest of the error, kept whole (1.3)
+    detail         text,
+    hint           text,
+    context        text,
+    -- the object the run served, and the feature's own part of the record
+    object_id      bigint,
+    info           jsonb,
+    CHECK ((outcome = 'running') = (finished_at IS NULL)),
+    CONSTRAINT job_runs_call_check CHECK ((job_id IS NULL) = (runner = 'call'))
 );
-COMMENT ON TABLE counter.job_runs IS 'run history of counter_ext jobs, trimmed after counter_ext.history_retention';
+COMMENT ON TABLE counter.job_runs IS
+    'every run of counter_ext''s periodic work (jobs and direct calls), trimmed after counter_ext.history_retention';
 CREATE INDEX job_runs_job_idx ON counter.job_runs (job_id, run_id);
+CREATE INDEX job_runs_object_idx ON counter.job_runs (kind, object_id, run_id);
+CREATE INDEX job_runs_target_idx ON counter.job_runs (kind, target, run_id);
 CREATE INDEX job_runs_finished_idx ON counter.job_runs (finished_at);
 CREATE INDEX job_runs_running_idx ON counter.job_runs (run_id) WHERE outcome = 'running';
 

@@ -18,6 +18,110 @@ LEFT JOIN LATERAL (
     ORDER BY x.run_id DESC
     LIMIT 1) r ON true;
 
+-- The one run record (counter.job_runs), written by every feature's
+-- periodic work the same way, whether a job or a direct call started it.
+-- run_begin: the run of (kind, target) this backend is running as a job (the
+-- worker recorded its start), given the object and the feature's part; or,
+-- for a direct call, a new row (runner 'call'). Without a worker nothing else
+-- trims a call's history, so a start also deletes that object's runs that
+-- ended before counter_ext.history_retention (a hundred at most).
+CREATE OR REPLACE FUNCTION counter_internal.run_begin(kind text, target text, object_id bigint, info jsonb,
+    started timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run bigint;
+    keep interval := coalesce(NULLIF(pg_catalog.current_setting('counter_ext.history_retention', true), ''),
+                              '7 days')::interval;
+BEGIN
+    SELECT x.run_id INTO run
+    FROM counter.jobs j JOIN counter.job_runs x ON x.run_id OPERATOR(pg_catalog.=) j.running_run
+    WHERE j.kind OPERATOR(pg_catalog.=) run_begin.kind AND j.target OPERATOR(pg_catalog.=) run_begin.target
+      AND x.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND x.outcome OPERATOR(pg_catalog.=) 'running';
+    IF run IS NOT NULL THEN
+        UPDATE counter.job_runs x SET object_id = run_begin.object_id,
+            info = coalesce(x.info, '{}') OPERATOR(pg_catalog.||) run_begin.info
+        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        RETURN run;
+    END IF;
+    DELETE FROM counter.job_runs x WHERE x.run_id IN (
+        SELECT y.run_id FROM counter.job_runs y
+        WHERE y.kind OPERATOR(pg_catalog.=) run_begin.kind AND y.target OPERATOR(pg_catalog.=) run_begin.target
+          AND y.finished_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) keep)
+        ORDER BY y.run_id LIMIT 100);
+    INSERT INTO counter.job_runs AS x (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as,
+                                       object_id, info)
+    VALUES (NULL, kind, target, 'call', pg_catalog.pg_backend_pid(),
+            (SELECT a.backend_start FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a),
+            coalesce(started, pg_catalog.clock_timestamp()), 'running', session_user::regrole, object_id, info)
+    RETURNING x.run_id INTO run;
+    RETURN run;
+END
+$$;
+
+-- run_end: the feature's last part of run 'run' (and when it ended); a
+-- direct call's row is finished here too (a job's by the worker, after the
+-- job's procedure returns: rows_affected, outcome, the error whole).
+CREATE OR REPLACE FUNCTION counter_internal.run_end(run bigint, info jsonb, failed boolean DEFAULT false,
+    rows_affected bigint DEFAULT NULL, message text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    UPDATE counter.job_runs x
+    SET info = coalesce(x.info, '{}') OPERATOR(pg_catalog.||) run_end.info
+               OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('finished_at', now_),
+        outcome = CASE WHEN x.runner OPERATOR(pg_catalog.<>) 'call' THEN x.outcome
+                       WHEN failed THEN 'failed' ELSE 'succeeded' END,
+        finished_at = CASE WHEN x.runner OPERATOR(pg_catalog.<>) 'call' THEN x.finished_at ELSE now_ END,
+        rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.<>) 'call' THEN x.rows_affected
+                             ELSE run_end.rows_affected END,
+        message = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' AND failed THEN run_end.message ELSE x.message END
+    WHERE x.run_id OPERATOR(pg_catalog.=) run;
+END
+$$;
+
+-- run_interrupted: the runs of an object whose feature part still says
+-- 'running' died (the caller holds the object's lock, so none runs): their
+-- feature part says 'interrupted'; a direct call's row is failed (a job's
+-- row is the worker's to fail: its process is gone).
+CREATE OR REPLACE FUNCTION counter_internal.run_interrupted(kind text, object_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE counter.job_runs x
+    SET info = x.info OPERATOR(pg_catalog.||) '{"outcome": "interrupted"}',
+        outcome = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' THEN 'failed' ELSE x.outcome END,
+        finished_at = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call'
+                           THEN coalesce(x.finished_at, pg_catalog.clock_timestamp()) ELSE x.finished_at END,
+        message = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' AND x.outcome OPERATOR(pg_catalog.=) 'running'
+                       THEN 'interrupted: its session ended before it finished' ELSE x.message END
+    WHERE x.kind OPERATOR(pg_catalog.=) run_interrupted.kind
+      AND x.object_id OPERATOR(pg_catalog.=) run_interrupted.object_id
+      AND x.info ->> 'outcome' OPERATOR(pg_catalog.=) 'running';
+END
+$$;
+
+-- run_forget: an object's history goes with the object (found by its id,
+-- or by its target when it has none).
+CREATE OR REPLACE FUNCTION counter_internal.run_forget(kind text, object_id bigint, target text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM counter.job_runs x
+    WHERE x.kind OPERATOR(pg_catalog.=) run_forget.kind
+      AND (x.object_id OPERATOR(pg_catalog.=) run_forget.object_id
+           OR (run_forget.object_id IS NULL AND x.target OPERATOR(pg_catalog.=) run_forget.target))
+$$;
+
 -- The owner of the object a job serves, found from its target: the owner
 -- the feature records (counter.tracked.owner, counter.rollups.owner: the
 -- role its own checks and its state belong to), or the partitioned table's

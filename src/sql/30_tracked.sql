@@ -24,9 +24,9 @@
 -- counter.add / counter.value / counter.values_of, which run as the caller
 -- and switch to the owner after checking the caller's privilege.
 --
--- Advisory locks (transaction level): pg_try_advisory_xact_lock(1667563524,
--- counter_id); 1667563524 = x'63650004' ('c' 'e' 0 4) is the tracked-counter
--- class.
+-- Advisory locks (transaction level): pg_try_advisory_xact_lock(
+-- counter_internal.lock_class('tracked'), counter_id); the classes are one
+-- registry, documented in doc/reference/worker.md "Advisory-lock classes".
 
 CREATE TABLE counter.tracked (
     counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -64,30 +64,15 @@ CREATE TABLE counter.tracked (
 COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');
 
-CREATE TABLE counter.tracked_runs (
-    run_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    -- (no FOREIGN KEY between dumped tables: pg_restore -j loads their rows in
-    -- any order; counter_internal.dumped_cascade deletes instead, 71_dump_cascades.sql)
-    counter_id      integer NOT NULL,
-    started_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-    finished_at     timestamptz,
-    watermark       timestamptz NOT NULL,
-    all_keys        boolean NOT NULL,
-    keys_checked    bigint NOT NULL DEFAULT 0,
-    keys_corrected  bigint NOT NULL DEFAULT 0,
-    drift_positive  bigint NOT NULL DEFAULT 0,
-    drift_negative  bigint NOT NULL DEFAULT 0,
-    max_abs_drift   bigint NOT NULL DEFAULT 0,
-    keys_busy       bigint NOT NULL DEFAULT 0,
-    keys_verified   bigint NOT NULL DEFAULT 0,
-    outcome         text NOT NULL DEFAULT 'running'
-                    CHECK (outcome IN ('running', 'ok', 'skipped', 'partial', 'interrupted'))
-);
-CREATE INDEX ON counter.tracked_runs (counter_id, run_id);
-COMMENT ON TABLE counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
-
+-- A counter's reconciliation runs are rows of the one run record,
+-- counter.job_runs (kind 'reconcile', object_id = counter_id; the drift in
+-- info), shown by the view counter.tracked_runs (31_tracked_code.sql). The
+-- keys that drifted past drift_log_threshold in a run are its detail:
 CREATE TABLE counter.tracked_key_drift (
-    run_id  bigint NOT NULL,  -- counter.tracked_runs (no FOREIGN KEY: see counter_id above)
+    -- counter.job_runs: no FOREIGN KEY between dumped tables (pg_restore -j
+    -- loads their rows in any order); counter_internal.dumped_cascade deletes
+    -- a run's rows here with it (71_dump_cascades.sql)
+    run_id  bigint NOT NULL,
     key     text NOT NULL,
     cached  bigint NOT NULL,
     truth   bigint NOT NULL,

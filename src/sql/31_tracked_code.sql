@@ -3,6 +3,24 @@
 -- (src/sql/upgrade/1.2--1.3/50_code.sql) includes it as it is
 -- (everything here is CREATE OR REPLACE).
 
+-- A tracked counter's reconciliation runs: the rows of the one run record
+-- (counter.job_runs, kind 'reconcile') with the tracked part of each
+-- (info), in the columns the table counter.tracked_runs had up to 1.2.
+-- Each role sees the runs of the counters it owns (or belongs to the owner
+-- of).
+CREATE OR REPLACE VIEW counter.tracked_runs AS
+SELECT r.run_id, r.object_id::integer AS counter_id, r.started_at,
+       (r.info ->> 'finished_at')::timestamptz AS finished_at, (r.info ->> 'watermark')::timestamptz AS watermark,
+       (r.info ->> 'all_keys')::boolean AS all_keys, (r.info ->> 'keys_checked')::bigint AS keys_checked,
+       (r.info ->> 'keys_corrected')::bigint AS keys_corrected, (r.info ->> 'drift_positive')::bigint AS drift_positive,
+       (r.info ->> 'drift_negative')::bigint AS drift_negative, (r.info ->> 'max_abs_drift')::bigint AS max_abs_drift,
+       (r.info ->> 'keys_busy')::bigint AS keys_busy, (r.info ->> 'keys_verified')::bigint AS keys_verified,
+       r.info ->> 'outcome' AS outcome
+FROM counter.job_runs r JOIN counter.tracked c ON c.counter_id = r.object_id
+WHERE r.kind = 'reconcile' AND r.info ? 'watermark' AND pg_catalog.pg_has_role(c.owner, 'USAGE');
+COMMENT ON VIEW counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
+GRANT SELECT ON counter.tracked_runs TO PUBLIC;
+
 -- The role that called the outermost function (for SECURITY DEFINER code).
 CREATE OR REPLACE FUNCTION counter_internal.caller()
 RETURNS regrole
@@ -430,6 +448,7 @@ BEGIN
         PERFORM counter.job_unregister('flush', name);
     END IF;
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    PERFORM counter_internal.run_forget('reconcile', t.counter_id);
     PERFORM counter_internal.tracked_invalidate();
     PERFORM counter.job_unregister('reconcile', name);
 END
@@ -522,7 +541,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    locked := pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id);
+    locked := pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id);
     IF NOT locked THEN
         RETURN;
     END IF;
@@ -561,9 +580,10 @@ AS $fn$
 DECLARE
     r counter.tracked_runs;
 BEGIN
-    UPDATE counter.tracked_runs x SET finished_at = pg_catalog.clock_timestamp(), outcome = run_outcome
-    WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id
-    RETURNING * INTO r;
+    PERFORM counter_internal.run_end(run, pg_catalog.jsonb_build_object('outcome', run_outcome),
+        rows_affected => (SELECT x.keys_corrected FROM counter.tracked_runs x WHERE x.run_id OPERATOR(pg_catalog.=) run));
+    SELECT * INTO r FROM counter.tracked_runs x
+    WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
         RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
             r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
@@ -595,11 +615,12 @@ BEGIN
     UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
     WHERE c.counter_id = t.counter_id
     RETURNING c.last_watermark INTO run_watermark;
-    UPDATE counter.tracked_runs x SET outcome = 'interrupted'
-    WHERE x.counter_id = t.counter_id AND x.outcome = 'running';
-    INSERT INTO counter.tracked_runs AS x (counter_id, watermark, all_keys)
-    VALUES (t.counter_id, run_watermark, all_keys)
-    RETURNING x.run_id INTO run;
+    -- a run of this counter still running died (we hold the counter's lock)
+    PERFORM counter_internal.run_interrupted('reconcile', t.counter_id);
+    run := counter_internal.run_begin('reconcile', t.name, t.counter_id, pg_catalog.jsonb_build_object(
+        'watermark', run_watermark, 'all_keys', all_keys, 'keys_checked', 0, 'keys_corrected', 0,
+        'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0, 'keys_busy', 0, 'keys_verified', 0,
+        'outcome', 'running'));
 END
 $fn$;
 
@@ -609,13 +630,14 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    UPDATE counter.tracked_runs x SET keys_checked = x.keys_checked + GREATEST(b.checked, 0),
-        keys_corrected = x.keys_corrected + b.corrected,
-        drift_positive = x.drift_positive + b.pos,
-        drift_negative = x.drift_negative + b.neg,
-        max_abs_drift = GREATEST(x.max_abs_drift, b.max_abs),
-        keys_busy = x.keys_busy + b.busy
-    WHERE x.run_id = run AND x.counter_id = t.counter_id;
+    UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+        'keys_checked', (x.info ->> 'keys_checked')::bigint + GREATEST(b.checked, 0),
+        'keys_corrected', (x.info ->> 'keys_corrected')::bigint + b.corrected,
+        'drift_positive', (x.info ->> 'drift_positive')::bigint + b.pos,
+        'drift_negative', (x.info ->> 'drift_negative')::bigint + b.neg,
+        'max_abs_drift', GREATEST((x.info ->> 'max_abs_drift')::bigint, b.max_abs),
+        'keys_busy', (x.info ->> 'keys_busy')::bigint + b.busy)
+    WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
 END
 $fn$;
 
@@ -696,7 +718,7 @@ BEGIN
     t := counter_internal.tracked_check_restored(t);
     w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
@@ -743,7 +765,7 @@ BEGIN
         PERFORM counter.flush(t.name);
         t := counter_internal.tracked_get(target);
     END IF;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(1667563524, t.counter_id) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
         RETURN;
     END IF;
@@ -786,8 +808,9 @@ BEGIN
     ELSE
         UPDATE counter.tracked c SET verify_after = after WHERE c.counter_id = t.counter_id;
     END IF;
-    UPDATE counter.tracked_runs x SET keys_verified = x.keys_verified + verified
-    WHERE x.run_id = run AND x.counter_id = t.counter_id;
+    UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+        'keys_verified', (x.info ->> 'keys_verified')::bigint + verified)
+    WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
 END
 $fn$;
 
@@ -990,6 +1013,7 @@ BEGIN
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                        counter_internal.tracked_table(t, 'delta'));
         DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        PERFORM counter_internal.run_forget('reconcile', t.counter_id);
         PERFORM counter_internal.tracked_invalidate();
         PERFORM counter.job_unregister('reconcile', t.name);
     END LOOP;

@@ -4,8 +4,9 @@
 -- them to its delta table when it is flushed (counter.flush, the 'flush'
 -- job). The tables; the functions are in 36_buffered_code.sql.
 --
--- Advisory locks (transaction level): (x'6365000f', counter_id), 'c' 'e'
--- 0 15: held by a flush of the counter until its writes commit or abort.
+-- Advisory locks (transaction level): (class 'flush' of the one registry,
+-- doc/reference/worker.md "Advisory-lock classes"; counter_id): held by a
+-- flush of the counter until its writes commit or abort.
 
 ALTER TABLE counter.tracked ADD COLUMN buffered boolean NOT NULL DEFAULT false;
 

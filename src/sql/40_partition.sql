@@ -27,8 +27,10 @@
 -- session's settings never change a bound or a name.
 --
 -- Locks: each bounded step runs in its own transaction and first takes the
--- transaction-level advisory lock (classid 1667576885 = 'ce05', objid = the
--- parent's oid as int4); a second caller that finds it taken skips the table.
+-- transaction-level advisory lock (class counter_internal.lock_class(
+-- 'partition'), the one registry of doc/reference/worker.md "Advisory-lock
+-- classes"; second int the parent's oid as int4); a second caller that finds
+-- it taken skips the table.
 -- DDL waits at most the table's lock_timeout, retried lock_retries times.
 
 CREATE TABLE counter.partitioned_tables (
@@ -44,14 +46,9 @@ CREATE TABLE counter.partitioned_tables (
                          CHECK (lock_timeout > interval '0'),
     lock_retries         integer NOT NULL DEFAULT 3 CHECK (lock_retries >= 0),
     created_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    last_run_at          timestamptz,
-    last_outcome         text CHECK (last_outcome IN ('ok', 'partial', 'skipped', 'error')),
-    last_error           text,
-    last_created         bigint,
-    last_dropped         bigint,
-    last_moved           bigint,
-    -- rows of the default partition outside the window of the last run, left there
-    last_outside         bigint,
+    -- (each maintenance run is a row of the one run record, counter.job_runs,
+    -- kind 'partition_maintenance', object_id = the parent's oid; the view
+    -- counter.partition_status shows the last one's last_* columns)
     -- the target of its job (schema.table when registered), followed through
     -- renames by counter_internal.partition_follow_rename (80_drop.sql)
     job_target           text

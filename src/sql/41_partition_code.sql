@@ -348,7 +348,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
         status := 'busy';
         RETURN;
     END IF;
@@ -536,8 +536,10 @@ BEGIN
 END
 $$;
 
--- Records the outcome of a maintenance run of one table; a WARNING names
--- the rows left outside the window.
+-- Records a maintenance run of one table in the one run record
+-- (counter.job_runs, kind 'partition_maintenance': the job's run, or a row
+-- of its own for a direct call; the partitions made, dropped and moved in
+-- info); a WARNING names the rows left outside the window.
 CREATE OR REPLACE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
                                                   created bigint, dropped bigint, moved bigint, outside bigint)
 RETURNS void
@@ -545,11 +547,14 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    UPDATE counter.partitioned_tables c
-    SET last_run_at = clock_timestamp(), last_outcome = partition_record.outcome, last_error = partition_record.error,
-        last_created = partition_record.created, last_dropped = partition_record.dropped,
-        last_moved = partition_record.moved, last_outside = partition_record.outside
-    WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent;
+    PERFORM counter_internal.run_end(
+        counter_internal.run_begin('partition_maintenance',
+            coalesce((SELECT c.job_target FROM counter.partitioned_tables c
+                      WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent), parent::text),
+            NULL, '{}'),
+        pg_catalog.jsonb_build_object('outcome', outcome, 'error', error, 'created', created, 'dropped', dropped,
+                                      'moved', moved, 'outside', outside),
+        failed => outcome OPERATOR(pg_catalog.=) 'error', message => error);
     IF outside OPERATOR(pg_catalog.>) 0 THEN
         RAISE WARNING '% rows in the default partition of % are outside [now - retention (or 7 days), now + premake] and were left there',
             outside, parent
@@ -863,6 +868,8 @@ BEGIN
                                  least(part_interval, interval '1 hour'));
     UPDATE counter.partitioned_tables c SET job_target = format('%I.%I', nsp, rel.relname)
     WHERE c.parent = partition_manage.parent;
+    -- the runs of a table of this name that was dropped are not this one's
+    PERFORM counter_internal.run_forget('partition_maintenance', NULL, format('%I.%I', nsp, rel.relname));
     RETURN made;
 END
 $$;
@@ -883,7 +890,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM counter_internal.partition_require_owner(parent);
-    IF NOT pg_try_advisory_xact_lock(1667576885, parent::oid::int4) THEN
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
         RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
             HINT = 'Try again in a moment.';
     END IF;
@@ -897,6 +904,7 @@ BEGIN
     WHERE t.parent = partition_unmanage.parent;
     PERFORM counter.job_unregister('partition_maintenance', target);
     DELETE FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent;
+    PERFORM counter_internal.run_forget('partition_maintenance', NULL, target);
     RETURN true;
 END
 $$;
@@ -922,9 +930,17 @@ BEGIN
              WHERE su OR pg_has_role(caller, counter_internal.partition_owner(p.parent), 'USAGE')
              ORDER BY p.parent::oid LOOP
         parent := c.parent; control := c.control; part_interval := c.part_interval; premake := c.premake;
-        retention := c.retention; last_run_at := c.last_run_at; last_outcome := c.last_outcome;
-        last_error := c.last_error; last_created := c.last_created; last_dropped := c.last_dropped;
-        last_moved := c.last_moved; last_outside := c.last_outside;
+        retention := c.retention;
+        -- the last maintenance run, from the one run record
+        SELECT (x.info ->> 'finished_at')::timestamptz, x.info ->> 'outcome', x.info ->> 'error',
+               (x.info ->> 'created')::bigint, (x.info ->> 'dropped')::bigint, (x.info ->> 'moved')::bigint,
+               (x.info ->> 'outside')::bigint
+        INTO last_run_at, last_outcome, last_error, last_created, last_dropped, last_moved, last_outside
+        FROM counter.job_runs x
+        WHERE x.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
+          AND x.target OPERATOR(pg_catalog.=) coalesce(c.job_target, c.parent::text)
+          AND x.info ? 'outcome'
+        ORDER BY x.run_id DESC LIMIT 1;
         SELECT count(*), min(b.lo), max(b.hi) INTO partitions, oldest, newest
         FROM counter.partition_bounds(c.parent) b WHERE NOT b.is_default;
         hours_ahead := round(extract(epoch FROM newest - now()) / 3600, 2);

@@ -6,14 +6,16 @@
 -- Catalog
 --   counter.rollups        one row per rollup (configuration; dumped by pg_dump)
 --   counter.rollup_dirty   append-only log of (rollup, hour) pairs to recompute
---   counter.rollup_status  outcome of each rollup's last refresh
+--   counter.rollup_status  view: outcome of each rollup's last refresh (from counter.job_runs)
 --   counter.rollup_state   view: newest hours, pending dirty hours, last refresh
 --
--- Advisory locks (transaction level, two-int key space):
---   (1380928579 = 'ROLC', counter.rollup_lock_key(rollup_id, UTC day number))
+-- Advisory locks (transaction level, two-int key space; the classes come from
+-- the one registry, counter_internal.lock_class(name), documented in
+-- doc/reference/worker.md "Advisory-lock classes"):
+--   (lock_class('rollup_day'), counter.rollup_lock_key(rollup_id, UTC day number))
 --       one refresh chunk (a UTC day) of one rollup; a routine refresh
 --       (dirty hours, the job) tries and skips, a full recompute waits.
---   (1380928584 = 'ROLH', counter.rollup_lock_key(rollup_id, UTC hour number))
+--   (lock_class('rollup_hour'), counter.rollup_lock_key(rollup_id, UTC hour number))
 --       one hour of a trigger-mode rollup: writers take it shared (in hour
 --       order) before adding to the rollup, a recompute takes it exclusive (in
 --       hour order) before reading the events, so it never overwrites an
@@ -70,15 +72,9 @@ CREATE TABLE counter.rollup_dirty (
 CREATE INDEX rollup_dirty_rollup_hour ON counter.rollup_dirty (rollup_id, hour);
 COMMENT ON TABLE counter.rollup_dirty IS 'hours of a rollup to recompute from the events (append-only log)';
 
-CREATE TABLE counter.rollup_status (
-    rollup_id       integer PRIMARY KEY,
-    last_refresh_at timestamptz,
-    last_outcome    text,
-    last_duration   interval,
-    last_rows       bigint,
-    last_error      text
-);
-COMMENT ON TABLE counter.rollup_status IS 'outcome of the last refresh of each rollup';
+-- Each refresh is a row of the one run record, counter.job_runs (kind
+-- 'rollup_refresh', object_id = rollup_id); the view counter.rollup_status
+-- (51_rollup_code.sql) shows each rollup's last.
 
 -- Every role reads the catalog rows of the rollups it owns (or belongs to
 -- the owner of), and nothing else; nobody writes them but this file's
@@ -93,10 +89,6 @@ CREATE POLICY rollup_dirty_read ON counter.rollup_dirty FOR SELECT
     USING (EXISTS (SELECT FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_dirty.rollup_id));
 GRANT SELECT ON counter.rollup_dirty TO PUBLIC;
 
-ALTER TABLE counter.rollup_status ENABLE ROW LEVEL SECURITY;
-CREATE POLICY rollup_status_read ON counter.rollup_status FOR SELECT
-    USING (EXISTS (SELECT FROM counter.rollups r WHERE r.rollup_id OPERATOR(pg_catalog.=) rollup_status.rollup_id));
-GRANT SELECT ON counter.rollup_status TO PUBLIC;
 
 -- The second int of an advisory lock key: rollup id and a day or hour number
 -- folded into 32 bits (collisions only make two chunks wait for each other).

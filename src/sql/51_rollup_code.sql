@@ -128,18 +128,20 @@ BEGIN
     -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
     -- that pass the filter (src/rollup.cpp).
     -- (One statement: the hour locks are an InitPlan, taken before the
-    -- first row reaches the upsert.)
+    -- first row reaches the upsert. The lock class is resolved here, once,
+    -- from the registry, and stored in the text as a number: the trigger's
+    -- kept plan costs nothing more per statement.)
     r.add_sql := format($f$
         WITH l AS MATERIALIZED (
             SELECT pg_catalog.count(*) AS n
             FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
-                             1380928584, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
+                             %7$s, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
                   FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
         SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set);
+        r.rollup_table, keys, cols, hour_expr, vals, add_set, counter_internal.lock_class('rollup_hour'));
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -343,13 +345,13 @@ BEGIN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
-        PERFORM pg_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
-    ELSIF NOT pg_try_advisory_xact_lock(1380928579, counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
+    ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
         RETURN NULL;
     END IF;
     IF r.mode = 'trigger' THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
-        PERFORM pg_advisory_xact_lock(1380928584, counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_hour'), counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
               WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
     END IF;
@@ -436,10 +438,10 @@ BEGIN
 END
 $$;
 
--- Records the outcome of a refresh. A status row another refresh is still
--- writing is left to that refresh (never wait for it: the job must not
--- block behind a long recompute it skipped). An entry point of the refresh
--- procedures (checks its caller).
+-- Records a refresh in the one run record (counter.job_runs, kind
+-- 'rollup_refresh': the job's run, or a row of its own for a direct call;
+-- the rollup's part in info). Every refresh has its row, so none waits for
+-- another's. An entry point of the refresh procedures (checks its caller).
 CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -453,12 +455,10 @@ BEGIN
         RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
-    UPDATE counter.rollup_status s
-    SET last_refresh_at = started, last_outcome = outcome,
-        last_duration = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) started, last_rows = n, last_error = err
-    WHERE s.rollup_id OPERATOR(pg_catalog.=) rid
-      AND s.rollup_id IN (SELECT l.rollup_id FROM counter.rollup_status l
-                          WHERE l.rollup_id OPERATOR(pg_catalog.=) rid FOR UPDATE SKIP LOCKED);
+    PERFORM counter_internal.run_end(
+        counter_internal.run_begin('rollup_refresh', r.name, rid, '{}', started),
+        pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', err),
+        failed => err IS NOT NULL, rows_affected => n, message => err);
 END
 $$;
 
@@ -765,7 +765,6 @@ BEGIN
             CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated)
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
-    INSERT INTO counter.rollup_status (rollup_id) VALUES (rid);
 
     -- CREATE TRIGGER waited for every open writer of the source and holds
     -- them off until commit, so these are all the events the triggers miss
@@ -801,7 +800,7 @@ BEGIN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
-    DELETE FROM counter.rollup_status s WHERE s.rollup_id = r.rollup_id;
+    PERFORM counter_internal.run_forget('rollup_refresh', r.rollup_id);
     DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_job_sync(name);
 END
@@ -938,6 +937,22 @@ BEGIN
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
+
+-- The last refresh of each rollup, from the one run record (the table of
+-- that name up to 1.2); each role sees its rollups' rows.
+CREATE OR REPLACE VIEW counter.rollup_status AS
+SELECT r.rollup_id, x.started_at AS last_refresh_at, x.info ->> 'outcome' AS last_outcome,
+       (x.info ->> 'finished_at')::timestamptz OPERATOR(pg_catalog.-) x.started_at AS last_duration,
+       (x.info ->> 'rows')::bigint AS last_rows, x.info ->> 'error' AS last_error
+FROM counter.rollups r
+LEFT JOIN LATERAL (
+    SELECT y.started_at, y.info FROM counter.job_runs y
+    WHERE y.kind OPERATOR(pg_catalog.=) 'rollup_refresh' AND y.object_id OPERATOR(pg_catalog.=) r.rollup_id
+      AND y.info ? 'outcome'
+    ORDER BY y.run_id DESC LIMIT 1) x ON true
+WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
+COMMENT ON VIEW counter.rollup_status IS 'outcome of the last refresh of each rollup';
+GRANT SELECT ON counter.rollup_status TO PUBLIC;
 
 CREATE OR REPLACE VIEW counter.rollup_state AS
 SELECT r.name,

@@ -134,7 +134,7 @@ SELECT results_eq($$ SELECT n, ids, digest FROM catchup_before $$,
 SELECT is((SELECT count(*) FROM (SELECT id FROM catchup GROUP BY id HAVING count(*) > 1) d), 0::bigint, 'no id twice');
 SELECT is_empty($$ SELECT * FROM pg_temp.layout_problems('catchup', '2026-06-01 00:00+00', '2026-07-02 00:00+00') $$,
                 'catch-up leaves contiguous UTC partitions through as_of + premake');
-SELECT is((SELECT last_moved FROM counter.partitioned_tables WHERE parent = 'catchup'::regclass),
+SELECT is((SELECT last_moved FROM counter.partition_status WHERE parent = 'catchup'::regclass),
           (SELECT n FROM catchup_before) - (25 * 60 / 7 + 1), 'every row beyond the first 25 hours was moved');
 SELECT is((SELECT count(*) FROM counter.partition_staging), 0::bigint, 'no drain left half done');
 -- Rows of an hour larger than batch_rows went through a staging table: the
@@ -198,7 +198,7 @@ SELECT results_eq($$ SELECT created, moved, outcome FROM counter.partition_maint
 SELECT is((SELECT count(*) FROM ONLY odd_default), 5::bigint, 'NULL, infinite and out-of-window keys stay in default');
 SELECT is((SELECT rows_in_default FROM counter.partition_status WHERE parent = 'odd'::regclass), 5::bigint,
           'the status view counts them');
-SELECT is((SELECT last_outside FROM counter.partitioned_tables WHERE parent = 'odd'::regclass), 4::bigint,
+SELECT is((SELECT last_outside FROM counter.partition_status WHERE parent = 'odd'::regclass), 4::bigint,
           'the run reports the rows left outside the window');
 
 -- A table whose partition cannot be created (a foreign table of the same

@@ -33,6 +33,9 @@ on a -d src -f "$here/build.sql" >"$work/build.out" 2>&1 || { cat "$work/build.o
 on a -d src -f "$here/fingerprint.sql" >"$work/src.fp" || fail "fingerprint of the source"
 grep -q '^dirty|' "$work/src.fp" || fail "the source has no pending dirty hours"
 grep -q '^job_run|' "$work/src.fp" || fail "the source has no job history"
+# the one run record holds the features' runs too, and they survive
+grep -q '^tracked_run|' "$work/src.fp" || fail "the source has no tracked reconciliation history"
+grep -q '^job_run|[0-9]*||reconcile|clicks_per_link|call|' "$work/src.fp" || fail "the source has no direct call's run"
 [ "$(grep -c '^rows|events_default|0$' "$work/src.fp")" = 0 ] || fail "the source's default partition is empty"
 
 ce_cluster_use a

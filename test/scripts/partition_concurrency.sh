@@ -60,8 +60,8 @@ echo "rows $n, distinct ids $nd, id sum $s, ids issued $last, maintenance rounds
 [ "$s" = "$(python3 -c "print($last * ($last + 1) // 2)")" ] || fail "id checksum $s is not 1+..+$last"
 [ "$(q -c "SELECT count(*) FROM ONLY ev_default")" = 0 ] || fail "rows left in the default partition"
 [ "$(q -c "SELECT count(*) FROM counter.partition_staging")" = 0 ] || fail "a drain left half done"
-[ "$(q -c "SELECT last_outcome FROM counter.partitioned_tables WHERE parent = 'ev'::regclass")" = ok ] ||
-    fail "last outcome not ok: $(q -c "SELECT last_error FROM counter.partitioned_tables")"
+[ "$(q -c "SELECT last_outcome FROM counter.partition_status WHERE parent = 'ev'::regclass")" = ok ] ||
+    fail "last outcome not ok: $(q -c "SELECT last_error FROM counter.partition_status")"
 gaps=$(q -c "SELECT count(*) FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS prev FROM counter.partition_bounds('ev') WHERE NOT is_default) x WHERE prev <> lo")
 [ "$gaps" = 0 ] || fail "$gaps gaps between partitions"
 q -c "DROP TABLE ev" >/dev/null # the event trigger forgets it and its job
@@ -113,7 +113,7 @@ pids+=($writer)
 start=$SECONDS
 q -c "CALL counter.run_maintenance('lk')" >/dev/null
 took=$((SECONDS - start))
-read -r outcome err <<<"$(q -F' ' -c "SELECT last_outcome, last_error FROM counter.partitioned_tables WHERE parent = 'lk'::regclass")"
+read -r outcome err <<<"$(q -F' ' -c "SELECT last_outcome, last_error FROM counter.partition_status WHERE parent = 'lk'::regclass")"
 echo "maintenance gave up after ${took}s: $outcome $err"
 [ "$outcome" = skipped ] || fail "outcome $outcome, not skipped"
 [[ "$err" == *"could not lock"* ]] || fail "error does not say what: $err"
@@ -129,7 +129,7 @@ kill $reader 2>/dev/null || true
 q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'long_reader'" >/dev/null
 wait $reader 2>/dev/null || true
 q -c "CALL counter.run_maintenance('lk')" >/dev/null
-[ "$(q -c "SELECT last_outcome FROM counter.partitioned_tables WHERE parent = 'lk'::regclass")" = ok ] ||
+[ "$(q -c "SELECT last_outcome FROM counter.partition_status WHERE parent = 'lk'::regclass")" = ok ] ||
     fail "maintenance did not recover after the reader left"
 [ "$(q -c "SELECT count(*) FROM pg_class WHERE relname = '$newest'")" = 1 ] || fail "the missing partition was not made"
 

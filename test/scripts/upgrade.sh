@@ -87,11 +87,31 @@ CREATE TABLE sketches AS SELECT link, counter.hll_add_agg(visitor) AS s FROM vis
 -- seen (written with its triggers off: the library is the current one).
 CREATE TABLE clicks (link int NOT NULL, at timestamptz NOT NULL);
 SELECT FROM counter.track('clicks_per_link', 'clicks', 'link', 'at');
+-- History of the old version: a reconciliation that found drift, a
+-- refresh, a maintenance run (the update moves them into the run record).
+SET session_replication_role = replica;
+INSERT INTO clicks SELECT g % 5, '2026-11-30 09:00+00' FROM generate_series(1, 50) g;
+RESET session_replication_role;
+SELECT FROM counter.reconcile('clicks_per_link', all_keys => true);
+SELECT FROM counter.rollup_recompute('visits_odd', '2026-11-30 00:00+00', '2026-12-01 00:00+00');
+SELECT FROM counter.partition_maintain('pev');
 SET session_replication_role = replica;
 INSERT INTO clicks SELECT g % 5, '2026-11-30 10:00+00' FROM generate_series(1, 500) g;
 SQL
+    history_sql="SELECT (SELECT string_agg(format('%s:%s:%s:%s', watermark, keys_checked, drift_negative, outcome), ',' ORDER BY run_id)
+                         FROM counter.tracked_runs),
+                        (SELECT string_agg(format('%s:%s', key, drift), ',' ORDER BY key) FROM counter.tracked_key_drift),
+                        (SELECT format('%s:%s', s.last_outcome, s.last_rows) FROM counter.rollup_status s
+                         JOIN counter.rollups r USING (rollup_id) WHERE r.name = 'visits_odd')"
+    history_before=$(ce_psql -At -d upgraded -c "$history_sql" \
+        -c "SELECT format('%s:%s', last_outcome, last_created) FROM counter.partitioned_tables WHERE parent = 'pev'::regclass")
     ce_psql -q -d upgraded -c "ALTER EXTENSION counter_ext UPDATE"
     ce_psql -q -d fresh -c "CREATE EXTENSION counter_ext"
+    # the old version's history, in the one run record now (same views)
+    history_after=$(ce_psql -At -d upgraded -c "$history_sql" \
+        -c "SELECT format('%s:%s', last_outcome, last_created) FROM counter.partition_status WHERE parent = 'pev'::regclass")
+    [ "$history_after" = "$history_before" ] || ce_die "the history of $old changed in the update: $history_before, now $history_after"
+    printf '%s\n' "$history_before" | grep -q ':5:-50:ok|' || ce_die "no drift in the old history to carry: $history_before"
     [ "$(ce_psql -At -d upgraded -c "SELECT extversion FROM pg_extension WHERE extname = 'counter_ext'")" = "$current" ]
     ce_psql -At -d upgraded -c "$catalog_sql" | grep -v '^relation public\.\|^column public\.' > "$CE_OUT/upgrade-$old-updated.txt"
     ce_psql -At -d fresh -c "$catalog_sql" > "$CE_OUT/upgrade-$old-fresh.txt"

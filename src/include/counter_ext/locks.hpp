@@ -28,7 +28,12 @@ inline constexpr int32_t rollup_day = 1380928579;
 inline constexpr int32_t rollup_hour = 1380928584;
 // 0x63656a62 ('c' 'e' 'j' 'b'): claiming one job.
 inline constexpr int32_t job = 1667590754;
-inline constexpr int32_t flush = 0x6365000f; // buffered counters' flush
+// 0x6365000f ('c' 'e' 0 15): a buffered counter's flush.
+inline constexpr int32_t flush = 1667563535;
+
+static_assert(tracked == 0x63650004 && partition == 0x63653435 && rollup_day == 0x524f4c43 &&
+                  rollup_hour == 0x524f4c48 && job == 0x63656a62 && flush == 0x6365000f,
+              "the classes are those of 1.1: never change one");
 
 inline constexpr LockClass classes[] = {
     {"tracked", tracked, "counter_id"},

@@ -117,7 +117,7 @@ for i in $(seq 1 $runs); do
     pm_before=$(nparts pm_churn); ce_before=$(nparts ce_churn)
     p=$(timed "SELECT partman.run_maintenance('public.pm_churn', p_jobmon := false)") || exit 1
     c=$(timed "CALL counter.run_maintenance('public.ce_churn')") || exit 1
-    echo "  run $i: pg_partman $p ms ($pm_before -> $(nparts pm_churn) partitions), counter_ext $c ms ($ce_before -> $(nparts ce_churn) partitions; $(psql_ -At -c "SELECT last_created || ' created, ' || last_dropped || ' dropped' FROM counter.partitioned_tables WHERE parent = 'ce_churn'::regclass"))"
+    echo "  run $i: pg_partman $p ms ($pm_before -> $(nparts pm_churn) partitions), counter_ext $c ms ($ce_before -> $(nparts ce_churn) partitions; $(psql_ -At -c "SELECT last_created || ' created, ' || last_dropped || ' dropped' FROM counter.partition_status WHERE parent = 'ce_churn'::regclass"))"
     res[churn_pm]+=" $p"; res[churn_ce]+=" $c"
 done
 pm_range=$(psql_ -At -c "SELECT min(relname) || ' .. ' || max(relname) FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE i.inhparent = 'pm_churn'::regclass AND relname NOT LIKE '%default'")

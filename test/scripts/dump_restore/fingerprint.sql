@@ -11,12 +11,12 @@ SELECT 'rollup_status', rollup_id, last_refresh_at, last_outcome, last_rows FROM
 SELECT 'dirty', rollup_id, hour FROM counter.rollup_dirty GROUP BY 2, 3 ORDER BY 2, 3;
 SELECT 'rollup_row', link_id, hour, count, distinct_visitor::text FROM public.events_hourly ORDER BY 2, 3;
 SELECT 'job', job_id, kind, target, run_every, enabled, next_run, failures FROM counter.jobs ORDER BY 2;
-SELECT 'job_run', run_id, job_id, kind, target, outcome, rows_affected FROM counter.job_runs ORDER BY 2;
-SELECT 'managed', parent, control, part_interval, premake, last_outcome FROM counter.partitioned_tables ORDER BY 2;
+SELECT 'job_run', run_id, job_id, kind, target, runner, outcome, rows_affected, object_id, info FROM counter.job_runs ORDER BY 2;
+SELECT 'managed', parent, control, part_interval, premake FROM counter.partitioned_tables ORDER BY 2;
+SELECT 'partition_run', parent, last_run_at, last_outcome, last_created, last_moved FROM counter.partition_status ORDER BY 2;
 SELECT 'partition', partition, lo, hi, is_default FROM counter.partition_bounds('public.events') ORDER BY partition::text;
 SELECT 'sequence', s.seq, s.last_value, s.is_called
 FROM (SELECT 'tracked' AS seq, last_value, is_called FROM counter.tracked_counter_id_seq
-      UNION ALL SELECT 'tracked_runs', last_value, is_called FROM counter.tracked_runs_run_id_seq
       UNION ALL SELECT 'rollups', last_value, is_called FROM counter.rollups_rollup_id_seq
       UNION ALL SELECT 'jobs', last_value, is_called FROM counter.jobs_job_id_seq
       UNION ALL SELECT 'job_runs', last_value, is_called FROM counter.job_runs_run_id_seq) s ORDER BY 2;

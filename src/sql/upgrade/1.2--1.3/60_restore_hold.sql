@@ -15,12 +15,9 @@ CREATE TRIGGER jobs_inserted AFTER INSERT ON counter.jobs REFERENCING NEW TABLE 
 
 -- ---- 1.3: no foreign key between dumped tables (pg_restore -j loads them in
 -- any order); statement triggers cascade the deletes instead (70_dump.sql)
-ALTER TABLE counter.tracked_runs DROP CONSTRAINT tracked_runs_counter_id_fkey;
 ALTER TABLE counter.tracked_key_drift DROP CONSTRAINT tracked_key_drift_run_id_fkey;
 ALTER TABLE counter.partition_staging DROP CONSTRAINT partition_staging_parent_fkey;
-CREATE TRIGGER tracked_cascade AFTER DELETE ON counter.tracked REFERENCING OLD TABLE AS gone
-    FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.dumped_cascade();
-CREATE TRIGGER tracked_runs_cascade AFTER DELETE ON counter.tracked_runs REFERENCING OLD TABLE AS gone
+CREATE TRIGGER job_runs_cascade AFTER DELETE ON counter.job_runs REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.dumped_cascade();
 CREATE TRIGGER partitioned_tables_cascade AFTER DELETE ON counter.partitioned_tables REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.dumped_cascade();
