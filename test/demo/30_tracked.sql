@@ -26,6 +26,12 @@ FROM counter.reconcile('clicks_per_link', all_keys => true);
 SELECT counter.value('clicks_per_link', 1::bigint) AS repaired,
        (SELECT count(*) FROM demo.tracked_clicks WHERE link_id = 1) AS truth;
 SELECT counter, runs, keys_corrected, drift_positive, drift_negative FROM counter.tracked_drift;
+-- Every link at once, in one call, equals its rows; the run is one row of the one run record.
+SELECT count(*) AS links, count(*) FILTER (WHERE v.value <> t.n) AS wrong
+FROM (SELECT link_id, count(*) AS n FROM demo.tracked_clicks GROUP BY link_id) t
+JOIN counter.values_of('clicks_per_link', (SELECT array_agg(DISTINCT link_id) FROM demo.tracked_clicks)) v
+  ON v.key = t.link_id;
+SELECT runner, kind, target, outcome, rows_affected FROM counter.job_runs ORDER BY run_id DESC LIMIT 1;
 
 -- The background worker (or pg_cron) runs this job every minute.
 SELECT kind, target, run_every FROM counter.jobs WHERE kind = 'reconcile';
