@@ -103,8 +103,13 @@ SQL
                         (SELECT string_agg(format('%s:%s', key, drift), ',' ORDER BY key) FROM counter.tracked_key_drift),
                         (SELECT format('%s:%s', s.last_outcome, s.last_rows) FROM counter.rollup_status s
                          JOIN counter.rollups r USING (rollup_id) WHERE r.name = 'visits_odd')"
+    # up to 1.2 a maintenance run's outcome was kept in partitioned_tables
+    # itself; from 1.3 on it is in the run record, read by partition_status
+    partition_history=partition_status
+    [ "$(ce_psql -At -d upgraded -c "SELECT count(*) FROM pg_attribute WHERE attrelid = 'counter.partitioned_tables'::regclass AND attname = 'last_outcome'")" = 1 ] &&
+        partition_history=partitioned_tables
     history_before=$(ce_psql -At -d upgraded -c "$history_sql" \
-        -c "SELECT format('%s:%s', last_outcome, last_created) FROM counter.partitioned_tables WHERE parent = 'pev'::regclass")
+        -c "SELECT format('%s:%s', last_outcome, last_created) FROM counter.$partition_history WHERE parent = 'pev'::regclass")
     ce_psql -q -d upgraded -c "ALTER EXTENSION counter_ext UPDATE"
     ce_psql -q -d fresh -c "CREATE EXTENSION counter_ext"
     # the old version's history, in the one run record now (same views)
