@@ -211,12 +211,10 @@ void sweep_orphans(MemoryContext cxt) {
 // changed (ALTER ... OWNER TO, REASSIGN OWNED): a job runs as the owner of
 // what it serves.
 void settle_owners(Oid only_owner) {
-	spi_run("UPDATE counter.jobs j SET owner = o.owner"
-	        " FROM (SELECT x.job_id, counter_internal.job_target_owner(x.kind, x.target) AS owner"
-	        "       FROM counter.jobs x) o"
-	        " WHERE o.job_id = j.job_id AND o.owner IS NOT NULL AND o.owner IS DISTINCT FROM j.owner"
-	        " AND j.running_run IS NULL",
-	        0, nullptr, nullptr, nullptr, false, SPI_OK_UPDATE, "following a change of owner");
+	// Counters, rollups and the jobs not running follow their tables' owners
+	// (a change no event trigger saw: REASSIGN OWNED).
+	spi_run("SELECT counter.follow_owners()", 0, nullptr, nullptr, nullptr, false, SPI_OK_SELECT,
+	        "following a change of owner");
 	spi_run("WITH gone AS ("
 	        " UPDATE counter.jobs j SET enabled = false,"
 	        "  disabled_reason = CASE WHEN j.owner IS NULL THEN 'the owner of the job''s target is unknown'"
@@ -870,7 +868,7 @@ CE_FUNCTION(counter_run_job) {
 	char *sql = psprintf("SELECT j.owner::oid, (true %s), r.rolcanlogin, j.disabled_reason FROM counter.jobs j"
 	                     " LEFT JOIN pg_catalog.pg_roles r ON r.oid = j.owner WHERE j.job_id = $2",
 	                     visible_jobs_sql);
-	spi_run(sql, 2, types, values, nullptr, true, SPI_OK_SELECT, "reading a job");
+	spi_run(sql, 2, types, values, nullptr, false, SPI_OK_SELECT, "reading a job"); // sees settle_owners
 	bool found = SPI_processed == 1;
 	bool no_owner = true, isnull, n3, n4;
 	Oid owner = InvalidOid;

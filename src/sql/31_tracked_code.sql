@@ -914,23 +914,7 @@ AS $fn$
 DECLARE
     t counter.tracked;
     off boolean;
-    new_owner regrole;
 BEGIN
-    -- A source given to another role (ALTER TABLE ... OWNER TO): its counters'
-    -- work runs as the new owner from now on, and their state is its.
-    FOR t IN SELECT c.* FROM counter.tracked c
-             WHERE c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d
-                                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass)
-               AND c.owner::oid OPERATOR(pg_catalog.<>) (SELECT r.relowner FROM pg_catalog.pg_class r
-                                                         WHERE r.oid OPERATOR(pg_catalog.=) c.source) LOOP
-        new_owner := (SELECT r.relowner::regrole FROM pg_catalog.pg_class r WHERE r.oid OPERATOR(pg_catalog.=) t.source);
-        UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
-        RETURNING * INTO t;
-        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'base'), new_owner);
-        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'delta'), new_owner);
-        PERFORM counter_internal.tracked_build(t);
-        PERFORM counter_internal.tracked_invalidate();
-    END LOOP;
     FOR t IN SELECT c.* FROM counter.tracked c
              WHERE c.mode OPERATOR(pg_catalog.=) 'trigger'
                AND c.source::oid IN (SELECT d.objid FROM pg_catalog.pg_event_trigger_ddl_commands() d

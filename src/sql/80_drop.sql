@@ -67,3 +67,81 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- A source given to another role (ALTER TABLE ... OWNER TO, REASSIGN
+-- OWNED): what counter_ext does for it is the new owner's from now on. Its
+-- tracked counters' and rollups' owner becomes the new owner, with their
+-- state and rollup tables and their functions, and the jobs of every
+-- counter, rollup and partitioned table whose owner changed are run as the
+-- new owner (once they are not running). counter.follow_owners(kind,
+-- target) does it for one job's target, or for everything (NULLs); it
+-- returns the objects it changed. An event trigger calls it after every
+-- ALTER TABLE; PostgreSQL fires none for REASSIGN OWNED, so the job runner
+-- calls it before it hands out jobs (the scheduler's survey, run_jobs,
+-- run_job), and a user may call it. SECURITY DEFINER, and for any role: it only makes
+-- counter_ext's rows and tables agree with pg_class.
+CREATE OR REPLACE FUNCTION counter.follow_owners(kind text DEFAULT NULL, target text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t counter.tracked;
+    r counter.rollups;
+    new_owner regrole;
+    changed integer := 0;
+    n integer;
+BEGIN
+    FOR t IN SELECT c.* FROM counter.tracked c JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
+             WHERE c.owner::oid OPERATOR(pg_catalog.<>) s.relowner
+               AND (follow_owners.kind IS NULL OR (follow_owners.kind OPERATOR(pg_catalog.=) ANY ('{reconcile,flush}'::text[])
+                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target)) LOOP
+        new_owner := (SELECT s.relowner::regrole FROM pg_catalog.pg_class s WHERE s.oid OPERATOR(pg_catalog.=) t.source);
+        UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+        RETURNING * INTO t;
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'base'), new_owner);
+        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'delta'), new_owner);
+        PERFORM counter_internal.tracked_build(t);
+        PERFORM counter_internal.tracked_invalidate();
+        changed := changed + 1;
+    END LOOP;
+    FOR r IN SELECT c.* FROM counter.rollups c JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
+             WHERE c.owner::oid OPERATOR(pg_catalog.<>) s.relowner
+               AND (follow_owners.kind IS NULL OR (follow_owners.kind OPERATOR(pg_catalog.=) 'rollup_refresh'
+                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target)) LOOP
+        new_owner := (SELECT s.relowner::regrole FROM pg_catalog.pg_class s WHERE s.oid OPERATOR(pg_catalog.=) r.source);
+        UPDATE counter.rollups c SET owner = new_owner WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id;
+        IF pg_catalog.to_regclass(r.rollup_table::text) IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE %s OWNER TO %I', r.rollup_table, new_owner);
+        END IF;
+        PERFORM counter_internal.rollup_build(r.rollup_id);
+        changed := changed + 1;
+    END LOOP;
+    -- every job of a built-in kind runs as the owner of what it serves
+    WITH want AS (
+        SELECT j.job_id, counter_internal.job_target_owner(j.kind, j.target) AS owner FROM counter.jobs j
+        WHERE j.kind OPERATOR(pg_catalog.=) ANY ('{reconcile,flush,rollup_refresh,partition_maintenance}'::text[])
+          AND (follow_owners.kind IS NULL OR (j.kind OPERATOR(pg_catalog.=) follow_owners.kind
+                                              AND j.target OPERATOR(pg_catalog.=) follow_owners.target))),
+    moved AS (
+        UPDATE counter.jobs j SET owner = w.owner FROM want w
+        WHERE j.job_id OPERATOR(pg_catalog.=) w.job_id AND w.owner IS NOT NULL AND j.owner IS DISTINCT FROM w.owner
+          AND j.running_run IS NULL
+        RETURNING 1)
+    SELECT count(*) INTO n FROM moved;
+    RETURN changed + n;
+END
+$$;
+COMMENT ON FUNCTION counter.follow_owners(text, text) IS
+    'makes counters, rollups and jobs follow their tables'' owners (after REASSIGN OWNED; ALTER TABLE does it by itself)';
+
+-- The event trigger: after ALTER TABLE (OWNER TO among others).
+CREATE OR REPLACE FUNCTION counter_internal.follow_owner()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM counter.follow_owners();
+END
+$$;
