@@ -135,13 +135,22 @@ $$;
 COMMENT ON FUNCTION counter.follow_owners(text, text) IS
     'makes counters, rollups and jobs follow their tables'' owners (after REASSIGN OWNED; ALTER TABLE does it by itself)';
 
--- The event trigger: after ALTER TABLE (OWNER TO among others).
+-- The event trigger: after an ALTER TABLE (OWNER TO among others) of a
+-- table counter_ext serves (a counter's or rollup's source, a managed
+-- partitioned table); any other ALTER TABLE, counter_ext's own included, is
+-- left alone.
 CREATE OR REPLACE FUNCTION counter_internal.follow_owner()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM counter.follow_owners();
+    IF EXISTS (SELECT FROM pg_catalog.pg_event_trigger_ddl_commands() d
+               WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+                 AND (d.objid IN (SELECT t.source::oid FROM counter.tracked t)
+                      OR d.objid IN (SELECT r.source::oid FROM counter.rollups r)
+                      OR d.objid IN (SELECT p.parent::oid FROM counter.partitioned_tables p))) THEN
+        PERFORM counter.follow_owners();
+    END IF;
 END
 $$;
