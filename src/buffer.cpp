@@ -302,6 +302,8 @@ public:
 
 	// The end of the transaction (every add unpinned).
 	void clear() noexcept {
+		if (used_ == 0 && index_.empty() && elements_.size() <= keep_at_most)
+			return; // most transactions: nothing was added
 		for (size_t i = 0; i < used_; i++)
 			elements_[i].levels.clear();
 		used_ = 0;
@@ -391,7 +393,7 @@ void claim_aborted(const Claim &c) noexcept {
 }
 
 void end_claims(bool committed) noexcept {
-	if (claims == nullptr)
+	if (claims == nullptr || claims->empty())
 		return;
 	for (const Claim &c : *claims) {
 		if (committed)
