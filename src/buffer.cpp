@@ -20,6 +20,7 @@ extern "C" {
 #include "access/parallel.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -56,6 +57,14 @@ struct EntryKey {
 	uint16 len;
 	char image[max_key_bytes];
 };
+
+// The hash of an entry key: its bytes up to the end of the image (make_key
+// zeroes the rest, so equal keys, equal over all their bytes as dynahash
+// compares them, hash alike). A bigint key hashes 18 bytes, not 76.
+uint32 entry_hash(const void *key, Size) {
+	const auto *k = static_cast<const EntryKey *>(key);
+	return hash_bytes(reinterpret_cast<const unsigned char *>(k), static_cast<int>(offsetof(EntryKey, image) + k->len));
+}
 
 // Amounts are kept with a mark of their own, because amounts cancel: a +1
 // and a -1 of two transactions sum to 0, and "0 pending" must not read as
@@ -125,10 +134,11 @@ void shmem_startup() {
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(EntryKey);
 	info.entrysize = sizeof(Entry);
+	info.hash = entry_hash;
 	info.num_partitions = partitions;
 	long n = ce::buffer::buffer_entries;
 	table = ShmemInitHash("counter_ext buffer table", n, n, &info,
-	                      HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+	                      HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -310,7 +320,7 @@ public:
 		if (elements_.size() > keep_at_most) {
 			std::vector<LocalAdd>().swap(elements_);
 			std::unordered_map<std::string, size_t>().swap(index_);
-		} else {
+		} else if (!index_.empty()) {
 			index_.clear();
 		}
 	}
