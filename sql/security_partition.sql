@@ -83,7 +83,12 @@ SELECT counter.partition_unmanage('public.v_ev');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM counter.partition_maintain('public.v_ev');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM counter.partition_run_step('public.v_ev', 1, 0, 0, 0);
+SELECT counter.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid), NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid),
+                                  '{"done": 0, "created": 0, "dropped": 0, "moved": 0, "error": {"message": "forged"}}');
+\echo :LAST_ERROR_SQLSTATE
+CALL counter.run_steps('partition_maintenance', 'public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid));
 \echo :LAST_ERROR_SQLSTATE
 UPDATE counter.partitioned_tables SET retention = interval '1 hour';
 \echo :LAST_ERROR_SQLSTATE

@@ -200,9 +200,13 @@ SET ROLE sec_t_attacker;
 INSERT INTO sec_t_a.mine VALUES (1, '2024-01-01');
 \echo :LAST_ERROR_SQLSTATE
 -- the victim's runs: neither forged nor ended by someone else
-SELECT * FROM counter.tracked_job_step('sec_t_posts', 1, '2024-01-01', true, '-infinity', NULL);
+SELECT counter.tracked_run_step('sec_t_posts', '{}', NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.tracked_job_end('sec_t_posts', 1, 'ok');
+SELECT counter.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "from": "-infinity", "every_key": true, "phase": "every key", "done": 0, "verified": 0}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "stop": "forged"}');
+\echo :LAST_ERROR_SQLSTATE
+CALL counter.run_steps('reconcile', 'sec_t_posts');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.reconcile('sec_t_posts');
 \echo :LAST_ERROR_SQLSTATE

@@ -3,6 +3,7 @@
 #include "counter_ext/buffer.hpp"
 #include "counter_ext/guc.hpp"
 #include "counter_ext/hll.hpp"
+#include "counter_ext/owner.hpp"
 #include "counter_ext/worker.hpp"
 
 extern "C" {
@@ -56,6 +57,7 @@ static void init_cpp() {
 	ce::init_hll();
 	ce::init_worker();
 	ce::buffer::init();
+	ce::install_caller_hook();
 	MarkGUCPrefixReserved("counter_ext");
 }
 

@@ -16,7 +16,11 @@
 extern "C" {
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
+#include "fmgr.h"
+#include "miscadmin.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "utils/guc.h"
@@ -52,6 +56,84 @@ Oid ce::catalog_owner() {
 	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 	return owner;
+}
+
+// ---------------------------------------------------------------------------
+// Who called an entry point (owner.hpp, effective_caller).
+
+namespace {
+
+struct DefinerFrame {
+	Oid function;
+	Oid user; // the role the call switched to
+};
+constexpr int max_definer_frames = 256;
+DefinerFrame definer_frames[max_definer_frames];
+int definer_depth = 0; // may exceed max_definer_frames: the deeper ones are not kept
+fmgr_hook_type prev_fmgr_hook = nullptr;
+
+// fmgr calls it for every function it runs through fmgr_security_definer
+// (SECURITY DEFINER, or with SET clauses), after switching to the owner at
+// FHET_START, and at FHET_END or FHET_ABORT. Plain C, allocates nothing.
+void definer_hook(FmgrHookEventType event, FmgrInfo *flinfo, Datum *arg) {
+	if (prev_fmgr_hook != nullptr)
+		prev_fmgr_hook(event, flinfo, arg);
+	if (event == FHET_START) {
+		if (definer_depth < max_definer_frames)
+			definer_frames[definer_depth] = DefinerFrame{flinfo->fn_oid, GetUserId()};
+		definer_depth++;
+	} else if (definer_depth > 0) {
+		definer_depth--;
+	}
+}
+
+// No function runs through fmgr_security_definer across a top-level commit
+// or abort (such functions cannot control transactions): a frame left by a
+// call that began before the hook was installed is dropped here.
+void definer_xact_end(XactEvent event, void *) {
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+	    event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
+		definer_depth = 0;
+}
+
+// A SECURITY DEFINER function that is not counter_ext's own (a function
+// that is gone counts as one: its recorded role is the safe answer).
+bool foreign_definer(Oid function) {
+	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+	if (!HeapTupleIsValid(tuple))
+		return true;
+	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
+	bool definer = proc->prosecdef;
+	Oid nsp = proc->pronamespace;
+	ReleaseSysCache(tuple);
+	if (!definer)
+		return false;
+	return nsp != get_namespace_oid("counter", true) && nsp != get_namespace_oid("counter_internal", true);
+}
+
+} // namespace
+
+void ce::install_caller_hook() {
+	prev_fmgr_hook = fmgr_hook;
+	fmgr_hook = definer_hook;
+	RegisterXactCallback(definer_xact_end, nullptr);
+}
+
+Oid ce::effective_caller() {
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+		        (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		         errmsg("counter_ext's functions cannot be called from code counter_ext runs for an object's owner"),
+		         errhint("A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                 "counters, rollups or partitions.")));
+	if (definer_depth > max_definer_frames)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+		                errmsg("SECURITY DEFINER functions nest more than %d deep around a counter_ext call",
+		                       max_definer_frames)));
+	for (int i = definer_depth - 1; i >= 0; i--)
+		if (foreign_definer(definer_frames[i].function))
+			return definer_frames[i].user;
+	return GetOuterUserId();
 }
 
 namespace {

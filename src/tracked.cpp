@@ -77,20 +77,16 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter_internal.caller(): the role that called the outermost function.
-// Inside a security-restricted operation (code counter_ext runs for an
-// object's owner: a filter, a trigger on the owner's table, a CHECK
-// constraint), the outer role is whoever started that work (a superuser's
-// run_jobs, the worker), not the owner whose code is running: the SECURITY
-// DEFINER entry points that ask for their caller refuse to run there.
+// counter_internal.caller(): the role an entry point acts for
+// (ce::effective_caller, owner.hpp): the owner of the innermost SECURITY
+// DEFINER function around the call that is not counter_ext's own, else the
+// session's role. Inside a security-restricted operation (code counter_ext
+// runs for an object's owner: a filter, a trigger on the owner's table, a
+// CHECK constraint) it refuses: the SECURITY DEFINER entry points that ask
+// for their caller cannot be run from there.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
-	if (InSecurityRestrictedOperation())
-		throw ce::Error("42501",
-		                "counter_ext's functions cannot be called from code counter_ext runs for an object's owner", "",
-		                "A filter, trigger or constraint of a counter's or rollup's tables must not manage "
-		                "counters, rollups or partitions.");
-	return ObjectIdGetDatum(GetOuterUserId());
+	return ObjectIdGetDatum(ce::pg_guard([] { return ce::effective_caller(); }));
 }
 
 // ---------------------------------------------------------------------------

@@ -1017,3 +1017,51 @@ CE_FUNCTION(counter_job_progress_entries) {
 	pfree(copy);
 	return static_cast<Datum>(0);
 }
+
+// counter.run_deadline(): when the running statement's timeout (the job's
+// timeout the worker armed, or statement_timeout) would cancel it; NULL
+// when none is armed. The commit loop of periodic work (counter.run_steps)
+// does not start a step that would likely not end before it.
+CE_FUNCTION(counter_run_deadline) {
+	(void)fcinfo;
+	TimestampTz at = 0;
+	bool armed = ce::pg_guard([&at] {
+		if (!get_timeout_active(STATEMENT_TIMEOUT))
+			return false;
+		at = get_timeout_finish_time(STATEMENT_TIMEOUT);
+		return true;
+	});
+	if (!armed)
+		PG_RETURN_NULL();
+	PG_RETURN_TIMESTAMPTZ(at);
+}
+
+// counter.run_reraise(sqlstate, message, detail, hint, context): raises the
+// error a failed step raised, again, once the commit loop has recorded it;
+// the step's own context comes first in the new error's context.
+CE_FUNCTION(counter_run_reraise) {
+	ce::pg_guard([fcinfo] {
+		auto arg = [fcinfo](int i) -> char * {
+			if (PG_ARGISNULL(i))
+				return nullptr;
+			char *v = text_to_cstring(PG_GETARG_TEXT_PP(i));
+			return v[0] == '\0' ? nullptr : v;
+		};
+		char *state = arg(0);
+		char *message = arg(1);
+		char *detail = arg(2);
+		char *hint = arg(3);
+		char *context = arg(4);
+		bool valid = state != nullptr && strlen(state) == 5;
+		for (int i = 0; valid && i < 5; i++)
+			valid = (state[i] >= '0' && state[i] <= '9') || (state[i] >= 'A' && state[i] <= 'Z');
+		int code = valid ? MAKE_SQLSTATE(state[0], state[1], state[2], state[3], state[4]) : ERRCODE_INTERNAL_ERROR;
+		if (code == ERRCODE_SUCCESSFUL_COMPLETION)
+			code = ERRCODE_INTERNAL_ERROR;
+		ereport(ERROR,
+		        (errcode(code), errmsg_internal("%s", message != nullptr ? message : "a step failed"),
+		         detail != nullptr ? errdetail_internal("%s", detail) : 0, hint != nullptr ? errhint("%s", hint) : 0,
+		         context != nullptr ? (errcontext("%s", context)) : 0));
+	});
+	PG_RETURN_VOID();
+}

@@ -572,7 +572,8 @@ $fn$;
 
 -- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
 -- counter_ext_drift) when total |drift| exceeds the counter's threshold.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text,
+    error jsonb DEFAULT NULL)
 RETURNS counter.tracked_runs
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -580,8 +581,9 @@ AS $fn$
 DECLARE
     r counter.tracked_runs;
 BEGIN
-    PERFORM counter_internal.run_end(run, pg_catalog.jsonb_build_object('outcome', run_outcome),
-        rows_affected => (SELECT x.keys_corrected FROM counter.tracked_runs x WHERE x.run_id OPERATOR(pg_catalog.=) run));
+    PERFORM counter_internal.run_end(run, pg_catalog.jsonb_build_object('outcome', run_outcome, 'error', error ->> 'message'),
+        rows_affected => (SELECT x.keys_corrected FROM counter.tracked_runs x WHERE x.run_id OPERATOR(pg_catalog.=) run),
+        error => error);
     SELECT * INTO r FROM counter.tracked_runs x
     WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
@@ -742,176 +744,132 @@ $fn$;
 COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
--- The job the background worker (or pg_cron) runs, in a session of the
--- counter's owner: reconcile the named counter with the default watermark,
--- dirty keys (every key while a full run is pending), one transaction per
--- batch. rows_affected = keys corrected. A procedure that COMMITs may have
--- neither SECURITY DEFINER nor SET, so it only loops (operators
--- schema-qualified); the steps are functions that check the caller owns the
--- counter and that the run is this counter's running run.
-CREATE OR REPLACE FUNCTION counter.tracked_job_begin(target text, OUT run bigint, OUT w timestamptz, OUT every_key boolean,
-    OUT w_from timestamptz, OUT verify_after text, OUT verify_slice bigint)
+-- The reconciliation's step function for the one commit loop
+-- (counter.run_steps, 06_jobs_code.sql; an entry point: checks the caller
+-- owns the counter, and from the second step on that the run is this
+-- counter's running run). One run, with the default watermark: the dirty
+-- keys (every key while a full run is pending), phase 'keys', a batch per
+-- step; then this run's slice of the verification cycle, phase 'verify'.
+CREATE OR REPLACE FUNCTION counter.tracked_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     t counter.tracked := counter_internal.tracked_get(target);
+    run bigint;
+    w timestamptz;
+    w_from timestamptz;
+    every_key boolean;
     est double precision;
-BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
-    -- a buffered counter is flushed first (this transaction commits before
-    -- the steps); the flush may schedule a repair (full_pending)
-    IF t.buffered THEN
-        PERFORM counter.flush(t.name);
-        t := counter_internal.tracked_get(target);
-    END IF;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
-        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
-        RETURN;
-    END IF;
-    t := counter_internal.tracked_check_restored(t);
-    w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
-                             '2000-01-01 00:00:00+00'::timestamptz);
-    every_key := t.full_pending;
-    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
-    -- This run's slice of the verification cycle: enough keys that every key
-    -- is checked once per verify_every at this job's interval.
-    IF NOT every_key THEN
-        SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
-        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
-        verify_slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
-                                            / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
-        verify_after := t.verify_after;
-        IF t.verify_after IS NULL THEN
-            UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
-            WHERE c.counter_id = t.counter_id;
-        END IF;
-    END IF;
-END
-$fn$;
-
--- Moves the verification cycle on: 'after' is where the next slice starts;
--- finished, the cycle is complete (the next one starts from the first key).
-CREATE OR REPLACE FUNCTION counter.tracked_job_verified(target text, run bigint, after text, finished boolean, verified bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    t counter.tracked := counter_internal.tracked_get(target);
-BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
-    PERFORM counter_internal.tracked_require_run(t, run);
-    IF finished THEN
-        UPDATE counter.tracked c SET verify_after = NULL, last_verified = pg_catalog.clock_timestamp()
-        WHERE c.counter_id = t.counter_id;
-    ELSE
-        UPDATE counter.tracked c SET verify_after = after WHERE c.counter_id = t.counter_id;
-    END IF;
-    UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
-        'keys_verified', (x.info ->> 'keys_verified')::bigint + verified)
-    WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION counter.tracked_job_step(target text, run bigint, w timestamptz, every_key boolean,
-    w_from timestamptz, INOUT after text, OUT locked boolean, OUT checked bigint)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    t counter.tracked := counter_internal.tracked_get(target);
+    slice bigint;
+    verifying boolean;
     b record;
-BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
-    PERFORM counter_internal.tracked_require_run(t, run);
-    IF w OPERATOR(pg_catalog.<>) (SELECT x.watermark FROM counter.tracked_runs x WHERE x.run_id = run) THEN
-        RAISE EXCEPTION 'run % of tracked counter "%" has another watermark', run, t.name USING ERRCODE = '22023';
-    END IF;
-    b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
-    locked := b.locked;
-    checked := coalesce(b.checked, 0);
-    IF checked <> 0 THEN
-        PERFORM counter_internal.tracked_add_batch(t, run, b);
-        after := b.after;
-    END IF;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION counter.tracked_job_end(target text, run bigint, run_outcome text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    t counter.tracked := counter_internal.tracked_get(target);
+    outcome text;
     r counter.tracked_runs;
 BEGIN
     PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
-    PERFORM counter_internal.tracked_require_run(t, run);
-    IF run_outcome NOT IN ('ok', 'partial') THEN
-        RAISE EXCEPTION 'a job ends a run as ok or partial, not %', run_outcome USING ERRCODE = '22023';
+    IF state IS NULL THEN
+        -- a buffered counter is flushed first (this transaction commits
+        -- before the steps); the flush may schedule a repair (full_pending)
+        IF t.buffered THEN
+            PERFORM counter.flush(t.name);
+            t := counter_internal.tracked_get(target);
+        END IF;
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
+            RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+            RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}';
+        END IF;
+        t := counter_internal.tracked_check_restored(t);
+        w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                                 '2000-01-01 00:00:00+00'::timestamptz);
+        every_key := t.full_pending;
+        SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+        SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
+        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
+        -- This run's slice of the verification cycle: enough keys that every
+        -- key is checked once per verify_every at this job's interval.
+        IF NOT every_key THEN
+            slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
+                                           / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
+            IF t.verify_after IS NULL THEN
+                UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
+                WHERE c.counter_id = t.counter_id;
+            END IF;
+        END IF;
+        RETURN pg_catalog.jsonb_build_object('run', run, 'watermark', w, 'from', w_from, 'every_key', every_key,
+            'verify_slice', slice, 'verify_from', t.verify_after, 'verified', 0, 'after', NULL,
+            'phase', CASE WHEN every_key THEN 'every key' ELSE 'dirty keys' END, 'done', 0,
+            'total', CASE WHEN every_key THEN est::bigint END, 'rows', 0, 'finished', false);
     END IF;
-    IF run_outcome = 'ok' AND (SELECT x.all_keys FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+    run := (state ->> 'run')::bigint;
+    PERFORM counter_internal.tracked_require_run(t, run);
+    w := (state ->> 'watermark')::timestamptz;
+    IF w OPERATOR(pg_catalog.<>) (SELECT x.watermark FROM counter.tracked_runs x WHERE x.run_id = run) THEN
+        RAISE EXCEPTION 'run % of tracked counter "%" has another watermark', run, t.name USING ERRCODE = '22023';
+    END IF;
+    verifying := state ->> 'phase' = 'verify';
+    IF state ? 'error' OR state ? 'stop' THEN
+        outcome := CASE WHEN state ? 'error' THEN 'error' ELSE 'partial' END;
+    ELSE
+        b := counter_internal.tracked_run_batch(t, run, w, (state ->> 'from')::timestamptz,
+                                                verifying OR (state ->> 'every_key')::boolean, state ->> 'after');
+        IF NOT b.locked THEN
+            outcome := 'partial';
+        ELSIF b.checked <> 0 THEN
+            PERFORM counter_internal.tracked_add_batch(t, run, b);
+            state := state || pg_catalog.jsonb_build_object('after', b.after,
+                'done', (state ->> 'done')::bigint + abs(b.checked));
+            IF NOT verifying THEN
+                RETURN state;
+            END IF;
+            state := state || pg_catalog.jsonb_build_object(
+                'verified', (state ->> 'verified')::bigint + abs(b.checked));
+            IF (state ->> 'verified')::bigint < (state ->> 'verify_slice')::bigint THEN
+                RETURN state;
+            END IF;
+            outcome := 'ok';   -- this run's slice is verified
+        ELSIF NOT verifying AND state ->> 'verify_slice' IS NOT NULL THEN
+            -- the dirty keys are done: the verification slice, from where the last run left it
+            RETURN state || pg_catalog.jsonb_build_object('phase', 'verify', 'after', state -> 'verify_from',
+                'done', 0, 'total', (state ->> 'verify_slice')::bigint);
+        ELSE
+            outcome := 'ok';   -- no key left
+            IF verifying THEN   -- the cycle is complete: the next one starts from the first key
+                UPDATE counter.tracked c SET verify_after = NULL, last_verified = pg_catalog.clock_timestamp()
+                WHERE c.counter_id = t.counter_id;
+                state := state || '{"cycle_done": true}';
+            END IF;
+        END IF;
+    END IF;
+    -- the run ends: the verification cycle moves on to where it got
+    IF verifying AND NOT coalesce((state ->> 'cycle_done')::boolean, false) THEN
+        UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
+    END IF;
+    IF verifying THEN
+        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+            'keys_verified', (x.info ->> 'keys_verified')::bigint + (state ->> 'verified')::bigint)
+        WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
+    END IF;
+    IF outcome = 'ok' AND (state ->> 'every_key')::boolean THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
     END IF;
-    r := counter_internal.tracked_finish_run(t, run, run_outcome);
-    RETURN r.keys_corrected;
+    r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected);
 END
 $fn$;
 
+-- The job the background worker (or pg_cron) runs, in a session of the
+-- counter's owner: one reconciliation run, one transaction per batch (the
+-- one commit loop). rows_affected = keys corrected.
 CREATE OR REPLACE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    s record;
-    b record;
-    after text;
-    verified bigint := 0;
-    run_outcome text := 'ok';
+    st pg_catalog.jsonb;
 BEGIN
-    s := counter.tracked_job_begin(target);
-    IF s.run IS NULL THEN
-        rows_affected := 0;
-        RETURN;
-    END IF;
-    COMMIT;
-    -- dirty keys (every key while a full run is pending)
-    LOOP
-        b := counter.tracked_job_step(target, s.run, s.w, s.every_key, s.w_from, after);
-        IF NOT b.locked THEN
-            run_outcome := 'partial';
-            EXIT;
-        END IF;
-        EXIT WHEN b.checked OPERATOR(pg_catalog.=) 0;
-        after := b.after;
-        COMMIT;
-    END LOOP;
-    -- then this run's slice of the verification cycle
-    IF run_outcome OPERATOR(pg_catalog.=) 'ok' AND s.verify_slice IS NOT NULL THEN
-        after := s.verify_after;
-        LOOP
-            b := counter.tracked_job_step(target, s.run, s.w, true, s.w_from, after);
-            IF NOT b.locked THEN
-                run_outcome := 'partial';
-                EXIT;
-            END IF;
-            IF b.checked OPERATOR(pg_catalog.=) 0 THEN
-                PERFORM counter.tracked_job_verified(target, s.run, NULL, true, verified);
-                EXIT;
-            END IF;
-            after := b.after;
-            verified := verified OPERATOR(pg_catalog.+) pg_catalog.abs(b.checked);
-            IF verified OPERATOR(pg_catalog.>=) s.verify_slice THEN
-                PERFORM counter.tracked_job_verified(target, s.run, after, false, verified);
-                EXIT;
-            END IF;
-            COMMIT;
-        END LOOP;
-        COMMIT;
-    END IF;
-    rows_affected := counter.tracked_job_end(target, s.run, run_outcome);
-    COMMIT;
+    CALL counter.run_steps('reconcile', target, '{}', st);
+    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
 END
 $fn$;
 COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS

@@ -541,7 +541,8 @@ $$;
 -- of its own for a direct call; the partitions made, dropped and moved in
 -- info); a WARNING names the rows left outside the window.
 CREATE OR REPLACE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
-                                                  created bigint, dropped bigint, moved bigint, outside bigint)
+                                                  created bigint, dropped bigint, moved bigint, outside bigint,
+                                                  failure jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -554,7 +555,9 @@ BEGIN
             NULL, '{}'),
         pg_catalog.jsonb_build_object('outcome', outcome, 'error', error, 'created', created, 'dropped', dropped,
                                       'moved', moved, 'outside', outside),
-        failed => outcome OPERATOR(pg_catalog.=) 'error', message => error);
+        rows_affected => created OPERATOR(pg_catalog.+) dropped OPERATOR(pg_catalog.+) moved,
+        error => CASE WHEN outcome OPERATOR(pg_catalog.=) 'error'
+                      THEN coalesce(failure, pg_catalog.jsonb_build_object('message', error)) END);
     IF outside OPERATOR(pg_catalog.>) 0 THEN
         RAISE WARNING '% rows in the default partition of % are outside [now - retention (or 7 days), now + premake] and were left there',
             outside, parent
@@ -563,35 +566,60 @@ BEGIN
 END
 $$;
 
--- One bounded step of maintenance of parent, for the committing loop below
--- (an entry point: checks its caller). 'created', 'dropped', 'moved' carry the
--- totals of the run so far; when the run ends (done, skipped, error, or the
--- step limit) its outcome is recorded.
-CREATE OR REPLACE FUNCTION counter.partition_run_step(parent regclass, step_number integer,
-    INOUT created bigint, INOUT dropped bigint, INOUT moved bigint, OUT status text, OUT error text)
+-- Partition maintenance's step function for the one commit loop
+-- (counter.run_steps, 06_jobs_code.sql; an entry point: checks its caller
+-- owns the table). args: {"parent": oid}. One bounded step of
+-- counter_internal.partition_step per call; when the run ends (done, skipped,
+-- error, the step limit, or the time is up) its outcome is recorded; 'busy'
+-- (another session maintains the table) records nothing.
+CREATE OR REPLACE FUNCTION counter.partition_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    parent regclass := (args ->> 'parent')::oid::regclass;
     s record;
     outcome text;
+    error text;
+    outside bigint;
 BEGIN
+    IF parent IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t
+                                     WHERE t.parent OPERATOR(pg_catalog.=) (args ->> 'parent')::oid) THEN
+        RAISE EXCEPTION 'table % is not managed by counter_ext', coalesce(parent::text, target)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     PERFORM counter_internal.partition_require_owner(parent);
-    IF NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) partition_run_step.parent) THEN
-        RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
+    IF state IS NULL THEN
+        RETURN '{"phase": "steps", "done": 0, "created": 0, "dropped": 0, "moved": 0, "rows": 0, "finished": false}';
     END IF;
-    s := counter_internal.partition_step(parent, NULL);
-    created := coalesce(created, 0) + s.created;
-    dropped := coalesce(dropped, 0) + s.dropped;
-    moved := coalesce(moved, 0) + s.moved;
-    status := s.status;
-    error := s.error;
-    outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
-                    WHEN s.status = 'done' THEN 'ok'
-                    WHEN s.status = 'more' AND step_number >= 100000 THEN 'partial' END;
-    IF outcome IS NOT NULL THEN
-        PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside);
+    IF state ? 'error' THEN
+        outcome := 'error';
+        error := state #>> '{error,message}';
+    ELSIF state ? 'stop' THEN
+        outcome := 'partial';
+    ELSE
+        s := counter_internal.partition_step(parent, NULL);
+        state := state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
+            'created', (state ->> 'created')::bigint + s.created, 'dropped', (state ->> 'dropped')::bigint + s.dropped,
+            'moved', (state ->> 'moved')::bigint + s.moved);
+        state := state || pg_catalog.jsonb_build_object('rows',
+            (state ->> 'created')::bigint + (state ->> 'dropped')::bigint + (state ->> 'moved')::bigint);
+        IF s.status = 'busy' THEN
+            RETURN state || '{"finished": true, "outcome": "busy"}';
+        END IF;
+        outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
+                        WHEN s.status = 'done' THEN 'ok'
+                        WHEN s.status = 'more' AND (state ->> 'done')::bigint >= 100000 THEN 'partial' END;
+        IF outcome IS NULL THEN
+            RETURN state;
+        END IF;
+        error := s.error;
+        outside := s.outside;
     END IF;
+    PERFORM counter_internal.partition_record(parent, outcome, error, (state ->> 'created')::bigint,
+        (state ->> 'dropped')::bigint, (state ->> 'moved')::bigint, outside, state -> 'error');
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
 END
 $$;
 
@@ -635,44 +663,6 @@ $$;
 COMMENT ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) IS
     'maintains one table in the current transaction (no commits); CALL counter.run_maintenance() commits per step';
 
--- The committing loop behind run_maintenance and the job: one transaction per
--- bounded step. No SET clause (a procedure with one cannot COMMIT): every
--- name and operator is schema-qualified; each step checks the caller.
-CREATE OR REPLACE PROCEDURE counter.partition_maintain_steps(parent regclass, INOUT created bigint DEFAULT 0,
-    INOUT dropped bigint DEFAULT 0, INOUT moved bigint DEFAULT 0, INOUT outcome text DEFAULT NULL,
-    INOUT error text DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    s record;
-    i int := 0;
-BEGIN
-    created := 0; dropped := 0; moved := 0; outcome := 'ok'; error := NULL;
-    LOOP
-        i := i OPERATOR(pg_catalog.+) 1;
-        SELECT * INTO s FROM counter.partition_run_step(parent, i, created, dropped, moved);
-        created := s.created;
-        dropped := s.dropped;
-        moved := s.moved;
-        IF s.status OPERATOR(pg_catalog.=) 'busy' THEN
-            outcome := 'busy';
-            COMMIT;
-            RETURN;
-        ELSIF s.status OPERATOR(pg_catalog.=) ANY ('{skipped,error}'::text[]) THEN
-            outcome := s.status; error := s.error;
-            EXIT;
-        ELSIF s.status OPERATOR(pg_catalog.=) 'done' THEN
-            EXIT;
-        ELSIF i OPERATOR(pg_catalog.>=) 100000 THEN
-            outcome := 'partial';
-            EXIT;
-        END IF;
-        COMMIT;
-    END LOOP;
-    COMMIT;
-END
-$$;
-
 -- CALL counter.run_maintenance() maintains every managed table;
 -- CALL counter.run_maintenance('public.events') one. Commits after every
 -- bounded step; a table that is locked past its lock_timeout (or fails) is
@@ -684,7 +674,7 @@ AS $$
 DECLARE
     tables regclass[];
     p regclass;
-    c bigint; d bigint; m bigint; o text; e text;
+    st pg_catalog.jsonb;
 BEGIN
     IF parent IS NOT NULL AND NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t
                                           WHERE t.parent OPERATOR(pg_catalog.=) run_maintenance.parent) THEN
@@ -695,7 +685,9 @@ BEGIN
     WHERE run_maintenance.parent IS NULL OR t.parent OPERATOR(pg_catalog.=) run_maintenance.parent;
     COMMIT;
     FOREACH p IN ARRAY COALESCE(tables, '{}') LOOP
-        CALL counter.partition_maintain_steps(p, c, d, m, o, e);
+        st := NULL;
+        CALL counter.run_steps('partition_maintenance', p::pg_catalog.text,
+                               pg_catalog.jsonb_build_object('parent', p::pg_catalog.oid), st);
     END LOOP;
 END
 $$;
@@ -710,13 +702,17 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     p regclass := pg_catalog.to_regclass(target);
-    c bigint; d bigint; m bigint; o text; e text;
+    st pg_catalog.jsonb;
+    o pg_catalog.text;
+    e pg_catalog.text;
 BEGIN
     IF p IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) p) THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', target USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    CALL counter.partition_maintain_steps(p, c, d, m, o, e);
-    rows_affected := c OPERATOR(pg_catalog.+) d OPERATOR(pg_catalog.+) m;
+    CALL counter.run_steps('partition_maintenance', target, pg_catalog.jsonb_build_object('parent', p::pg_catalog.oid), st);
+    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
+    o := pg_catalog.jsonb_extract_path_text(st, 'outcome');
+    e := pg_catalog.jsonb_extract_path_text(st, 'error');
     IF o OPERATOR(pg_catalog.=) 'skipped' THEN
         RAISE EXCEPTION 'partition maintenance of % skipped', target USING ERRCODE = 'lock_not_available', DETAIL = e;
     ELSIF o OPERATOR(pg_catalog.=) 'error' THEN

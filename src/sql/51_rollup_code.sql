@@ -441,8 +441,10 @@ $$;
 -- Records a refresh in the one run record (counter.job_runs, kind
 -- 'rollup_refresh': the job's run, or a row of its own for a direct call;
 -- the rollup's part in info). Every refresh has its row, so none waits for
--- another's. An entry point of the refresh procedures (checks its caller).
-CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint, err text)
+-- another's. error: {sqlstate, message, detail, hint, context} of a failed
+-- refresh. An entry point of the refresh functions (checks its caller).
+CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
+    error jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -457,8 +459,8 @@ BEGIN
     PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
     PERFORM counter_internal.run_end(
         counter_internal.run_begin('rollup_refresh', r.name, rid, '{}', started),
-        pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', err),
-        failed => err IS NOT NULL, rows_affected => n, message => err);
+        pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', error ->> 'message'),
+        rows_affected => n, error => error);
 END
 $$;
 
@@ -513,36 +515,92 @@ BEGIN
 END
 $$;
 
--- Procedure forms: one transaction per chunk (a UTC day at most). No SET
--- clause is allowed on a procedure that commits, so these only call the
--- functions above, schema-qualified.
+-- The refresh's step function for the one commit loop (counter.run_steps,
+-- 06_jobs_code.sql; an entry point: checks its caller owns the rollup). One
+-- chunk (a UTC day at most) per step. args {"from", "to"}: a full recompute
+-- of that range, waiting for chunks refreshed elsewhere; args {}: the dirty
+-- hours, a day at a time in day order, skipping a day another session is
+-- refreshing (its marks stay for the next refresh). The refresh is recorded
+-- when it ends.
+CREATE OR REPLACE FUNCTION counter.rollup_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ranged boolean := args ? 'from' OR args ? 'to';
+    r counter.rollups;
+    rid integer;
+    from_h timestamptz;
+    to_h timestamptz;
+    hours timestamptz[];
+    n bigint;
+    outcome text;
+BEGIN
+    IF target IS NULL THEN
+        RAISE EXCEPTION 'rollup name must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    r := counter_internal.rollup_get(target);
+    rid := r.rollup_id;
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    IF state IS NULL THEN
+        -- checks the range (or drops dirty hours outside the retention), and counts the chunks
+        IF ranged THEN
+            SELECT count(*), min(x.from_h) INTO n, from_h FROM counter.rollup_range_chunks(target,
+                (args ->> 'from')::timestamptz, (args ->> 'to')::timestamptz) x;
+        ELSE
+            SELECT count(*) INTO n FROM counter.rollup_dirty_chunks(target);
+        END IF;
+        RETURN pg_catalog.jsonb_build_object('started', pg_catalog.clock_timestamp(), 'phase', 'days', 'done', 0,
+            'total', n, 'rows', 0, 'skipped', 0, 'next', from_h, 'after_day', NULL,
+            'finished', false);
+    END IF;
+    IF state ? 'error' OR state ? 'stop' THEN
+        outcome := CASE WHEN state ? 'error' THEN 'error' ELSE 'partial' END;
+    ELSE
+        IF ranged THEN
+            from_h := (state ->> 'next')::timestamptz;
+            IF from_h >= (args ->> 'to')::timestamptz THEN
+                from_h := NULL;
+            END IF;
+            to_h := least((args ->> 'to')::timestamptz, date_trunc('day', from_h, 'UTC') + interval '1 day');
+        ELSE
+            SELECT min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
+            INTO from_h, to_h, hours
+            FROM counter.rollup_dirty d
+            WHERE d.rollup_id = rid AND counter.rollup_day_number(d.hour) > coalesce((state ->> 'after_day')::bigint, -9223372036854775808)
+            GROUP BY counter.rollup_day_number(d.hour)
+            ORDER BY 1
+            LIMIT 1;
+        END IF;
+        IF from_h IS NOT NULL THEN
+            n := counter.rollup_refresh_chunk(rid, from_h, to_h, hours, ranged);
+            IF n IS NULL THEN
+                RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, from_h;
+            END IF;
+            RETURN state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
+                'rows', (state ->> 'rows')::bigint + coalesce(n, 0),
+                'skipped', (state ->> 'skipped')::bigint + CASE WHEN n IS NULL THEN 1 ELSE 0 END,
+                'next', to_h, 'after_day', counter.rollup_day_number(from_h));
+        END IF;
+        outcome := CASE WHEN (state ->> 'skipped')::bigint = 0 THEN 'ok'
+                        ELSE format('skipped %s locked chunks', state ->> 'skipped') END;
+    END IF;
+    PERFORM counter.rollup_record(rid, (state ->> 'started')::timestamptz, outcome, (state ->> 'rows')::bigint,
+                                  state -> 'error');
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome);
+END
+$$;
+
+-- Procedure forms: one transaction per chunk (a UTC day at most), in the
+-- one commit loop (counter.run_steps). A full recompute of [from_ts, to_ts):
 CREATE OR REPLACE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    c record;
-    n pg_catalog.int8;
-    total pg_catalog.int8 := 0;
-    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
-    st pg_catalog.text;
-    msg pg_catalog.text;
+    st pg_catalog.jsonb;
 BEGIN
-    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
-        BEGIN
-            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        END;
-        IF st IS NOT NULL THEN
-            PERFORM counter.rollup_record(c.rollup_id, started, 'error', total, msg);
-            COMMIT;
-            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
-        END IF;
-        total := pg_catalog.int8pl(total, n);
-        COMMIT;
-    END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
-    COMMIT;
+    CALL counter.run_steps('rollup_refresh', name, pg_catalog.jsonb_build_object('from', from_ts, 'to', to_ts), st);
 END
 $$;
 
@@ -553,37 +611,10 @@ CREATE OR REPLACE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_a
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    c record;
-    n pg_catalog.int8;
-    skipped pg_catalog.int4 := 0;
-    started pg_catalog.timestamptz := pg_catalog.clock_timestamp();
-    st pg_catalog.text;
-    msg pg_catalog.text;
+    st pg_catalog.jsonb;
 BEGIN
-    rows_affected := 0;
-    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(target) LOOP
-        BEGIN
-            n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        END;
-        IF st IS NOT NULL THEN
-            PERFORM counter.rollup_record(c.rollup_id, started, 'error', rows_affected, msg);
-            COMMIT;
-            RAISE EXCEPTION USING ERRCODE = st, MESSAGE = msg;
-        END IF;
-        IF n IS NULL THEN
-            skipped := pg_catalog.int4pl(skipped, 1);
-            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, c.from_h;
-        ELSE
-            rows_affected := pg_catalog.int8pl(rows_affected, n);
-        END IF;
-        COMMIT;
-    END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(target), started,
-        CASE WHEN skipped OPERATOR(pg_catalog.=) 0 THEN 'ok' ELSE pg_catalog.format('skipped %s locked chunks', skipped) END,
-        rows_affected, NULL);
-    COMMIT;
+    CALL counter.run_steps('rollup_refresh', target, '{}', st);
+    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
 END
 $$;
 

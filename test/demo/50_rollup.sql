@@ -44,3 +44,13 @@ SELECT counter.rollup_set_filter('clicks_hourly', 'link_id <> 1');
 CALL counter.rollup_refresh('clicks_hourly', '2026-10-06 00:00+00', '2026-10-07 00:00+00');
 SELECT count(*) FILTER (WHERE link_id = 1) AS link_1_rows, sum(count) AS counted FROM demo.clicks_hourly;
 SELECT name, dirty_hours, last_outcome, last_rows FROM counter.rollup_state;
+
+-- Every committing run (this refresh, a reconciliation, partition maintenance)
+-- goes through one commit loop: a transaction per UTC day here; a step that
+-- fails is recorded whole, and the days before it stay. With a statement
+-- timeout the run ends as partial instead of being cancelled.
+SET statement_timeout = '30s';
+CALL counter.run_steps('rollup_refresh', 'clicks_hourly', '{"from": "2026-10-05 00:00+00", "to": "2026-10-08 00:00+00"}', NULL);
+RESET statement_timeout;
+SELECT runner, outcome, info ->> 'outcome' AS refresh, rows_affected FROM counter.job_runs
+WHERE kind = 'rollup_refresh' ORDER BY run_id DESC LIMIT 1;

@@ -95,6 +95,38 @@ wait_for app "SELECT NOT EXISTS (SELECT FROM counter.running_jobs WHERE kind = '
               AND EXISTS (SELECT FROM counter.job_runs WHERE kind = 'test_progress' AND outcome = 'succeeded')" 20 ||
     fail "the progress job did not finish"
 
+echo "== a built-in job runs in the one commit loop: its progress is shown, its timeout ends it partial, not cancelled"
+ce_psql -d app >/dev/null <<'SQL'
+GRANT CREATE ON SCHEMA public TO life_owner;
+CREATE TABLE public.slow_src (id bigint PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
+ALTER TABLE public.slow_src OWNER TO life_owner;
+-- the owner's filter takes 0.5 s per event: one event a day for 12 days
+CREATE FUNCTION public.slow_keep(timestamptz) RETURNS boolean LANGUAGE sql VOLATILE
+    AS 'SELECT pg_catalog.pg_sleep(0.5) IS NOT NULL';
+ALTER FUNCTION public.slow_keep(timestamptz) OWNER TO life_owner;
+INSERT INTO public.slow_src SELECT g, 1, date_trunc('day', now()) - g * interval '1 day' + interval '1 hour'
+FROM generate_series(1, 12) g;
+SET ROLE life_owner;
+SELECT counter.rollup_create('slow_daily', 'public.slow_src', 'at', '{k}', mode => 'deferred',
+                             filter => 'public.slow_keep(at)');
+RESET ROLE;
+SELECT counter.job_alter(job_id, timeout => '3 s', run_every => '1 s') FROM counter.jobs
+WHERE kind = 'rollup_refresh' AND target = 'slow_daily';
+SQL
+wait_for app "SELECT phase = 'days' AND total = 12 AND done BETWEEN 1 AND 11
+              AND activity LIKE '%rollup_refresh(slow_daily) as life_owner: days %/12%'
+              FROM counter.running_jobs WHERE kind = 'rollup_refresh' AND target = 'slow_daily'" 20 ||
+    fail "the refresh's progress is not shown: $(q app "SELECT row_to_json(r) FROM counter.running_jobs r")"
+wait_for app "SELECT count(*) = 12 FROM public.slow_daily" 60 ||
+    fail "the refresh did not finish: $(q app "SELECT string_agg(outcome || ':' || coalesce(info ->> 'outcome', '') || ':' || coalesce(sqlstate, ''), ' ') FROM counter.job_runs WHERE target = 'slow_daily'")"
+runs=$(q app "SELECT string_agg(outcome || ':' || (info ->> 'outcome'), ' ' ORDER BY run_id) FROM counter.job_runs
+              WHERE kind = 'rollup_refresh' AND target = 'slow_daily' AND outcome <> 'running'")
+echo "runs of the refresh with a 3 s timeout: $runs"
+case " $runs " in *" succeeded:partial "*) ;; *) fail "no run ended partial at its timeout: $runs" ;; esac
+case " $runs " in *failed*) fail "a run was cancelled instead of ending partial: $runs" ;; esac
+[ "$(q app "SELECT count(*) FROM public.slow_daily WHERE count <> 1")" = 0 ] || fail "a day was counted wrong"
+q app "SELECT counter.rollup_drop('slow_daily')" >/dev/null
+
 echo "== a job whose target is dropped behind its back fails, backs off, and the others go on"
 q app "DROP TABLE public.victim"
 wait_for app "SELECT count(*) >= 3 FROM counter.job_runs WHERE target = 'public.victim' AND outcome = 'failed'

@@ -59,6 +59,19 @@ auto as_owner(Oid role, F &&f) -> decltype(f()) {
 	}
 }
 
+// The role an entry point (a SECURITY DEFINER function of counter_ext) acts
+// for: the role in effect when it was called. PostgreSQL does not keep it,
+// so a hook on fmgr's SECURITY DEFINER calls (install_caller_hook, from
+// _PG_init) records the role each such call switched to; the innermost
+// SECURITY DEFINER function that is not counter_ext's own gives the caller
+// (its owner, as PostgreSQL ran it), and without one it is the session's
+// current role outside any SECURITY DEFINER (GetOuterUserId). Raises 42501
+// inside a security-restricted operation (code counter_ext runs for an
+// owner) and 54000 when the calls nest deeper than it keeps. Owns nothing
+// C++.
+Oid effective_caller();
+void install_caller_hook();
+
 // The owner of counter_ext's catalog tables (the role that ran CREATE
 // EXTENSION). Reading the catalogs as that role (restricted, like any other
 // owner) is how C code finds a registration without giving the caller any
