@@ -176,6 +176,36 @@ SELECT counter.value('buf_calls', 'search'::text);
 RESET ROLE;
 SELECT kind, target FROM counter.jobs WHERE kind = 'flush' ORDER BY target;
 
+-- ---------------------------------------------------------------- many adds in one transaction
+-- past 8 (counter, key, bucket) adds a transaction finds its own through a
+-- hash index, past 64 it gives that memory back when it ends: every amount
+-- counts once, a rolled back savepoint drops exactly its own, and the next
+-- (small) transaction starts clean
+SET ROLE buf_owner;
+BEGIN;
+SELECT count(counter.add('buf_calls2', 'm' || g % 100, 1, '2024-01-01 10:00+00')) AS adds FROM generate_series(1, 300) g;
+SAVEPOINT s;
+SELECT count(counter.add('buf_calls2', 'm' || g % 150, 1000, '2024-01-01 10:00+00')) AS adds FROM generate_series(1, 150) g;
+ROLLBACK TO SAVEPOINT s;
+SELECT count(counter.add('buf_calls2', 'm' || g % 10, 10, '2024-01-01 11:00+00')) AS adds FROM generate_series(1, 20) g;
+COMMIT;
+-- 20 adds: indexed, and kept for the next transaction
+SELECT count(counter.add('buf_calls2', 'm' || g, 1000000, '2024-01-01 12:00+00')) AS adds FROM generate_series(0, 19) g;
+BEGIN;
+SELECT counter.add('buf_calls2', 'm7'::text, 5, '2024-01-01 12:00+00');
+SELECT counter.add('buf_calls2', 'm15'::text, 5, '2024-01-01 12:00+00');
+SELECT counter.add('buf_calls2', 'm1'::text, 100000, '2024-01-01 10:00+00');
+SELECT counter.add('buf_calls2', 'm1'::text, 100000, '2024-01-01 10:00+00');
+COMMIT;
+SELECT count(*) AS keys, sum(value) AS total, min(value), max(value)
+FROM counter.tracked_values WHERE counter = 'buf_calls2' AND key LIKE 'm%';
+SELECT counter.value('buf_calls2', 'm1'::text) AS m1, counter.value('buf_calls2', 'm7'::text) AS m7,
+       counter.value('buf_calls2', 'm9'::text) AS m9, counter.value('buf_calls2', 'm15'::text) AS m15,
+       counter.value('buf_calls2', 'm99'::text) AS m99, counter.value('buf_calls2', 'm120'::text) AS m120;
+SELECT counter.flush('buf_calls2') AS entries;
+SELECT counter.value('buf_calls2', 'm1'::text) AS m1_flushed;
+RESET ROLE;
+
 DROP EXTENSION counter_ext CASCADE;
 DROP SCHEMA buf_s CASCADE;
 DROP OWNED BY buf_owner, buf_other, buf_reader;

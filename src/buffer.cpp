@@ -20,6 +20,7 @@ extern "C" {
 #include "access/parallel.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -56,6 +57,14 @@ struct EntryKey {
 	uint16 len;
 	char image[max_key_bytes];
 };
+
+// The hash of an entry key: its bytes up to the end of the image (make_key
+// zeroes the rest, so equal keys, equal over all their bytes as dynahash
+// compares them, hash alike). A bigint key hashes 18 bytes, not 76.
+uint32 entry_hash(const void *key, Size) {
+	const auto *k = static_cast<const EntryKey *>(key);
+	return hash_bytes(reinterpret_cast<const unsigned char *>(k), static_cast<int>(offsetof(EntryKey, image) + k->len));
+}
 
 // Amounts are kept with a mark of their own, because amounts cancel: a +1
 // and a -1 of two transactions sum to 0, and "0 pending" must not read as
@@ -125,10 +134,11 @@ void shmem_startup() {
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(EntryKey);
 	info.entrysize = sizeof(Entry);
+	info.hash = entry_hash;
 	info.num_partitions = partitions;
 	long n = ce::buffer::buffer_entries;
 	table = ShmemInitHash("counter_ext buffer table", n, n, &info,
-	                      HASH_ELEM | HASH_BLOBS | HASH_PARTITION | HASH_FIXED_SIZE);
+	                      HASH_ELEM | HASH_FUNCTION | HASH_PARTITION | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -218,9 +228,6 @@ struct Claim {
 	int level;
 };
 
-std::unordered_map<std::string, LocalAdd> *local_adds = nullptr;
-std::vector<Claim> *claims = nullptr;
-
 std::string local_key(int32 counter, const Image &key, int64 bucket) {
 	std::string s;
 	s.reserve(sizeof(counter) + sizeof(bucket) + key.len);
@@ -229,6 +236,103 @@ std::string local_key(int32 counter, const Image &key, int64 bucket) {
 	s.append(key.bytes, key.len);
 	return s;
 }
+
+// This transaction's adds, one per (counter, key, bucket). The hot path is a
+// transaction with one add or a few: its elements are reused from one
+// transaction to the next (their 'levels' keep their room), so it allocates
+// nothing once warm, and a few are found by a plain scan. Past index_from
+// adds a hash index finds them; a transaction that grew past keep_at_most
+// gives everything back when it ends, so what stays is bounded.
+class LocalAdds {
+public:
+	static constexpr size_t index_from = 8;
+	static constexpr size_t keep_at_most = 64;
+
+	LocalAdd *begin() noexcept { return elements_.data(); }
+	LocalAdd *end() noexcept { return elements_.data() + used_; }
+	size_t size() const noexcept { return used_; }
+	bool empty() const noexcept { return used_ == 0; }
+
+	LocalAdd *find(int32 counter, const Image &key, int64 bucket) {
+		if (index_.empty()) { // also when building the index failed: the scan is right, only slower
+			for (size_t i = 0; i < used_; i++) {
+				LocalAdd &a = elements_[i];
+				if (a.counter == counter && a.bucket == bucket && a.key.len == key.len &&
+				    memcmp(a.key.bytes, key.bytes, key.len) == 0)
+					return &a;
+			}
+			return nullptr;
+		}
+		auto found = index_.find(local_key(counter, key, bucket));
+		return found == index_.end() ? nullptr : &elements_[found->second];
+	}
+
+	// A new add (not yet pinned) with its first amount. May throw
+	// std::bad_alloc; nothing is changed then.
+	LocalAdd &push(int32 counter, const Image &key, int64 bucket, int level, int64 delta) {
+		if (used_ == elements_.size())
+			elements_.emplace_back();
+		LocalAdd &a = elements_[used_];
+		a.levels.clear();
+		a.levels.emplace_back(level, delta);
+		if (used_ + 1 > index_from) {
+			try {
+				if (index_.empty())
+					for (size_t i = 0; i < used_; i++)
+						index_.emplace(local_key(elements_[i].counter, elements_[i].key, elements_[i].bucket), i);
+				index_.emplace(local_key(counter, key, bucket), used_);
+			} catch (...) {
+				index_.clear();
+				throw;
+			}
+		}
+		a.entry = nullptr;
+		a.slot = 0;
+		a.counter = counter;
+		a.bucket = bucket;
+		a.key = key;
+		used_++;
+		return a;
+	}
+
+	// Undoes the last push (its pin failed).
+	void pop() noexcept {
+		LocalAdd &a = elements_[used_ - 1];
+		if (!index_.empty()) {
+			try {
+				index_.erase(local_key(a.counter, a.key, a.bucket));
+			} catch (...) {
+				index_.clear();
+			}
+		}
+		a.levels.clear();
+		a.entry = nullptr;
+		used_--;
+	}
+
+	// The end of the transaction (every add unpinned).
+	void clear() noexcept {
+		if (used_ == 0 && index_.empty() && elements_.size() <= keep_at_most)
+			return; // most transactions: nothing was added
+		for (size_t i = 0; i < used_; i++)
+			elements_[i].levels.clear();
+		used_ = 0;
+		if (elements_.size() > keep_at_most) {
+			std::vector<LocalAdd>().swap(elements_);
+			std::unordered_map<std::string, size_t>().swap(index_);
+		} else if (!index_.empty()) {
+			index_.clear();
+		}
+	}
+
+private:
+	std::vector<LocalAdd> elements_; // [0, used_) are this transaction's
+	size_t used_ = 0;
+	std::unordered_map<std::string, size_t> index_; // empty below index_from
+};
+
+LocalAdds *local_adds = nullptr;
+std::vector<Claim> *claims = nullptr;
 
 void unpin(LocalAdd &a) noexcept {
 	if (a.entry != nullptr)
@@ -241,8 +345,7 @@ void unpin(LocalAdd &a) noexcept {
 void publish_all() noexcept {
 	if (local_adds == nullptr)
 		return;
-	for (auto &item : *local_adds) {
-		LocalAdd &a = item.second;
+	for (LocalAdd &a : *local_adds) {
 		int64 sum = 0;
 		for (auto &l : a.levels)
 			sum += l.second;
@@ -258,8 +361,8 @@ void publish_all() noexcept {
 void unpin_all() noexcept {
 	if (local_adds == nullptr)
 		return;
-	for (auto &item : *local_adds)
-		unpin(item.second);
+	for (LocalAdd &a : *local_adds)
+		unpin(a);
 	local_adds->clear();
 }
 
@@ -300,7 +403,7 @@ void claim_aborted(const Claim &c) noexcept {
 }
 
 void end_claims(bool committed) noexcept {
-	if (claims == nullptr)
+	if (claims == nullptr || claims->empty())
 		return;
 	for (const Claim &c : *claims) {
 		if (committed)
@@ -321,8 +424,7 @@ void write_before_prepare() {
 	if (local_adds == nullptr || local_adds->empty())
 		return;
 	std::unordered_map<int32, std::vector<Amount>> by_counter;
-	for (auto &item : *local_adds) {
-		LocalAdd &a = item.second;
+	for (LocalAdd &a : *local_adds) {
 		int64 sum = 0;
 		for (auto &l : a.levels)
 			sum += l.second;
@@ -336,8 +438,8 @@ void write_before_prepare() {
 	for (auto &item : by_counter)
 		direct_writer(item.first, item.second);
 	ce::pg_guard([] { PopActiveSnapshot(); });
-	for (auto &item : *local_adds) // written: nothing to publish at commit
-		item.second.levels.clear();
+	for (LocalAdd &a : *local_adds) // written: nothing to publish at commit
+		a.levels.clear();
 }
 
 void xact_callback(XactEvent event, void *) {
@@ -369,8 +471,8 @@ void subxact_callback(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 	int level = GetCurrentTransactionNestLevel();
 	bool abort = event == SUBXACT_EVENT_ABORT_SUB;
 	if (local_adds != nullptr) {
-		for (auto &item : *local_adds) {
-			auto &levels = item.second.levels;
+		for (LocalAdd &a : *local_adds) {
+			auto &levels = a.levels;
 			if (abort) {
 				while (!levels.empty() && levels.back().first >= level)
 					levels.pop_back();
@@ -500,8 +602,7 @@ int64 local_amount(int32 counter, const Image &key) {
 	int64 sum = 0;
 	if (local_adds == nullptr || local_adds->empty())
 		return 0;
-	for (auto &item : *local_adds) {
-		LocalAdd &a = item.second;
+	for (LocalAdd &a : *local_adds) {
 		if (a.counter != counter || a.key.len != key.len || memcmp(a.key.bytes, key.bytes, key.len) != 0)
 			continue;
 		for (auto &l : a.levels)
@@ -612,12 +713,11 @@ bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
 	if (!available() || IsInParallelMode() || IsParallelWorker())
 		return false;
 	if (local_adds == nullptr)
-		local_adds = new std::unordered_map<std::string, LocalAdd>();
+		local_adds = new LocalAdds();
 	int level = GetCurrentTransactionNestLevel();
-	std::string lk = local_key(counter, key, bucket);
-	auto found = local_adds->find(lk);
-	if (found != local_adds->end()) {
-		auto &levels = found->second.levels;
+	LocalAdd *found = local_adds->find(counter, key, bucket);
+	if (found != nullptr) {
+		auto &levels = found->levels;
 		if (!levels.empty() && levels.back().first == level)
 			levels.back().second += delta;
 		else
@@ -625,23 +725,13 @@ bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
 		return true;
 	}
 	// Everything that may throw happens before the pin.
-	auto made = local_adds->emplace(std::move(lk), LocalAdd{});
-	LocalAdd &a = made.first->second;
-	try {
-		a.levels.emplace_back(level, delta);
-	} catch (...) {
-		local_adds->erase(made.first);
-		throw;
-	}
-	a.counter = counter;
-	a.bucket = bucket;
-	a.key = key;
+	LocalAdd &a = local_adds->push(counter, key, bucket, level, delta);
 	EntryKey k;
 	make_key(&k, counter, key);
 	Entry *e = nullptr;
 	int slot = 0;
 	if (!pin_slot(k, bucket, &e, &slot)) {
-		local_adds->erase(made.first);
+		local_adds->pop();
 		return false;
 	}
 	a.entry = e;
@@ -676,8 +766,7 @@ std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
 		out.clear();
 		out.reserve(entries * bucket_slots + 16 + mine);
 		if (mine > 0)
-			for (auto &item : *local_adds) {
-				LocalAdd &a = item.second;
+			for (LocalAdd &a : *local_adds) {
 				int64 sum = 0;
 				for (auto &l : a.levels)
 					sum += l.second;
@@ -802,9 +891,9 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 void drop_local(int32 counter) {
 	if (local_adds == nullptr)
 		return;
-	for (auto &item : *local_adds)
-		if (item.second.counter == counter)
-			item.second.levels.clear();
+	for (LocalAdd &a : *local_adds)
+		if (a.counter == counter)
+			a.levels.clear();
 }
 
 Stats stats(int32 counter) {

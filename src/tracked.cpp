@@ -109,6 +109,8 @@ struct Counter {
 	char *filter_tree;
 	Oid filter_relid;
 	bool buffered;
+	int16 key_len; // of key_type (a type's length and passing never change)
+	bool key_byval;
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -175,6 +177,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		Datum relid = SPI_getbinval(tuple, desc, 13, &isnull);
 		c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
 		c.buffered = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
+		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
 	});
@@ -192,15 +195,61 @@ char *state_table(int32 id, const char *part) {
 	return psprintf("counter_internal.%s", quote_identifier(psprintf("tracked_%d_%s", id, part)));
 }
 
+// The privileges require_privilege found, kept per backend: (user, source,
+// mode) granted. Only grants are kept (a refusal is checked, and raised,
+// every time). Any invalidation of a pg_class row (GRANT, REVOKE, ALTER
+// TABLE OWNER, DROP), of a role (pg_authid: superuser, inherit) or of a role
+// membership (pg_auth_members) forgets them all, through the syscache
+// callbacks: the invalidations pg_class_aclcheck's own cache lookups obey,
+// at the same moments (a REVOKE another session commits is seen at this
+// session's next transaction start or lock, as it would be without this
+// cache; one of this transaction's own is seen at once, and again at its
+// abort). A fixed table: bounded, nothing allocated.
+struct Grant {
+	uint64 generation; // valid when equal to grant_generation
+	Oid user;
+	Oid source;
+	AclMode mode;
+};
+constexpr int grant_slots = 64;
+Grant grants[grant_slots];
+uint64 grant_generation = 1; // 0 marks an empty slot
+bool grant_callbacks = false;
+
+void grants_invalidate(Datum, int, uint32) {
+	grant_generation++;
+}
+
+Grant &grant_slot(Oid user, Oid source, AclMode mode) {
+	uint32 h = (static_cast<uint32>(source) * 2654435761u) ^ (static_cast<uint32>(user) * 40503u) ^ mode;
+	return grants[h % grant_slots];
+}
+
 // Raises 42501 unless the current user has 'mode' on the counter's source.
 void require_privilege(const Counter &c, AclMode mode, const char *verb, const char *needs) {
-	ce::pg_guard([&c, mode, verb, needs] {
-		if (pg_class_aclcheck(c.source, GetUserId(), mode) != ACLCHECK_OK)
+	Oid user = GetUserId();
+	Grant &g = grant_slot(user, c.source, mode);
+	if (g.generation == grant_generation && g.user == user && g.source == c.source && g.mode == mode)
+		return;
+	if (!grant_callbacks) {
+		ce::pg_guard([] {
+			CacheRegisterSyscacheCallback(RELOID, grants_invalidate, (Datum)0);
+			CacheRegisterSyscacheCallback(AUTHOID, grants_invalidate, (Datum)0);
+			CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, grants_invalidate, (Datum)0);
+		});
+		grant_callbacks = true;
+	}
+	// an invalidation while checking: what was checked may be stale, not kept
+	uint64 generation = grant_generation;
+	ce::pg_guard([&c, user, mode, verb, needs] {
+		if (pg_class_aclcheck(c.source, user, mode) != ACLCHECK_OK)
 			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			                errmsg("permission denied to %s tracked counter \"%s\"", verb, c.name),
 			                errdetail("%s %s on %s.", verb[0] == 'a' ? "Adding needs" : "Reading needs", needs,
 			                          qualified_name(c.source))));
 	});
+	if (generation == grant_generation)
+		g = Grant{generation, user, c.source, mode};
 }
 
 } // namespace
@@ -697,6 +746,7 @@ KeptPlans *plans_of(int32 id) {
 // and the next lookup empties it. Bounded by cache_limit.
 struct NameCache {
 	std::unordered_map<std::string, Counter> rows;
+	std::pair<const std::string, Counter> *last = nullptr; // the row found last (in rows)
 	MemoryContext context = nullptr;
 	bool stale = false;
 };
@@ -727,18 +777,29 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 			Oid nsp = get_namespace_oid("counter", false);
 			return get_relname_relid("tracked", nsp);
 		});
+	// the name first: detoasting it may take a lock, and with it invalidations
+	const text *arg = ce::pg_guard([fcinfo] { return PG_GETARG_TEXT_PP(0); });
+	const char *bytes = VARDATA_ANY(arg);
+	size_t len = VARSIZE_ANY_EXHDR(arg);
 	if (name_cache->stale || name_cache->rows.size() >= cache_limit) {
+		name_cache->last = nullptr;
 		name_cache->rows.clear();
 		ce::pg_guard([] { MemoryContextReset(name_cache->context); });
 		name_cache->stale = false;
 	}
-	std::string name = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(0)); });
+	// the hot path: the same counter as the last call, found without hashing
+	auto *last = name_cache->last;
+	if (last != nullptr && last->first.size() == len && memcmp(last->first.data(), bytes, len) == 0)
+		return last->second;
+	std::string name(bytes, len);
 	auto found = name_cache->rows.find(name);
-	if (found != name_cache->rows.end())
+	if (found != name_cache->rows.end()) {
+		name_cache->last = &*found;
 		return found->second;
+	}
 	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
 	if (!name_cache->stale) // an invalidation while reading: do not keep what was read
-		name_cache->rows.emplace(name, c);
+		name_cache->last = &*name_cache->rows.emplace(name, c).first;
 	return c;
 }
 
@@ -997,10 +1058,7 @@ struct Placed {
 
 void place(const Counter &c, Oid given, Datum key, TimestampTz at, Placed *p) {
 	Datum value = ce::keys::convert(given, key, c.key_type, c.name);
-	int16 len;
-	bool byval;
-	get_typlenbyval(c.key_type, &len, &byval);
-	p->ok = ce::buffer::image_of(value, len, byval, &p->image);
+	p->ok = ce::buffer::image_of(value, c.key_len, c.key_byval, &p->image);
 	p->bucket = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width),
 	                                                    TimestampTzGetDatum(at), TimestampTzGetDatum(0)));
 }

@@ -13,6 +13,9 @@
 #      select_1         SELECT 1                                   (the ceiling of any call)
 #      plain_insert     INSERT into an event table, no counter
 #      trigger          the same INSERT with a trigger-mode counter
+#      insert_and_row   the INSERT plus an upsert of the session's own row in one
+#                       statement: the floor of any counter that writes a row per
+#                       statement (what unbuffered trigger mode does, by hand)
 #      trigger_buffered the same with buffered => true
 #      add              SELECT counter.add('app', 1::bigint)
 #      add_buffered     the same, buffered
@@ -21,6 +24,9 @@
 # 2. The same counter runs over 100,000 keys drawn from a zipf distribution.
 # 3. A crash: kill -9 of the postmaster under buffered load; what it lost
 #    and how long until every key equals count(*) again (worker only).
+#
+# CE_BENCH_RUNS="select_1 add_buffered ..." runs only those one-hot-key runs
+# (interleaved as above) and nothing of 2. and 3.: a short comparison.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -29,6 +35,7 @@ rounds=${CE_BENCH_ROUNDS:-3}
 clients=${CE_BENCH_CLIENTS:-32}
 durable=${CE_BENCH_DURABLE:-on}
 mode=${CE_BENCH_PROTOCOL:-prepared}
+only=${CE_BENCH_RUNS:-}
 redis_port=""
 work=$(mktemp -d)
 cleanup() {
@@ -62,6 +69,9 @@ SELECT counter.track('trig', 'trig', 'link', 'at');
 CREATE TABLE trigb (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON trigb (at);
 SELECT counter.track('trigb', 'trigb', 'link', 'at', buffered => true);
+CREATE TABLE floorsrc (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON floorsrc (at);
+CREATE TABLE floor_rows (id int PRIMARY KEY, n bigint NOT NULL);
 CREATE TABLE app (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON app (at);
 SELECT counter.track('app', 'app', 'link', 'at', mode => 'application');
@@ -75,6 +85,8 @@ echo 'SELECT 1;' >"$work/select_1.sql"
 echo 'INSERT INTO plain (link) VALUES (1);' >"$work/plain_insert.sql"
 echo 'INSERT INTO trig (link) VALUES (1);' >"$work/trigger.sql"
 echo 'INSERT INTO trigb (link) VALUES (1);' >"$work/trigger_buffered.sql"
+echo 'WITH i AS (INSERT INTO floorsrc (link) VALUES (1)) INSERT INTO floor_rows AS f VALUES (:client_id, 1)
+  ON CONFLICT (id) DO UPDATE SET n = f.n + 1;' | tr -d '\n' >"$work/insert_and_row.sql"
 echo "SELECT counter.add('app', 1::bigint);" >"$work/add.sql"
 echo "SELECT counter.add('appb', 1::bigint);" >"$work/add_buffered.sql"
 zipf='\set k random_zipfian(1, 100000, 1.1)'
@@ -93,11 +105,31 @@ run() { # run NAME SCRIPT -> appends tps to $work/NAME.tps
 }
 median() { sort -n "$work/$1.tps" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-one_key=(hot_row select_1 plain_insert trigger trigger_buffered add add_buffered)
+one_key=(hot_row select_1 plain_insert trigger insert_and_row trigger_buffered add add_buffered)
+if [ -n "$only" ]; then
+    read -r -a one_key <<<"$only"
+    for t in "${one_key[@]}"; do [ -f "$work/$t.sql" ] || { echo "CE_BENCH_RUNS: no run $t"; exit 1; }; done
+fi
 for r in $(seq 1 "$rounds"); do
     echo "round $r of $rounds (one hot key)"
     for t in "${one_key[@]}"; do run "$t" "$work/$t.sql"; done
 done
+r() { [ -n "$1" ] && [ -n "$2" ] && python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')" || echo -; }
+m() { [ -f "$work/$1.tps" ] && median "$1"; }
+if [ -n "$only" ]; then
+    echo
+    echo "## Results (CE_BENCH_RUNS: $only; $([ "$durable" = on ] && echo durable || echo NON-DURABLE)," \
+        "pgbench -M $mode, $clients clients, median of $rounds interleaved rounds of $seconds s)"
+    echo
+    echo "| run | one hot key, tps | / SELECT 1 | / plain INSERT |"
+    echo "| --- | ---: | ---: | ---: |"
+    for t in "${one_key[@]}"; do
+        printf '| %s | %s | %s | %s |\n' "$t" "$(m "$t")" "$(r "$(m "$t")" "$(m select_1)")" \
+            "$(r "$(m "$t")" "$(m plain_insert)")"
+    done
+    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
 for r in $(seq 1 "$rounds"); do
     echo "round $r of $rounds (100,000 zipf keys)"
     for t in plain_insert trigger trigger_buffered add add_buffered; do run "zipf_$t" "$work/zipf_$t.sql"; done
@@ -175,8 +207,6 @@ done
 lost=$(ce_psql -At -c "SELECT coalesce(-sum(drift_negative), 0) FROM counter.tracked_history
     WHERE counter = 'trigb' AND started_at >= pg_postmaster_start_time()")
 
-r() { python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')"; }
-m() { median "$1"; }
 echo
 echo "## Results ($([ "$durable" = on ] && echo "durable: fsync, synchronous_commit, full_page_writes on" ||
     echo "NON-DURABLE: fsync, synchronous_commit, full_page_writes off"))"
@@ -198,6 +228,7 @@ echo
 echo "targets: add_buffered / SELECT 1 = $(r "$(m add_buffered)" "$(m select_1)") (>= 0.85x);" \
     "trigger_buffered / plain_insert = $(r "$(m trigger_buffered)" "$(m plain_insert)") (>= 0.9x);" \
     "trigger / hot_row = $(r "$(m trigger)" "$(m hot_row)") (>= 5x);" \
+    "trigger / insert_and_row = $(r "$(m trigger)" "$(m insert_and_row)") (its floor);" \
     "add_buffered / redis_everysec = $(r "$(m add_buffered)" "$(m redis_everysec)")"
 echo "zipf: trigger_buffered / plain_insert = $(r "$(m zipf_trigger_buffered)" "$(m zipf_plain_insert)"), add_buffered / add = $(r "$(m zipf_add_buffered)" "$(m zipf_add)")"
 echo "after the runs: ${check:-every trigger-mode key equals count(*)}; buffered adds counted: $adds"
