@@ -50,3 +50,13 @@ SELECT keys_checked, drift_negative FROM counter.reconcile('clicks_buffered', no
 SELECT counter.value('clicks_buffered', 1::bigint) AS clicks,
        (SELECT count(*) FROM demo.tracked_clicks WHERE link_id = 1) AS truth;
 SELECT counter.untrack('clicks_buffered');
+
+-- The table changes hands (the analytics team takes it over): its counter, the counter's
+-- state and its job follow the table's owner; the old owner keeps no right over them.
+CREATE ROLE demo_analytics;
+SELECT counter.track('clicks_owned', 'demo.tracked_clicks', 'link_id', 'occurred_at') AS counter_id;
+ALTER TABLE demo.tracked_clicks OWNER TO demo_analytics;
+SELECT c.name, c.owner, j.owner AS job_runs_as FROM counter.tracked c JOIN counter.jobs j ON j.target = c.name AND j.kind = 'reconcile';
+SELECT counter.untrack('clicks_owned');
+ALTER TABLE demo.tracked_clicks OWNER TO CURRENT_USER;
+DROP ROLE demo_analytics;
