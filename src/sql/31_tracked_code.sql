@@ -764,6 +764,7 @@ DECLARE
     est double precision;
     slice bigint;
     verifying boolean;
+    cycle_done boolean := false;
     b record;
     outcome text;
     r counter.tracked_runs;
@@ -838,12 +839,12 @@ BEGIN
             IF verifying THEN   -- the cycle is complete: the next one starts from the first key
                 UPDATE counter.tracked c SET verify_after = NULL, last_verified = pg_catalog.clock_timestamp()
                 WHERE c.counter_id = t.counter_id;
-                state := state || '{"cycle_done": true}';
+                cycle_done := true;
             END IF;
         END IF;
     END IF;
     -- the run ends: the verification cycle moves on to where it got
-    IF verifying AND NOT coalesce((state ->> 'cycle_done')::boolean, false) THEN
+    IF verifying AND NOT cycle_done THEN
         UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
     END IF;
     IF verifying THEN
