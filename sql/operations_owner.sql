@@ -81,6 +81,9 @@ SELECT counter.track('ow_more', 'public.ow_more', 'link', 'at') IS NOT NULL AS t
 RESET ROLE;
 REASSIGN OWNED BY ow_c TO ow_a;
 SELECT owner::text FROM counter.tracked WHERE name = 'ow_more';
+-- bad input
+SELECT counter.follow_owners('no_such_kind', 'x');
+SELECT counter.follow_owners('reconcile', NULL);
 SELECT counter.follow_owners() > 0 AS followed;
 SELECT owner::text FROM counter.tracked WHERE name = 'ow_more';
 SELECT kind, outcome, run_as::text FROM counter.job_runs WHERE runner <> 'call' ORDER BY run_id DESC LIMIT 1;

@@ -92,6 +92,14 @@ DECLARE
     changed integer := 0;
     n integer;
 BEGIN
+    IF kind IS NOT NULL AND kind OPERATOR(pg_catalog.<>) ALL ('{reconcile,flush,rollup_refresh,partition_maintenance}'::text[]) THEN
+        RAISE EXCEPTION 'counter.follow_owners knows the kinds reconcile, flush, rollup_refresh and partition_maintenance, not "%"', kind
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF (kind IS NULL) <> (target IS NULL) THEN
+        RAISE EXCEPTION 'kind and target of counter.follow_owners are given together, or neither'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     FOR t IN SELECT c.* FROM counter.tracked c JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
              WHERE c.owner::oid OPERATOR(pg_catalog.<>) s.relowner
                AND (follow_owners.kind IS NULL OR (follow_owners.kind OPERATOR(pg_catalog.=) ANY ('{reconcile,flush}'::text[])
