@@ -1,6 +1,6 @@
 -- Tracked counters: the functions and views (the tables are in
--- 30_tracked.sql). This piece holds code only, so the update from 1.3
--- (src/sql/upgrade/1.3--1.4/50_code.sql) includes it as it is
+-- 30_tracked.sql). This piece holds code only, so the update from 1.4
+-- (src/sql/upgrade/1.4--1.5/50_code.sql) includes it as it is
 -- (everything here is CREATE OR REPLACE).
 
 -- A tracked counter's reconciliation runs: the rows of the one run record
