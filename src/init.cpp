@@ -57,7 +57,8 @@ static void init_cpp() {
 	ce::init_hll();
 	ce::init_worker();
 	ce::buffer::init();
-	ce::install_caller_hook();
+	if (process_shared_preload_libraries_in_progress)
+		ce::install_older_sql_hook();
 	MarkGUCPrefixReserved("counter_ext");
 }
 

@@ -23,8 +23,13 @@ extern "C" {
 #include "miscadmin.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "nodes/makefuncs.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/regproc.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
 }
@@ -59,8 +64,89 @@ Oid ce::catalog_owner() {
 }
 
 // ---------------------------------------------------------------------------
-// Who called an entry point (owner.hpp, effective_caller).
+// Who called an entry point (owner.hpp, effective_caller, counter_entry).
+//
+// An entry point of schema counter that needs more rights than its caller
+// (to write counter_ext's catalogs) is a C function, counter_entry, that is
+// not SECURITY DEFINER: fmgr loads the library and calls it as the caller,
+// so GetUserId() at its entry is the role PostgreSQL itself says is calling
+// (the owner of the innermost SECURITY DEFINER function around the call, or
+// the session's current role). It notes that role, then calls its
+// implementation, the SECURITY DEFINER function of the same name and
+// arguments in counter_internal. Nothing is guessed: the role is read where
+// it is still in effect, whether or not the library was preloaded.
 
+namespace {
+
+constexpr int max_entry_depth = 64;
+Oid entry_callers[max_entry_depth];
+int entry_depth = 0;
+
+// The caller noted for the length of one entry point's call.
+class EntryScope {
+public:
+	explicit EntryScope(Oid caller) noexcept { entry_callers[entry_depth++] = caller; }
+	~EntryScope() { entry_depth--; }
+	EntryScope(const EntryScope &) = delete;
+	EntryScope &operator=(const EntryScope &) = delete;
+};
+
+// The role an entry point called now acts for. Owns nothing C++.
+Oid entry_caller() {
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+		        (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		         errmsg("counter_ext's functions cannot be called from code counter_ext runs for an object's owner"),
+		         errhint("A filter, trigger or constraint of a counter's or rollup's tables must not manage "
+		                 "counters, rollups or partitions.")));
+	if (entry_depth >= max_entry_depth)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+		                errmsg("counter_ext's entry points nest more than %d deep", max_entry_depth)));
+	Oid user = GetUserId();
+	// An entry point's implementation runs as the catalog's owner; an entry
+	// point it calls in turn acts for the same caller, never for that owner.
+	if (entry_depth > 0 && user == ce::catalog_owner())
+		return entry_callers[entry_depth - 1];
+	return user;
+}
+
+// The implementation of the entry point fcinfo calls: the function of
+// counter_internal with its name and argument types, looked up once per
+// call site (kept in fn_extra). Owns nothing C++.
+FmgrInfo *entry_implementation(FunctionCallInfo fcinfo) {
+	FmgrInfo *outer = fcinfo->flinfo;
+	if (outer->fn_extra != nullptr)
+		return static_cast<FmgrInfo *>(outer->fn_extra);
+	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(outer->fn_oid));
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+		        (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("cache lookup failed for function %u", outer->fn_oid)));
+	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
+	List *name = list_make2(makeString(pstrdup("counter_internal")), makeString(pstrdup(NameStr(proc->proname))));
+	Oid impl = LookupFuncName(name, proc->pronargs, proc->proargtypes.values, true);
+	ReleaseSysCache(tuple);
+	if (!OidIsValid(impl))
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+		                errmsg("counter_ext entry point %s has no implementation", format_procedure(outer->fn_oid)),
+		                errhint("The extension's SQL objects and library differ: run ALTER EXTENSION counter_ext "
+		                        "UPDATE.")));
+	auto *flinfo = static_cast<FmgrInfo *>(MemoryContextAllocZero(outer->fn_mcxt, sizeof(FmgrInfo)));
+	fmgr_info_cxt(impl, flinfo, outer->fn_mcxt);
+	flinfo->fn_expr = outer->fn_expr;
+	outer->fn_extra = flinfo;
+	return flinfo;
+}
+
+} // namespace
+
+// SQL objects older than the library (between installing 1.5's library and
+// ALTER EXTENSION counter_ext UPDATE) have SECURITY DEFINER entry points that
+// ask for their caller without counter_entry around them. For them alone,
+// and only when the library was preloaded (so it has seen every call of the
+// backend), a hook on fmgr's SECURITY DEFINER calls gives the owner of the
+// innermost such function that is not counter_ext's own, as 1.4 did. Loaded
+// later it could have missed frames begun before the load, so such a call is
+// refused instead.
 namespace {
 
 struct DefinerFrame {
@@ -70,11 +156,12 @@ struct DefinerFrame {
 constexpr int max_definer_frames = 256;
 DefinerFrame definer_frames[max_definer_frames];
 int definer_depth = 0; // may exceed max_definer_frames: the deeper ones are not kept
+bool definer_hook_installed = false;
 fmgr_hook_type prev_fmgr_hook = nullptr;
 
-// fmgr calls it for every function it runs through fmgr_security_definer
-// (SECURITY DEFINER, or with SET clauses), after switching to the owner at
-// FHET_START, and at FHET_END or FHET_ABORT. Plain C, allocates nothing.
+// fmgr calls it for every function it runs through fmgr_security_definer,
+// after switching to the owner at FHET_START, and at FHET_END or FHET_ABORT.
+// Plain C, allocates nothing.
 void definer_hook(FmgrHookEventType event, FmgrInfo *flinfo, Datum *arg) {
 	if (prev_fmgr_hook != nullptr)
 		prev_fmgr_hook(event, flinfo, arg);
@@ -87,17 +174,8 @@ void definer_hook(FmgrHookEventType event, FmgrInfo *flinfo, Datum *arg) {
 	}
 }
 
-// No function runs through fmgr_security_definer across a top-level commit
-// or abort (such functions cannot control transactions): a frame left by a
-// call that began before the hook was installed is dropped here.
-void definer_xact_end(XactEvent event, void *) {
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
-	    event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
-		definer_depth = 0;
-}
-
-// A SECURITY DEFINER function that is not counter_ext's own (a function
-// that is gone counts as one: its recorded role is the safe answer).
+// A SECURITY DEFINER function that is not counter_ext's own (one that is
+// gone counts as one: its recorded role is the safe answer).
 bool foreign_definer(Oid function) {
 	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
 	if (!HeapTupleIsValid(tuple))
@@ -111,21 +189,13 @@ bool foreign_definer(Oid function) {
 	return nsp != get_namespace_oid("counter", true) && nsp != get_namespace_oid("counter_internal", true);
 }
 
-} // namespace
-
-void ce::install_caller_hook() {
-	prev_fmgr_hook = fmgr_hook;
-	fmgr_hook = definer_hook;
-	RegisterXactCallback(definer_xact_end, nullptr);
-}
-
-Oid ce::effective_caller() {
-	if (InSecurityRestrictedOperation())
-		ereport(ERROR,
-		        (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-		         errmsg("counter_ext's functions cannot be called from code counter_ext runs for an object's owner"),
-		         errhint("A filter, trigger or constraint of a counter's or rollup's tables must not manage "
-		                 "counters, rollups or partitions.")));
+// The caller of an entry point of older SQL objects. Owns nothing C++.
+Oid older_sql_caller() {
+	if (!definer_hook_installed)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		                errmsg("counter_ext's SQL objects are older than its library, so the role calling them "
+		                       "cannot be known for certain"),
+		                errhint("Run ALTER EXTENSION counter_ext UPDATE in this database.")));
 	if (definer_depth > max_definer_frames)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 		                errmsg("SECURITY DEFINER functions nest more than %d deep around a counter_ext call",
@@ -134,6 +204,41 @@ Oid ce::effective_caller() {
 		if (foreign_definer(definer_frames[i].function))
 			return definer_frames[i].user;
 	return GetOuterUserId();
+}
+
+} // namespace
+
+void ce::install_older_sql_hook() {
+	prev_fmgr_hook = fmgr_hook;
+	fmgr_hook = definer_hook;
+	definer_hook_installed = true;
+}
+
+Oid ce::effective_caller() {
+	if (InSecurityRestrictedOperation())
+		(void)entry_caller(); // refuses, as at an entry point
+	if (entry_depth == 0)
+		return older_sql_caller();
+	return entry_callers[entry_depth - 1];
+}
+
+// counter.<name>(...) for every entry point that needs more rights than its
+// caller: notes the caller, then runs counter_internal.<name>(...) with the
+// same arguments, result and set-returning context.
+CE_FUNCTION(counter_entry) {
+	Oid caller = ce::pg_guard([] { return entry_caller(); });
+	FmgrInfo *impl = ce::pg_guard([fcinfo] { return entry_implementation(fcinfo); });
+	EntryScope scope(caller);
+	FmgrInfo *outer = fcinfo->flinfo;
+	fcinfo->flinfo = impl;
+	try {
+		Datum result = ce::pg_guard([fcinfo] { return FunctionCallInvoke(fcinfo); });
+		fcinfo->flinfo = outer;
+		return result;
+	} catch (...) {
+		fcinfo->flinfo = outer;
+		throw;
+	}
 }
 
 namespace {

@@ -77,13 +77,11 @@ SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
 	return plan;
 }
 
-// counter_internal.caller(): the role an entry point acts for
-// (ce::effective_caller, owner.hpp): the owner of the innermost SECURITY
-// DEFINER function around the call that is not counter_ext's own, else the
-// session's role. Inside a security-restricted operation (code counter_ext
+// counter_internal.caller(): the role the entry point being run acts for
+// (ce::effective_caller, owner.hpp): the role that called it, noted by
+// counter_entry. Inside a security-restricted operation (code counter_ext
 // runs for an object's owner: a filter, a trigger on the owner's table, a
-// CHECK constraint) it refuses: the SECURITY DEFINER entry points that ask
-// for their caller cannot be run from there.
+// CHECK constraint), and outside an entry point, it refuses.
 CE_FUNCTION(counter_tracked_caller) {
 	(void)fcinfo;
 	return ObjectIdGetDatum(ce::pg_guard([] { return ce::effective_caller(); }));

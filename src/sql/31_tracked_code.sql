@@ -21,10 +21,11 @@ WHERE r.kind = 'reconcile' AND r.info ? 'watermark' AND pg_catalog.pg_has_role(c
 COMMENT ON VIEW counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
 GRANT SELECT ON counter.tracked_runs TO PUBLIC;
 
--- The role that called the outermost function (for SECURITY DEFINER code).
+-- The role the entry point being run acts for (src/owner.cpp): the role
+-- that called the function of schema counter whose implementation asks.
 CREATE OR REPLACE FUNCTION counter_internal.caller()
 RETURNS regrole
-LANGUAGE c STABLE STRICT PARALLEL SAFE
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'counter_tracked_caller';
 
 -- The hot path of trigger mode (src/tracked.cpp): folds a statement's
@@ -268,7 +269,7 @@ END
 $fn$;
 
 -- Registers a tracked counter. See doc/reference/tracked.md.
-CREATE OR REPLACE FUNCTION counter.track(
+CREATE OR REPLACE FUNCTION counter_internal.track(
     name text,
     source regclass,
     key_column name,
@@ -412,11 +413,34 @@ BEGIN
     RETURN t.counter_id;
 END
 $fn$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.track above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.track(
+    name text,
+    source regclass,
+    key_column name,
+    time_column name,
+    filter text DEFAULT NULL,
+    mode text DEFAULT 'trigger',
+    watermark_lag interval DEFAULT interval '5 seconds',
+    bucket_width interval DEFAULT interval '1 minute',
+    shards integer DEFAULT 64,
+    batch_size integer DEFAULT 1000,
+    drift_log_threshold bigint DEFAULT 0,
+    alert_threshold bigint DEFAULT 1000,
+    reconcile_every interval DEFAULT interval '1 minute',
+    verify_every interval DEFAULT interval '1 day',
+    replicated boolean DEFAULT false,
+    buffered boolean DEFAULT false)
+RETURNS integer
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
     bigint, bigint, interval, interval, boolean, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
-CREATE OR REPLACE FUNCTION counter.untrack(name text)
+CREATE OR REPLACE FUNCTION counter_internal.untrack(name text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -453,6 +477,13 @@ BEGIN
     PERFORM counter.job_unregister('reconcile', name);
 END
 $fn$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.untrack above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.untrack(name text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.untrack(text) IS 'removes a tracked counter, its state, triggers, history and job';
 
 -- Application mode: adds delta to key, attributed to event time 'at'. The
@@ -485,7 +516,7 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
 -- itself; the state is read through exec_as_owner.
-CREATE OR REPLACE FUNCTION counter.tracked_all_values()
+CREATE OR REPLACE FUNCTION counter_internal.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -515,6 +546,13 @@ BEGIN
     END LOOP;
 END
 $fn$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.tracked_all_values above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.tracked_all_values()
+RETURNS TABLE (counter text, key text, value bigint)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 CREATE OR REPLACE VIEW counter.tracked_values AS SELECT * FROM counter.tracked_all_values();
 COMMENT ON VIEW counter.tracked_values IS 'every key with state of every tracked counter the caller may read';
@@ -691,7 +729,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION counter_internal.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
 RETURNS counter.reconcile_result
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -741,6 +779,13 @@ BEGIN
         r.outcome)::counter.reconcile_result;
 END
 $fn$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.reconcile above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
+RETURNS counter.reconcile_result
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
@@ -750,7 +795,7 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
 -- counter's running run). One run, with the default watermark: the dirty
 -- keys (every key while a full run is pending), phase 'keys', a batch per
 -- step; then this run's slice of the verification cycle, phase 'verify'.
-CREATE OR REPLACE FUNCTION counter.tracked_run_step(target text, args jsonb, state jsonb)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -859,6 +904,13 @@ BEGIN
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected);
 END
 $fn$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.tracked_run_step above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.tracked_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The job the background worker (or pg_cron) runs, in a session of the
 -- counter's owner: one reconciliation run, one transaction per batch (the

@@ -572,7 +572,7 @@ $$;
 -- counter_internal.partition_step per call; when the run ends (done, skipped,
 -- error, the step limit, or the time is up) its outcome is recorded; 'busy'
 -- (another session maintains the table) records nothing.
-CREATE OR REPLACE FUNCTION counter.partition_run_step(target text, args jsonb, state jsonb)
+CREATE OR REPLACE FUNCTION counter_internal.partition_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -622,11 +622,18 @@ BEGIN
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.partition_run_step above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.partition_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
 -- CALL counter.run_maintenance() commits after every step instead.
-CREATE OR REPLACE FUNCTION counter.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
+CREATE OR REPLACE FUNCTION counter_internal.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
     OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -660,6 +667,13 @@ BEGIN
     PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.partition_maintain above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
+    OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.partition_maintain(regclass, timestamptz, integer) IS
     'maintains one table in the current transaction (no commits); CALL counter.run_maintenance() commits per step';
 
@@ -727,7 +741,7 @@ $$;
 -- intervals, at most 10,000 of them, registers its job. Returns the number of
 -- partitions created. For the table's owner (or a superuser); the partitions
 -- are made by the owner.
-CREATE OR REPLACE FUNCTION counter.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+CREATE OR REPLACE FUNCTION counter_internal.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
     premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
     start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
     lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
@@ -869,12 +883,22 @@ BEGIN
     RETURN made;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.partition_manage above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
+    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
+    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.partition_manage(regclass, name, interval, integer, interval, boolean, timestamptz, integer, interval, timestamptz) IS
     'puts a range-partitioned event table under hourly (or other) partition maintenance';
 
 -- Takes a table out of maintenance (its partitions stay). Refuses while an
 -- hour is half drained (its moved rows sit in a table not yet attached).
-CREATE OR REPLACE FUNCTION counter.partition_unmanage(parent regclass)
+CREATE OR REPLACE FUNCTION counter_internal.partition_unmanage(parent regclass)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -904,10 +928,17 @@ BEGIN
     RETURN true;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.partition_unmanage above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.partition_unmanage(parent regclass)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The state of every managed table the caller owns (or belongs to the owner
 -- of; a superuser: every one). Rows are counted as the table's owner.
-CREATE OR REPLACE FUNCTION counter.partition_state()
+CREATE OR REPLACE FUNCTION counter_internal.partition_state()
 RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
                partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
                default_partition regclass, rows_in_default bigint, rows_staged bigint,
@@ -956,6 +987,17 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.partition_state above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.partition_state()
+RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
+               partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
+               default_partition regclass, rows_in_default bigint, rows_staged bigint,
+               last_run_at timestamptz, last_outcome text, last_error text,
+               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 CREATE OR REPLACE VIEW counter.partition_status AS SELECT * FROM counter.partition_state();
 COMMENT ON VIEW counter.partition_status IS

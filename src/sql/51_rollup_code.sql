@@ -318,7 +318,7 @@ $$;
 -- runs the recompute (the source, the filter, the rollup table) as the
 -- rollup's owner, restricted: whoever calls (a superuser's run_jobs, the
 -- worker), the owner's code cannot leave the owner's rights.
-CREATE OR REPLACE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
+CREATE OR REPLACE FUNCTION counter_internal.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
                                              hours timestamptz[], wait boolean)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -363,11 +363,19 @@ BEGIN
     RETURN n;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_refresh_chunk above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
+                                             hours timestamptz[], wait boolean)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The chunks (UTC days, clamped to the source's retention) of a full
 -- recompute of [from_ts, to_ts). An entry point of the refresh procedures
 -- (checks its caller).
-CREATE OR REPLACE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -405,12 +413,19 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_range_chunks above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
 -- hours outside the source's retention are dropped from the log (they can
 -- never be recomputed into a smaller number). An entry point of the refresh
 -- procedures (checks its caller).
-CREATE OR REPLACE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_dirty_chunks(rollup_name text)
 RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -437,13 +452,20 @@ BEGIN
         ORDER BY 2;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_dirty_chunks above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
+RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
+LANGUAGE c VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Records a refresh in the one run record (counter.job_runs, kind
 -- 'rollup_refresh': the job's run, or a row of its own for a direct call;
 -- the rollup's part in info). Every refresh has its row, so none waits for
 -- another's. error: {sqlstate, message, detail, hint, context} of a failed
 -- refresh. An entry point of the refresh functions (checks its caller).
-CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
+CREATE OR REPLACE FUNCTION counter_internal.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
     error jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -463,6 +485,14 @@ BEGIN
         rows_affected => n, error => error);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_record above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
+    error jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
 -- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
@@ -522,7 +552,7 @@ $$;
 -- hours, a day at a time in day order, skipping a day another session is
 -- refreshing (its marks stay for the next refresh). The refresh is recorded
 -- when it ends.
-CREATE OR REPLACE FUNCTION counter.rollup_run_step(target text, args jsonb, state jsonb)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -591,6 +621,13 @@ BEGIN
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_run_step above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Procedure forms: one transaction per chunk (a UTC day at most), in the
 -- one commit loop (counter.run_steps). A full recompute of [from_ts, to_ts):
@@ -621,7 +658,7 @@ $$;
 -- Creates a rollup: its table, its triggers on the source, its catalog row
 -- and its refresh job, and marks every hour that already has events dirty
 -- (the job fills them in). Nothing is created when any argument is wrong.
-CREATE OR REPLACE FUNCTION counter.rollup_create(
+CREATE OR REPLACE FUNCTION counter_internal.rollup_create(
     name text,
     source regclass,
     time_column name,
@@ -808,10 +845,28 @@ BEGIN
     RETURN tbl;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_create above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_create(
+    name text,
+    source regclass,
+    time_column name,
+    group_by name[],
+    distinct_on name[] DEFAULT '{}',
+    mode text DEFAULT 'trigger',
+    sums name[] DEFAULT '{}',
+    filter text DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    refresh_every interval DEFAULT '1 minute',
+    replicated boolean DEFAULT false)
+RETURNS regclass
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Drops a rollup: its triggers, its table (as the owner: a table the owner
 -- no longer owns is refused), its catalog rows and its job.
-CREATE OR REPLACE FUNCTION counter.rollup_drop(name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_drop(name text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -836,11 +891,18 @@ BEGIN
     PERFORM counter_internal.rollup_job_sync(name);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_drop above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_drop(name text)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Changes the rule of a rollup (which events count), compiled as the owner.
 -- Existing hours keep their numbers until recomputed:
 -- CALL counter.rollup_refresh(name, from, to).
-CREATE OR REPLACE FUNCTION counter.rollup_set_filter(name text, filter text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_set_filter(name text, filter text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -863,12 +925,19 @@ BEGIN
     END IF;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_set_filter above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_set_filter(name text, filter text)
+RETURNS void
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Totals per group and period (hour, day, week, month, year or total) in a
 -- time zone, over the whole UTC hours [from_ts, to_ts). Periods must start on
 -- whole UTC hours in that zone (zones with half-hour offsets cannot be
 -- assembled from hours and are refused).
-CREATE OR REPLACE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
+CREATE OR REPLACE FUNCTION counter_internal.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
                                       time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
 RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -944,10 +1013,18 @@ BEGIN
         AS x(p timestamptz, k jsonb, n bigint, s jsonb, d jsonb);
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_totals above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_totals(name text, from_ts timestamptz, to_ts timestamptz,
+                                      time_zone text DEFAULT 'UTC', per text DEFAULT 'day')
+RETURNS TABLE (period_start timestamptz, key jsonb, count bigint, sums jsonb, distinct_counts jsonb)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Newest hour the rollup knows of (its table, read as its owner, and its
 -- dirty log); NULL for a rollup the caller does not own.
-CREATE OR REPLACE FUNCTION counter.rollup_newest_hour(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -968,6 +1045,13 @@ BEGIN
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_newest_hour above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_newest_hour(rid integer)
+RETURNS timestamptz
+LANGUAGE c STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The last refresh of each rollup, from the one run record (the table of
 -- that name up to 1.2); each role sees its rollups' rows.

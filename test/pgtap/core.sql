@@ -1,7 +1,7 @@
 -- The extension's own objects: schema, functions, their volatility and
 -- parallel safety, and that every object it creates lives in schema counter.
 BEGIN;
-SELECT plan(9);
+SELECT plan(11);
 
 SELECT has_schema('counter');
 SELECT has_function('counter', 'version', ARRAY[]::text[]);
@@ -35,6 +35,23 @@ SELECT is_empty($$
     JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'counter_ext'
     WHERE p.prosecdef AND NOT coalesce(p.proconfig::text ~ 'search_path=pg_catalog, pg_temp', false)
 $$, 'every SECURITY DEFINER function sets search_path = pg_catalog, pg_temp');
+
+-- The caller is never guessed (doc/security.md): no function of schema
+-- counter that asks for its caller is SECURITY DEFINER; each such entry point
+-- is counter_entry, over the function of the same name and arguments in
+-- counter_internal, which is SECURITY DEFINER.
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text FROM pg_proc p
+    WHERE p.pronamespace = 'counter'::regnamespace AND p.prosecdef
+      AND p.prosrc ~ 'counter_internal\.(caller|[a-z]+_require_owner)\('
+$$, 'no SECURITY DEFINER function of schema counter asks for its caller itself');
+SELECT is_empty($$
+    SELECT p.oid::regprocedure::text FROM pg_proc p
+    WHERE p.pronamespace = 'counter'::regnamespace AND p.prosrc = 'counter_entry'
+      AND NOT EXISTS (SELECT 1 FROM pg_proc i
+                      WHERE i.pronamespace = 'counter_internal'::regnamespace AND i.proname = p.proname
+                        AND i.proargtypes = p.proargtypes AND i.prorettype = p.prorettype AND i.prosecdef)
+$$, 'every entry point has its SECURITY DEFINER implementation in counter_internal');
 
 -- Functions written in SQL or PL/pgSQL that run dynamic SQL pin search_path.
 SELECT is_empty($$

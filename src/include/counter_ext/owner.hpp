@@ -59,18 +59,19 @@ auto as_owner(Oid role, F &&f) -> decltype(f()) {
 	}
 }
 
-// The role an entry point (a SECURITY DEFINER function of counter_ext) acts
-// for: the role in effect when it was called. PostgreSQL does not keep it,
-// so a hook on fmgr's SECURITY DEFINER calls (install_caller_hook, from
-// _PG_init) records the role each such call switched to; the innermost
-// SECURITY DEFINER function that is not counter_ext's own gives the caller
-// (its owner, as PostgreSQL ran it), and without one it is the session's
-// current role outside any SECURITY DEFINER (GetOuterUserId). Raises 42501
-// inside a security-restricted operation (code counter_ext runs for an
-// owner) and 54000 when the calls nest deeper than it keeps. Owns nothing
-// C++.
+// The role the entry point being run acts for: the role in effect when it
+// was called (GetUserId() at the entry of counter_entry, src/owner.cpp,
+// which runs the SECURITY DEFINER implementation in counter_internal). An
+// entry point called by another's implementation acts for the same caller.
+// Raises 42501 inside a security-restricted operation (code counter_ext
+// runs for an owner). Outside an entry point (only SQL objects older than
+// the library call it so) see install_older_sql_hook. Owns nothing C++.
 Oid effective_caller();
-void install_caller_hook();
+
+// From _PG_init when preloaded: the caller of an older SQL object's entry
+// point is then found as 1.4 found it (src/owner.cpp); otherwise such a call
+// is refused (55000, with a hint to ALTER EXTENSION counter_ext UPDATE).
+void install_older_sql_hook();
 
 // The owner of counter_ext's catalog tables (the role that ran CREATE
 // EXTENSION). Reading the catalogs as that role (restricted, like any other
