@@ -89,10 +89,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
 
--- (Re)creates what counter t needs beyond its state tables: the batch
--- function and, in trigger mode, the triggers on the source. Used by
--- counter.track and by the update from 1.1.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_build(t counter.tracked)
+-- (Re)creates counter t's batch function (below); tracked_build calls it, and
+-- so does the update to 1.5 for every counter.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_build_batch(t counter.tracked)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -102,7 +101,6 @@ DECLARE
     fn_batch text := format('counter_internal.%I', format('tracked_%s_batch', t.counter_id));
     f text;
     body text;
-    trg text;
 BEGIN
     f := CASE WHEN t.filter IS NULL THEN 'true'
               ELSE format('counter_internal.filter_match(''tracked'', %s, ce_new)', t.counter_id) END;
@@ -242,7 +240,21 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
                        ' counter_internal.tracked_buffered(integer, anyelement) TO %I', t.owner);
     END IF;
+END
+$fn$;
 
+-- (Re)creates what counter t needs beyond its state tables: the batch
+-- function and, in trigger mode, the triggers on the source. Used by
+-- counter.track and by the update from 1.1.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_build(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    trg text;
+BEGIN
+    PERFORM counter_internal.tracked_build_batch(t);
     IF t.mode = 'trigger' THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
