@@ -7,3 +7,11 @@ ALTER TABLE counter.tracked ADD COLUMN max_future interval NOT NULL DEFAULT inte
 -- the new one).
 DROP FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
     bigint, bigint, interval, interval, boolean, boolean);
+
+-- Rollups: the precision of the distinct sketches, fixed at registration
+-- (issue 24, item 4; as src/sql/50_rollup.sql makes it). A rollup made by
+-- 1.4 takes the precision this session has (the server's default unless
+-- the session set another); 62_inputs.sql rebuilds its SQL with it.
+ALTER TABLE counter.rollups ADD COLUMN hll_precision integer NOT NULL DEFAULT 14
+    CHECK (hll_precision BETWEEN 4 AND 18);
+UPDATE counter.rollups SET hll_precision = coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14);

@@ -15,3 +15,6 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Every rollup's stored SQL, made again with its fixed sketch precision.
+SELECT counter_internal.rollup_build_sql(r.rollup_id) FROM counter.rollups r ORDER BY r.rollup_id;
