@@ -1084,13 +1084,13 @@ void place(const Counter &c, Oid given, Datum key, TimestampTz at, Placed *p) {
 }
 
 // counter.add's bound on event times (doc/reference/tracked.md, "Bounds on
-// what a writer passes"): finite, and no later than the transaction's start
+// what a writer passes"): finite, and no later than the statement's start
 // plus the counter's max_future, so that every bucket an add writes is
 // folded by reconciliation within max_future + watermark_lag + bucket_width.
 void check_event_time(const Counter &c, TimestampTz at) {
 	TimestampTz limit;
-	if (!TIMESTAMP_NOT_FINITE(at) &&
-	    !pg_add_s64_overflow(GetCurrentTransactionStartTimestamp(), c.max_future, &limit) && at <= limit)
+	if (!TIMESTAMP_NOT_FINITE(at) && !pg_add_s64_overflow(GetCurrentStatementStartTimestamp(), c.max_future, &limit) &&
+	    at <= limit)
 		return;
 	ce::pg_guard([&c, at] {
 		ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
