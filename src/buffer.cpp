@@ -186,14 +186,23 @@ bool sees(TransactionId xid, Snapshot snapshot) {
 	return TransactionIdDidCommit(xid);
 }
 
+// Adds v to a slot's pending amount, saturating (ce::buffer::saturating_add):
+// lock-free, as publishing is.
+void add_pending(pg_atomic_uint64 *pending, int64 v) noexcept {
+	uint64 old = pg_atomic_read_u64(pending);
+	while (!pg_atomic_compare_exchange_u64(
+	    pending, &old, static_cast<uint64>(ce::buffer::saturating_add(static_cast<int64>(old), v)))) {
+	}
+}
+
 // What a read with 'snapshot' adds from one slot (its partition is locked).
 int64 slot_amount(Slot &s, Snapshot snapshot) {
 	int64 sum = pending_of(s);
 	if (s.inflight_active && !sees(s.inflight_xid, snapshot))
-		sum += s.inflight;
+		sum = ce::buffer::saturating_add(sum, s.inflight);
 	for (Written &w : s.written)
 		if (w.active && !sees(w.xid, snapshot))
-			sum += w.amount;
+			sum = ce::buffer::saturating_add(sum, w.amount);
 	return sum;
 }
 
@@ -348,9 +357,9 @@ void publish_all() noexcept {
 	for (LocalAdd &a : *local_adds) {
 		int64 sum = 0;
 		for (auto &l : a.levels)
-			sum += l.second;
+			sum = ce::buffer::saturating_add(sum, l.second);
 		if (a.entry != nullptr && sum != 0) {
-			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].pending, sum);
+			add_pending(&a.entry->slots[a.slot].pending, sum);
 			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].publishes, 1);
 		}
 		unpin(a);
@@ -377,7 +386,7 @@ void claim_committed(const Claim &c) noexcept {
 	} else if (!s.written[1].active) {
 		s.written[1] = w;
 	} else { // older snapshots than two flushes: keep the newest xid
-		s.written[0].amount += s.written[1].amount;
+		s.written[0].amount = ce::buffer::saturating_add(s.written[0].amount, s.written[1].amount);
 		s.written[0].xid = s.written[1].xid;
 		s.written[1] = w;
 	}
@@ -393,7 +402,7 @@ void claim_aborted(const Claim &c) noexcept {
 	LWLock *lock = lock_of(c.hash);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	Slot &s = c.entry->slots[c.slot];
-	pg_atomic_fetch_add_u64(&s.pending, s.inflight);
+	add_pending(&s.pending, s.inflight);
 	pg_atomic_fetch_add_u64(&s.publishes, s.inflight_publishes > 0 ? s.inflight_publishes : 1);
 	s.inflight_active = false;
 	s.inflight = 0;
@@ -427,7 +436,7 @@ void write_before_prepare() {
 	for (LocalAdd &a : *local_adds) {
 		int64 sum = 0;
 		for (auto &l : a.levels)
-			sum += l.second;
+			sum = ce::buffer::saturating_add(sum, l.second);
 		if (sum != 0)
 			by_counter[a.counter].push_back(Amount{a.key, a.bucket, sum});
 	}
@@ -478,7 +487,8 @@ void subxact_callback(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 					levels.pop_back();
 			} else if (!levels.empty() && levels.back().first == level) {
 				if (levels.size() >= 2 && levels[levels.size() - 2].first == level - 1) {
-					levels[levels.size() - 2].second += levels.back().second;
+					levels[levels.size() - 2].second =
+					    ce::buffer::saturating_add(levels[levels.size() - 2].second, levels.back().second);
 					levels.pop_back();
 				} else {
 					levels.back().first = level - 1;
@@ -606,7 +616,7 @@ int64 local_amount(int32 counter, const Image &key) {
 		if (a.counter != counter || a.key.len != key.len || memcmp(a.key.bytes, key.bytes, key.len) != 0)
 			continue;
 		for (auto &l : a.levels)
-			sum += l.second;
+			sum = ce::buffer::saturating_add(sum, l.second);
 	}
 	return sum;
 }
@@ -714,12 +724,21 @@ bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
 		return false;
 	if (local_adds == nullptr)
 		local_adds = new LocalAdds();
+	// Large amounts are written directly (max_buffered_amount): what this
+	// transaction publishes for a slot stays within the bound.
+	if (delta > max_buffered_amount || delta < -max_buffered_amount)
+		return false;
 	int level = GetCurrentTransactionNestLevel();
 	LocalAdd *found = local_adds->find(counter, key, bucket);
 	if (found != nullptr) {
 		auto &levels = found->levels;
+		int64 total = delta;
+		for (auto &l : levels)
+			total = saturating_add(total, l.second);
+		if (total > max_buffered_amount || total < -max_buffered_amount)
+			return false;
 		if (!levels.empty() && levels.back().first == level)
-			levels.back().second += delta;
+			levels.back().second = saturating_add(levels.back().second, delta);
 		else
 			levels.emplace_back(level, delta);
 		return true;
@@ -748,7 +767,7 @@ int64 amount(int32 counter, const Image &key, Snapshot snapshot) {
 	if (e != nullptr)
 		for (Slot &s : e->slots)
 			if (s.used)
-				sum += slot_amount(s, snapshot);
+				sum = ce::buffer::saturating_add(sum, slot_amount(s, snapshot));
 	LWLockRelease(lock);
 	return sum;
 }
@@ -769,7 +788,7 @@ std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
 			for (LocalAdd &a : *local_adds) {
 				int64 sum = 0;
 				for (auto &l : a.levels)
-					sum += l.second;
+					sum = ce::buffer::saturating_add(sum, l.second);
 				if (a.counter == counter && sum != 0)
 					out.push_back(Amount{a.key, a.bucket, sum});
 			}
@@ -905,8 +924,8 @@ Stats stats(int32 counter) {
 		for (Slot &s : e->slots) {
 			if (!s.used)
 				continue;
-			st.pending += pending_of(s);
-			st.in_flight += s.inflight_active ? s.inflight : 0;
+			st.pending = ce::buffer::saturating_add(st.pending, pending_of(s));
+			st.in_flight = ce::buffer::saturating_add(st.in_flight, s.inflight_active ? s.inflight : 0);
 			st.pinned += pg_atomic_read_u32(&s.pins);
 		}
 	});

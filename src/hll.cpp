@@ -16,6 +16,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "libpq/pqformat.h"
+#include "mb/pg_wchar.h"
 #include "nodes/primnodes.h"
 #include "utils/array.h"
 #include "utils/guc.h"
@@ -551,6 +552,26 @@ uint64 hash_numeric(Datum d) {
 	return h;
 }
 
+// A type's binary send form, as a client using the database's encoding
+// would receive it: send functions turn text into the session's
+// client_encoding (pq_sendtext), and a sketch must not depend on the
+// session that built it (doc/reference/hll.md, "Settings"). Only a session
+// whose client_encoding differs pays for the switch. Owns nothing C++.
+bytea *send_unconverted(FmgrInfo *send, Datum d) {
+	int client = pg_get_client_encoding();
+	int database = GetDatabaseEncoding();
+	if (client == database)
+		return SendFunctionCall(send, d);
+	bytea *volatile b = nullptr;
+	(void)SetClientEncoding(database); // the same encoding: never fails
+	PG_TRY();
+	{ b = SendFunctionCall(send, d); }
+	PG_FINALLY();
+	{ (void)SetClientEncoding(client); } // prepared when the session chose it
+	PG_END_TRY();
+	return b;
+}
+
 uint64 hash_value(Hasher *hs, Datum d) {
 	switch (hs->kind) {
 		case Kind::integer2:
@@ -596,7 +617,7 @@ uint64 hash_value(Hasher *hs, Datum d) {
 		case Kind::int32_be:
 			return hash_be(static_cast<uint32>(DatumGetInt32(d)), 4);
 		case Kind::send: {
-			bytea *b = SendFunctionCall(&hs->send, d);
+			bytea *b = send_unconverted(&hs->send, d);
 			uint64 h = hll::hash_bytes(VARDATA(b), VARSIZE(b) - VARHDRSZ);
 			pfree(b);
 			return h;

@@ -12,6 +12,8 @@
 // types). EXECUTE on both is revoked from PUBLIC: only the extension's
 // functions, after checking the caller's privilege, call them.
 #include "counter_ext/owner.hpp"
+#include "counter_ext/hll.hpp"
+#include "counter_ext/hll_core.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -27,20 +29,56 @@ extern "C" {
 #include "nodes/value.h"
 #include "parser/parse_func.h"
 #include "utils/builtins.h"
+#include "utils/bytea.h"
+#include "utils/float.h"
 #include "utils/guc.h"
+#include "pgtime.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
 }
 
+namespace {
+
+void pin(const char *name, const char *value) {
+	(void)set_config_option(name, value, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+// The settings of the session that started the work never reach it
+// (doc/security.md, "Settings"): besides search_path, every setting that
+// changes how a value is parsed or turned into text (a filter's result, a
+// key given as text) or what counter_ext stores (the default precision of
+// a sketch) is pinned. Each is set only when the session's value differs,
+// so a session with PostgreSQL's defaults pays nothing for it. Owns
+// nothing C++.
+void pin_settings() {
+	pin("search_path", "pg_catalog, pg_temp");
+	long offset = 0;
+	if (!pg_get_timezone_offset(session_timezone, &offset) || offset != 0)
+		pin("TimeZone", "UTC");
+	if (DateStyle != USE_ISO_DATES || DateOrder != DATEORDER_MDY)
+		pin("DateStyle", "ISO, MDY");
+	if (IntervalStyle != INTSTYLE_POSTGRES)
+		pin("IntervalStyle", "postgres");
+	if (extra_float_digits != 1)
+		pin("extra_float_digits", "1");
+	if (bytea_output != BYTEA_OUTPUT_HEX)
+		pin("bytea_output", "hex");
+	if (ce::hll_default_precision != ce::hll::default_precision)
+		pin("counter_ext.hll_default_precision", CppAsString2(14));
+}
+
+static_assert(ce::hll::default_precision == 14, "pin_settings pins the default precision as text");
+
+} // namespace
+
 ce::OwnerSwitch ce::owner_enter(Oid role) {
 	OwnerSwitch s;
 	GetUserIdAndSecContext(&s.saved_user, &s.saved_context);
 	SetUserIdAndSecContext(role, s.saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	s.guc_level = NewGUCNestLevel();
-	(void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
-	                        false);
+	pin_settings();
 	return s;
 }
 

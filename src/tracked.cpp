@@ -23,6 +23,8 @@
 
 extern "C" {
 #include "access/stratnum.h"
+#include "access/xact.h"
+#include "common/int.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "parser/parse_coerce.h"
@@ -109,6 +111,7 @@ struct Counter {
 	bool buffered;
 	int16 key_len; // of key_type (a type's length and passing never change)
 	bool key_byval;
+	int64 max_future; // microseconds: counter.add refuses event times later than now + this
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -130,11 +133,15 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			plan = ce::prepare_kept(
 			    by_id ? "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
-			            " t.filter_tree, t.filter_relid, t.buffered FROM counter.tracked t"
+			            " t.filter_tree, t.filter_relid, t.buffered,"
+			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint"
+			            " FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
-			            " t.filter_tree, t.filter_relid, t.buffered FROM counter.tracked t"
+			            " t.filter_tree, t.filter_relid, t.buffered,"
+			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint"
+			            " FROM counter.tracked t"
 			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
 		}
@@ -175,6 +182,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		Datum relid = SPI_getbinval(tuple, desc, 13, &isnull);
 		c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
 		c.buffered = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
+		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
@@ -816,6 +824,12 @@ CE_FUNCTION(counter_tracked_invalidate) {
 
 namespace {
 
+// A key's value is read as the numeric sum of its base and deltas, held
+// within [-INT64_MAX, INT64_MAX] (ce::buffer::saturating_add): no sum, however
+// large the deltas a writer added, makes a read fail.
+constexpr const char *bounded_open = "LEAST(GREATEST("; // syntax, not functions: never qualified
+constexpr const char *bounded_close = ", -9223372036854775807), 9223372036854775807)::pg_catalog.int8";
+
 // Owns nothing C++: runs as the owner, between SPI_connect and SPI_finish.
 SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	if (*slot != nullptr)
@@ -826,17 +840,20 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	Oid types[1] = {c.key_type};
 	char *sql;
 	if (!many) {
-		sql = psprintf("SELECT (coalesce((SELECT b.base FROM %s b WHERE b.key %s $1), 0) OPERATOR(pg_catalog.+)"
-		               " coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s $1), 0))::bigint",
-		               base, eq, delta, eq);
+		sql =
+		    psprintf("SELECT %scoalesce((SELECT b.base FROM %s b WHERE b.key %s $1), 0)::pg_catalog.numeric"
+		             " OPERATOR(pg_catalog.+) coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s $1), 0)"
+		             "%s",
+		             bounded_open, base, eq, delta, eq, bounded_close);
 	} else {
 		types[0] = get_array_type(c.key_type);
 		if (!OidIsValid(types[0]))
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
-		sql = psprintf("SELECT u.o, (coalesce((SELECT b.base FROM %s b WHERE b.key %s u.k), 0) OPERATOR(pg_catalog.+)"
-		               " coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s u.k), 0))::bigint"
-		               " FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, o)",
-		               base, eq, delta, eq);
+		sql = psprintf(
+		    "SELECT u.o, %scoalesce((SELECT b.base FROM %s b WHERE b.key %s u.k), 0)::pg_catalog.numeric"
+		    " OPERATOR(pg_catalog.+) coalesce((SELECT pg_catalog.sum(d.delta) FROM %s d WHERE d.key %s u.k), 0)"
+		    "%s FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, o)",
+		    bounded_open, base, eq, delta, eq, bounded_close);
 	}
 	*slot = ce::prepare_kept(sql, 1, types);
 	return *slot;
@@ -890,11 +907,14 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 		if (plans->flush == nullptr) {
 			char *sql = psprintf(
 			    "INSERT INTO %s AS d (key, bucket, shard, delta)"
-			    " SELECT u.k, u.b, $3, pg_catalog.sum(u.v)::bigint"
+			    " SELECT u.k, u.b, $3, %spg_catalog.sum(u.v)%s"
 			    " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4)) AS u(k, b, v)"
 			    " GROUP BY u.k, u.b ORDER BY u.k, u.b"
-			    " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+) excluded.delta",
-			    state_table(c.id, "delta"));
+			    // bounded, not refused: a flush never fails on what adds summed to
+			    // (reconciliation repairs a key that reached a bound)
+			    " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = %sd.delta::pg_catalog.numeric"
+			    " OPERATOR(pg_catalog.+) excluded.delta%s",
+			    state_table(c.id, "delta"), bounded_open, bounded_close, bounded_open, bounded_close);
 			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
 			plans->flush = ce::prepare_kept(sql, 4, types);
 		}
@@ -1061,6 +1081,25 @@ void place(const Counter &c, Oid given, Datum key, TimestampTz at, Placed *p) {
 	                                                    TimestampTzGetDatum(at), TimestampTzGetDatum(0)));
 }
 
+// counter.add's bound on event times (doc/reference/tracked.md, "Bounds on
+// what a writer passes"): finite, and no later than the statement's start
+// plus the counter's max_future, so that every bucket an add writes is
+// folded by reconciliation within max_future + watermark_lag + bucket_width.
+void check_event_time(const Counter &c, TimestampTz at) {
+	TimestampTz limit;
+	if (!TIMESTAMP_NOT_FINITE(at) && !pg_add_s64_overflow(GetCurrentStatementStartTimestamp(), c.max_future, &limit) &&
+	    at <= limit)
+		return;
+	ce::pg_guard([&c, at] {
+		ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+		                errmsg("event time %s is too far in the future for tracked counter \"%s\"",
+		                       timestamptz_to_str(at), c.name),
+		                errdetail("counter.add accepts event times up to now + max_future (%s seconds) of the counter.",
+		                          psprintf(INT64_FORMAT, c.max_future / USECS_PER_SEC)),
+		                errhint("Pass the time the event happened; the owner sets max_future with counter.track.")));
+	});
+}
+
 // counter.add of a buffered counter: true when the add went to the buffer.
 bool buffer_add(const Counter &c, Oid given, Datum key, int64 delta, TimestampTz at) {
 	if (!ce::buffer::available()) {
@@ -1106,6 +1145,7 @@ CE_FUNCTION(counter_tracked_add) {
 	Datum key = PG_GETARG_DATUM(1);
 	int64 delta = PG_GETARG_INT64(2);
 	TimestampTz at = PG_GETARG_TIMESTAMPTZ(3);
+	check_event_time(c, at);
 	if (delta == 0)
 		PG_RETURN_VOID();
 	if (c.buffered && buffer_add(c, given, key, delta, at))
@@ -1166,7 +1206,7 @@ CE_FUNCTION(counter_tracked_value) {
 		return v;
 	});
 	// after the table's read: its snapshot is older than what the buffer shows
-	result += buffered_amount(c, imaged, image);
+	result = ce::buffer::saturating_add(result, buffered_amount(c, imaged, image));
 	PG_RETURN_INT64(result);
 }
 
@@ -1259,7 +1299,7 @@ CE_FUNCTION(counter_tracked_values_of) {
 			for (int i = 0; i < distinct; i++) {
 				ce::buffer::Image image;
 				if (ce::buffer::image_of(keys[i].key, klen, kbyval, &image))
-					value[i] += ce::buffer::amount(c.id, image, snapshot);
+					value[i] = ce::buffer::saturating_add(value[i], ce::buffer::amount(c.id, image, snapshot));
 			}
 		}
 		for (int i = 0; i < distinct; i++) {

@@ -90,10 +90,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
 
--- (Re)creates what counter t needs beyond its state tables: the batch
--- function and, in trigger mode, the triggers on the source. Used by
--- counter.track and by the update from 1.1.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_build(t counter.tracked)
+-- (Re)creates counter t's batch function (below); tracked_build calls it, and
+-- so does the update to 1.5 for every counter.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_build_batch(t counter.tracked)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -103,7 +102,6 @@ DECLARE
     fn_batch text := format('counter_internal.%I', format('tracked_%s_batch', t.counter_id));
     f text;
     body text;
-    trg text;
 BEGIN
     f := CASE WHEN t.filter IS NULL THEN 'true'
               ELSE format('counter_internal.filter_match(''tracked'', %s, ce_new)', t.counter_id) END;
@@ -122,13 +120,17 @@ DECLARE
     ce_lk %5$s[];
     ce_lb timestamptz[];
     ce_ls smallint[];
+    -- past every bucket an add may still write (application mode: an event
+    -- time after now + max_future is refused, so delta rows from here on
+    -- are left by 1.4 or by a shorter max_future, and are folded now)
+    ce_h timestamptz := %12$s;
 BEGIN
     IF ce_after IS NULL THEN
         SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
             SELECT DISTINCT u.k FROM (
                 (SELECT b.key AS k FROM %6$s b WHERE ce_all ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE d.bucket < ce_w ORDER BY 1 LIMIT ce_limit)
+                (SELECT DISTINCT d.key FROM %7$s d WHERE %11$s ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
                 (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
                  WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
@@ -139,7 +141,7 @@ BEGIN
             SELECT DISTINCT u.k FROM (
                 (SELECT b.key AS k FROM %6$s b WHERE ce_all AND b.key %9$s ce_after_key ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key %9$s ce_after_key AND d.bucket < ce_w
+                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key %9$s ce_after_key AND %11$s
                  ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
                 (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
@@ -152,7 +154,7 @@ BEGIN
     END IF;
     SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
     INTO ce_lk, ce_lb, ce_ls
-    FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+    FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND %11$s
           FOR UPDATE SKIP LOCKED) l;
 
     RETURN QUERY
@@ -164,7 +166,7 @@ BEGIN
         SELECT d.key, d.bucket, d.shard, d.delta FROM %7$s d
         JOIN locked l ON d.key %8$s l.key AND d.bucket = l.bucket AND d.shard = l.shard
     ), busy AS MATERIALIZED (
-        SELECT DISTINCT d.key FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
+        SELECT DISTINCT d.key FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND %11$s
           AND NOT EXISTS (SELECT FROM locked l WHERE l.key %8$s d.key AND l.bucket = d.bucket AND l.shard = d.shard)
         %10$s
     ), keys AS MATERIALIZED (
@@ -175,10 +177,12 @@ BEGIN
         WHERE ce_new.%2$s %8$s ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
         GROUP BY 1
     ), cmp AS MATERIALIZED (
-        SELECT k.key, coalesce(b.base, 0) + coalesce(sd.s, 0) AS cached, coalesce(t.n, 0) AS truth
+        -- numeric, then bounded: no sum of deltas makes the batch fail
+        SELECT k.key, LEAST(GREATEST(coalesce(b.base, 0)::numeric + coalesce(sd.s, 0), -9223372036854775807),
+                            9223372036854775807)::bigint AS cached, coalesce(t.n, 0) AS truth
         FROM keys k
         LEFT JOIN %6$s b ON b.key %8$s k.key
-        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta)::bigint AS s FROM seen GROUP BY 1) sd
+        LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta) AS s FROM seen GROUP BY 1) sd
                ON sd.key %8$s k.key
         LEFT JOIN truth t ON t.key %8$s k.key
         WHERE NOT k.busy
@@ -206,7 +210,16 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         -- a buffered counter: keys with buffered amounts before the watermark
         -- that the batch's snapshot cannot account for are busy too
         CASE WHEN t.buffered THEN format('UNION SELECT bk.k FROM pg_catalog.unnest('
-            'counter_internal.tracked_buffer_busy(%s, ce_w, ce_keys)) AS bk(k)', t.counter_id) ELSE '' END);
+            'counter_internal.tracked_buffer_busy(%s, ce_w, ce_keys)) AS bk(k)', t.counter_id) ELSE '' END,
+        -- the buckets a batch folds (application mode: also those past ce_h)
+        CASE WHEN t.mode = 'application' THEN '(d.bucket < ce_w OR d.bucket >= ce_h)' ELSE 'd.bucket < ce_w' END,
+        -- fixed spans in seconds: the same bound whatever the session's time zone
+        CASE WHEN t.mode = 'application'
+             THEN format('pg_catalog.date_bin(interval ''1 second'' * %1$s, pg_catalog.clock_timestamp()'
+                         ' + interval ''1 second'' * %2$s, ''2000-01-01 00:00:00+00''::timestamptz)'
+                         ' + interval ''1 second'' * %1$s',
+                         pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
+             ELSE '''infinity''::timestamptz' END);
     IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
         EXECUTE format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch);
     END IF;
@@ -228,7 +241,21 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
                        ' counter_internal.tracked_buffered(integer, anyelement) TO %I', t.owner);
     END IF;
+END
+$fn$;
 
+-- (Re)creates what counter t needs beyond its state tables: the batch
+-- function and, in trigger mode, the triggers on the source. Used by
+-- counter.track and by the update from 1.1.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_build(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    trg text;
+BEGIN
+    PERFORM counter_internal.tracked_build_batch(t);
     IF t.mode = 'trigger' THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
@@ -285,7 +312,8 @@ CREATE OR REPLACE FUNCTION counter_internal.track(
     reconcile_every interval DEFAULT interval '1 minute',
     verify_every interval DEFAULT interval '1 day',
     replicated boolean DEFAULT false,
-    buffered boolean DEFAULT false)
+    buffered boolean DEFAULT false,
+    max_future interval DEFAULT interval '1 day')
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -304,7 +332,7 @@ BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
        OR drift_log_threshold IS NULL OR alert_threshold IS NULL OR reconcile_every IS NULL
-       OR verify_every IS NULL OR replicated IS NULL OR buffered IS NULL THEN
+       OR verify_every IS NULL OR replicated IS NULL OR buffered IS NULL OR max_future IS NULL THEN
         RAISE EXCEPTION 'counter.track: only filter may be NULL' USING ERRCODE = '22004';
     END IF;
     IF name !~ '^[A-Za-z0-9_.-]{1,63}$' THEN
@@ -337,6 +365,13 @@ BEGIN
     END IF;
     IF verify_every < interval '1 minute' OR verify_every < reconcile_every THEN
         RAISE EXCEPTION 'verify_every must be at least 1 minute and at least reconcile_every' USING ERRCODE = '22023';
+    END IF;
+    -- whole days and a time, no months: the bound is a fixed span, whatever
+    -- the time zone of the session that adds
+    IF max_future < interval '0' OR max_future > interval '3660 days' OR pg_catalog.date_part('month', max_future) <> 0
+       OR pg_catalog.date_part('year', max_future) <> 0 THEN
+        RAISE EXCEPTION 'max_future must be between 0 and 3660 days, without months'
+            USING ERRCODE = '22023';
     END IF;
     IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
         RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
@@ -381,11 +416,11 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid, replicated, buffered)
+        reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
-        replicated, buffered)
+        replicated, buffered, max_future)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -431,13 +466,14 @@ CREATE OR REPLACE FUNCTION counter.track(
     reconcile_every interval DEFAULT interval '1 minute',
     verify_every interval DEFAULT interval '1 day',
     replicated boolean DEFAULT false,
-    buffered boolean DEFAULT false)
+    buffered boolean DEFAULT false,
+    max_future interval DEFAULT interval '1 day')
 RETURNS integer
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.track(text, regclass, name, name, text, text, interval, interval, integer, integer,
-    bigint, bigint, interval, interval, boolean, boolean) IS 'registers a tracked counter of count(*) per key of a source table';
+    bigint, bigint, interval, interval, boolean, boolean, interval) IS 'registers a tracked counter of count(*) per key of a source table';
 
 -- Removes a tracked counter and every object track created for it.
 CREATE OR REPLACE FUNCTION counter_internal.untrack(name text)
@@ -530,7 +566,9 @@ BEGIN
         -- a buffered counter adds what its buffer holds beyond the table
         RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
             'WITH m AS MATERIALIZED (%4$s)'
-            ' SELECT k.key::text, (coalesce(b.base, 0) + coalesce(d.s, 0) + coalesce(m.amount, 0))::bigint'
+            -- numeric, then bounded: one key's sum never makes the others unreadable
+            ' SELECT k.key::text, LEAST(GREATEST(coalesce(b.base, 0)::numeric + coalesce(d.s, 0) + coalesce(m.amount, 0),'
+            ' -9223372036854775807), 9223372036854775807)::bigint'
             ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s UNION SELECT key FROM m) k'
             ' LEFT JOIN %1$s b ON b.key %3$s k.key'
             ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
@@ -588,18 +626,20 @@ BEGIN
             format('SELECT * FROM counter_internal.%I($1, $2, $3, $4, $5)', format('tracked_%s_batch', t.counter_id)),
             w, CASE WHEN all_keys THEN '-infinity'::timestamptz ELSE w_from END, after, all_keys, t.batch_size)
         AS x(key text, cached bigint, truth bigint, busy boolean, n bigint)
+    ), d AS MATERIALIZED (   -- drift in numeric: a cached value may be near either end of bigint
+        SELECT r.*, r.cached::numeric - r.truth AS drift FROM r
     ), logged AS (
         INSERT INTO counter.tracked_key_drift (run_id, key, cached, truth, drift)
-        SELECT run, r.key, r.cached, r.truth, r.cached - r.truth FROM r
-        WHERE NOT r.busy AND r.cached <> r.truth AND abs(r.cached - r.truth) > t.drift_log_threshold
+        SELECT run, d.key, d.cached, d.truth, LEAST(GREATEST(d.drift, -9223372036854775807), 9223372036854775807)::bigint
+        FROM d WHERE NOT d.busy AND d.drift <> 0 AND abs(d.drift) > t.drift_log_threshold
     )
-    SELECT count(*) FILTER (WHERE NOT r.busy), count(*) FILTER (WHERE r.cached <> r.truth),
-        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached > r.truth), 0),
-        coalesce(sum(r.cached - r.truth) FILTER (WHERE r.cached < r.truth), 0),
-        coalesce(max(abs(r.cached - r.truth)), 0), count(*) FILTER (WHERE r.busy),
+    SELECT count(*) FILTER (WHERE NOT r.busy), count(*) FILTER (WHERE r.drift <> 0),
+        LEAST(coalesce(sum(r.drift) FILTER (WHERE r.drift > 0), 0), 9223372036854775807)::bigint,
+        GREATEST(coalesce(sum(r.drift) FILTER (WHERE r.drift < 0), 0), -9223372036854775807)::bigint,
+        LEAST(coalesce(max(abs(r.drift)), 0), 9223372036854775807)::bigint, count(*) FILTER (WHERE r.busy),
         (SELECT r2.key FROM r r2 ORDER BY r2.n DESC LIMIT 1)
     INTO checked, corrected, pos, neg, max_abs, busy, after
-    FROM r;
+    FROM d r;
     IF after IS NULL THEN
         checked := 0;   -- no key left
     ELSIF checked = 0 THEN
@@ -624,9 +664,9 @@ BEGIN
         error => error);
     SELECT * INTO r FROM counter.tracked_runs x
     WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id;
-    IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
+    IF r.drift_positive::numeric - r.drift_negative > t.alert_threshold THEN
         RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
-            r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
+            r.drift_positive::numeric - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
             USING DETAIL = format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark);
         PERFORM pg_catalog.pg_notify('counter_ext_drift', pg_catalog.json_build_object(
             'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
@@ -673,8 +713,8 @@ BEGIN
     UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
         'keys_checked', (x.info ->> 'keys_checked')::bigint + GREATEST(b.checked, 0),
         'keys_corrected', (x.info ->> 'keys_corrected')::bigint + b.corrected,
-        'drift_positive', (x.info ->> 'drift_positive')::bigint + b.pos,
-        'drift_negative', (x.info ->> 'drift_negative')::bigint + b.neg,
+        'drift_positive', LEAST((x.info ->> 'drift_positive')::numeric + b.pos, 9223372036854775807)::bigint,
+        'drift_negative', GREATEST((x.info ->> 'drift_negative')::numeric + b.neg, -9223372036854775807)::bigint,
         'max_abs_drift', GREATEST((x.info ->> 'max_abs_drift')::bigint, b.max_abs),
         'keys_busy', (x.info ->> 'keys_busy')::bigint + b.busy)
     WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
@@ -940,7 +980,7 @@ CREATE OR REPLACE VIEW counter.tracked_drift AS
 SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run,
        coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
        coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
-       (SELECT x.drift_positive - x.drift_negative FROM counter.tracked_runs x
+       (SELECT LEAST(x.drift_positive::numeric - x.drift_negative, 9223372036854775807)::bigint FROM counter.tracked_runs x
         WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift
 FROM counter.tracked c LEFT JOIN counter.tracked_runs r ON r.counter_id = c.counter_id AND r.outcome <> 'running'
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')

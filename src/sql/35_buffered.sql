@@ -10,6 +10,13 @@
 
 ALTER TABLE counter.tracked ADD COLUMN buffered boolean NOT NULL DEFAULT false;
 
+-- (1.5; here, after every earlier column of counter.tracked, as the update
+-- appends it) How far past the current time an event time counter.add
+-- accepts: a later one is refused with 22008 (doc/reference/tracked.md,
+-- "Bounds on what a writer passes").
+ALTER TABLE counter.tracked ADD COLUMN max_future interval NOT NULL DEFAULT interval '1 day'
+    CHECK (max_future >= interval '0' AND max_future <= interval '3660 days');
+
 -- One row per buffered counter: the shared table its last flush saw (epoch:
 -- when that table was made; another one means a restart, which may have
 -- lost published adds, and schedules a repair), and its flushes.

@@ -58,7 +58,11 @@ CREATE TABLE counter.rollups (
     refresh_sql    text,
     -- also counts rows applied by logical replication (a subscriber): row
     -- triggers enabled for replicas mark their hours dirty
-    replicated     boolean NOT NULL DEFAULT false
+    replicated     boolean NOT NULL DEFAULT false,
+    -- the precision of the distinct sketches: counter_ext.hll_default_precision
+    -- when the rollup was created, fixed then, so that no writer's setting
+    -- changes what is stored (doc/reference/rollup.md)
+    hll_precision  integer NOT NULL DEFAULT 14 CHECK (hll_precision BETWEEN 4 AND 18)
 );
 COMMENT ON TABLE counter.rollups IS 'hourly rollups of counter_ext (see counter.rollup_create)';
 SELECT pg_catalog.pg_extension_config_dump('counter.rollups', '');

@@ -106,7 +106,7 @@ BEGIN
     END LOOP;
     FOREACH g IN ARRAY r.distinct_on LOOP
         -- Sketches are canonical (equal sets give equal bytes): compare bytes.
-        vals := vals || format(', counter.hll_add_agg(%1$I) AS %2$I', g, 'distinct_' || g);
+        vals := vals || format(', counter.hll_add_agg(%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
         cols := cols || format(', %I', 'distinct_' || g);
         add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
         fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
@@ -115,8 +115,9 @@ BEGIN
         ev_vals := ev_vals || format(', %1$I AS %2$I, NULL::counter.hll AS %3$I', g, 'w$' || g, 'o$distinct_' || g);
         ro_vals := ro_vals || format(', NULL::%1$s, r.%2$I', (SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
                                      WHERE a.attrelid = r.source AND a.attname = g), 'distinct_' || g);
-        agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I) AS %2$I', 'w$' || g, 'distinct_' || g);
-        agg_new := agg_new || format(', counter.hll_add_agg(%I)::bytea', 'w$' || g);
+        agg_vals := agg_vals || format(', counter.hll_add_agg(%1$I, %3$s) AS %2$I', 'w$' || g, 'distinct_' || g,
+                                       r.hll_precision);
+        agg_new := agg_new || format(', counter.hll_add_agg(%I, %s)::bytea', 'w$' || g, r.hll_precision);
         agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
     END LOOP;
     -- The stored tree, applied to each event row (src/filter.cpp); the
@@ -827,10 +828,13 @@ BEGIN
     PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('COMMENT ON TABLE %s IS %L', tbl,
         format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
 
+    -- the sketches' precision is fixed here, from the creating session
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
-                                 filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated)
+                                 filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated,
+                                 hll_precision)
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
-            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated)
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated,
+            coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
 

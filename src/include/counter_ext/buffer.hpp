@@ -61,6 +61,22 @@ bool image_of(Datum key, int16 typlen, bool byval, Image *out);
 // types. Owns nothing.
 Datum datum_of(const Image &image, int16 typlen, bool byval);
 
+// a + b held within [-INT64_MAX, INT64_MAX] instead of overflowing: every
+// sum of amounts (shared slots, reads) saturates, and a key's value is read
+// within those bounds (doc/reference/tracked.md, "Bounds on what a writer
+// passes"); reconciliation repairs a saturated key from the rows.
+inline int64 saturating_add(int64 a, int64 b) {
+	int64 r;
+	if (__builtin_add_overflow(a, b, &r))
+		return b > 0 ? PG_INT64_MAX : -PG_INT64_MAX;
+	return r < -PG_INT64_MAX ? -PG_INT64_MAX : r;
+}
+
+// Largest |amount| one transaction buffers for a (counter, key, bucket):
+// a larger add is written directly (where an overflow of the delta row is
+// refused with 22003), so that published amounts stay far from overflow.
+inline constexpr int64 max_buffered_amount = INT64CONST(1) << 40;
+
 // One (key, bucket) amount, as a flush or a read hands it out.
 struct Amount {
 	Image key;
