@@ -204,7 +204,7 @@ BEGIN
     PERFORM counter_internal.rollup_build_sql(rid);
     SELECT * INTO STRICT r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     IF r.filter IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
     FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
@@ -858,7 +858,7 @@ BEGIN
     WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_build_sql(r.rollup_id);
     IF compiled IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
 END
