@@ -52,6 +52,10 @@ SELECT counter.value('sc_clicks', 1) = (SELECT count(*) FROM public.sc_clicks WH
 SELECT (SELECT sum(count) FROM public.sc_hourly) = (SELECT count(*) FROM public.sc_clicks) AS rolled_right;
 RESET ROLE;
 SELECT who, what FROM m.log WHERE who <> 'mallory' OR what <> 'filter' ORDER BY 1, 2;
+-- the status says so, to the old owner and to the new one
+SET ROLE victim;
+SELECT counter, owner_not_followed FROM counter.tracked_status ORDER BY counter;
+RESET ROLE;
 -- every later pass says so again, and settles nothing else wrongly
 SELECT counter.follow_owners() AS followed;
 

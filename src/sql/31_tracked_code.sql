@@ -1004,16 +1004,21 @@ END
 $fn$;
 
 -- Where each counter stands: the watermark, pending full runs, the
--- verification cycle, triggers switched off.
+-- verification cycle, triggers switched off, the backfill, and
+-- owner_not_followed: the role its table now belongs to, when
+-- counter.follow_owners could not give the counter to it (80_drop.sql); such
+-- a counter is shown to members of that role too.
 CREATE OR REPLACE VIEW counter.tracked_status AS
 SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.triggers_off, c.verify_every,
        c.verify_started AS verify_cycle_started, c.verify_after AS verify_cursor, c.last_verified,
        c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue,
        c.backfill_left,
        (SELECT coalesce(sum(r.backfill), 0) FROM counter.tracked_runs r
-        WHERE r.counter_id OPERATOR(pg_catalog.=) c.counter_id) AS backfilled
-FROM counter.tracked c
-WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+        WHERE r.counter_id OPERATOR(pg_catalog.=) c.counter_id) AS backfilled,
+       CASE WHEN s.relowner OPERATOR(pg_catalog.<>) c.owner::oid THEN s.relowner::regrole END AS owner_not_followed
+FROM counter.tracked c LEFT JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
+   OR (s.relowner OPERATOR(pg_catalog.<>) c.owner::oid AND pg_catalog.pg_has_role(s.relowner, 'USAGE'));
 COMMENT ON VIEW counter.tracked_status IS 'per tracked counter: watermark, pending full run, verification cycle';
 
 -- The views show the counters of the roles the reader belongs to.

@@ -25,10 +25,27 @@ SELECT outcome AS quiet_run FROM counter.partition_maintain('ev', '2026-07-01 01
 INSERT INTO ev SELECT g, '2026-07-01 23:30+00' FROM generate_series(1, 100) g;
 SELECT created, outcome AS loud_run FROM counter.partition_maintain('ev', '2026-07-01 17:10+00');
 SQL
+# Maintenance that has not run for longer than its interval: reading
+# partition_status raises the alert (a table managed two hours ago that
+# never ran, against its job interval of one hour).
+"$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -d $db >>"$out" 2>&1 <<'SQL'
+SET ROLE pa_owner;
+CREATE TABLE ev2 (id bigint NOT NULL, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+SELECT counter.partition_manage('ev2', 'at', premake => 1) > 0 AS managed;
+RESET ROLE;
+UPDATE counter.partitioned_tables SET created_at = now() - interval '2 hours' WHERE parent = 'ev2'::regclass;
+SET ROLE pa_owner;
+LISTEN counter_ext_drift;
+SELECT parent, alert FROM counter.partition_status WHERE parent = 'ev2'::regclass;
+SQL
 cat "$out"
-[ "$(grep -c 'Asynchronous notification "counter_ext_drift"' "$out")" -eq 1 ] || { echo "expected one notification"; exit 1; }
+grep -q 'WARNING:  partitioned table public.ev2: maintenance has not run for 120 minutes (its interval: 60 minutes)' "$out" ||
+    { echo "no WARNING for the overdue table"; exit 1; }
+grep -q 'Asynchronous notification "counter_ext_drift" with payload "{"alert" : "partition", "table" : "public.ev2", "problem" : "maintenance has not run' "$out" ||
+    { echo "no NOTIFY for the overdue table"; exit 1; }
+[ "$(grep -c 'Asynchronous notification "counter_ext_drift"' "$out")" -ge 2 ] || { echo "expected the notifications"; exit 1; }
 grep -q 'WARNING:  partition maintenance of public.ev skipped 1 slot(s)' "$out" || { echo "no WARNING"; exit 1; }
-payload=$(sed -n 's/.*with payload "\(.*\)" received from.*/\1/p' "$out")
+payload=$(sed -n 's/.*with payload "\(.*\)" received from.*/\1/p' "$out" | head -1)
 python3 - "$payload" <<'PY'
 import json, sys
 p = json.loads(sys.argv[1])
