@@ -548,7 +548,7 @@ BEGIN
         EXCEPTION
             WHEN lock_not_available THEN
                 IF attempt OPERATOR(pg_catalog.>) cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0;
+                    created := 0; dropped := 0; moved := 0; skipped := '[]';
                     status := 'skipped';
                     error := format('%s: could not lock %s within lock_timeout %s (%s attempts): %s',
                                     action, parent, cfg.lock_timeout, attempt, SQLERRM);
@@ -559,13 +559,14 @@ BEGIN
                 -- a row arrived in the default partition for a slot being
                 -- created: the next attempt sees it and drains that slot.
                 IF action <> 'create' OR attempt > cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0;
+                    created := 0; dropped := 0; moved := 0; skipped := '[]';
                     status := 'error';
                     error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
                     RETURN;
                 END IF;
             WHEN OTHERS THEN
-                created := 0; dropped := 0; moved := 0;
+                -- the attempt was rolled back whole, its skipped slots too
+                created := 0; dropped := 0; moved := 0; skipped := '[]';
                 status := 'error';
                 error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
                 RETURN;
