@@ -88,6 +88,73 @@ SELECT counter.follow_owners() > 0 AS followed;
 SELECT owner::text FROM counter.tracked WHERE name = 'ow_more';
 SELECT kind, outcome, run_as::text FROM counter.job_runs WHERE runner <> 'call' ORDER BY run_id DESC LIMIT 1;
 
+-- Any legal role name: capitals, a space, quotes (1.4 quoted the name twice:
+-- role ""Bob"" does not exist; after REASSIGN OWNED every job pass failed).
+CREATE ROLE "Bob Smith" LOGIN;
+CREATE ROLE "O'Hara ""Q""" LOGIN;
+GRANT CREATE ON SCHEMA public TO "Bob Smith";
+SET ROLE ow_a;
+CREATE TABLE public.ow_bob (link int NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON public.ow_bob (at);
+INSERT INTO public.ow_bob SELECT g % 3, now() - interval '2 hours' FROM generate_series(1, 12) g;
+SELECT counter.track('ow_bob', 'public.ow_bob', 'link', 'at') IS NOT NULL AS tracked;
+SELECT counter.rollup_create('ow_bob_hourly', 'public.ow_bob', 'at', '{link}') IS NOT NULL AS rolled;
+CREATE TABLE public.ow_bob_ev (id bigint, at timestamptz NOT NULL) PARTITION BY RANGE (at);
+GRANT SELECT ON public.ow_bob_ev TO "O'Hara ""Q""";
+SELECT counter.partition_manage('public.ow_bob_ev', 'at', premake => 1) > 0 AS managed;
+RESET ROLE;
+ALTER TABLE public.ow_bob OWNER TO "Bob Smith";
+ALTER TABLE public.ow_bob_ev OWNER TO "Bob Smith";
+DO $$
+DECLARE p regclass;
+BEGIN
+    FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'public.ow_bob_ev'::regclass LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO "Bob Smith"', p);
+    END LOOP;
+END $$;
+SELECT 'tracked' AS what, owner::text FROM counter.tracked WHERE name = 'ow_bob'
+UNION ALL SELECT 'state tables', string_agg(DISTINCT c.relowner::regrole::text, ',') FROM pg_class c
+    WHERE c.relname IN (SELECT format('tracked_%s_%s', counter_id, p) FROM counter.tracked, unnest('{base,delta}'::text[]) p
+                        WHERE name = 'ow_bob')
+UNION ALL SELECT 'rollup', owner::text FROM counter.rollups WHERE name = 'ow_bob_hourly'
+UNION ALL SELECT 'rollup table', relowner::regrole::text FROM pg_class WHERE oid = 'public.ow_bob_hourly'::regclass
+ORDER BY 1;
+SET ROLE "Bob Smith";
+INSERT INTO public.ow_bob SELECT 1, now() - interval '1 hour' FROM generate_series(1, 4);
+SELECT outcome FROM counter.reconcile('ow_bob', all_keys => true);
+SELECT counter.value('ow_bob', 1) = (SELECT count(*) FROM public.ow_bob WHERE link = 1) AS counts_right;
+-- partitions made for the new owner get the parent's grants (to a quoted name too)
+SELECT created > 0 AS made, outcome, error FROM counter.partition_maintain('public.ow_bob_ev', now() + interval '3 hours');
+RESET ROLE;
+SELECT bool_and(has_table_privilege((SELECT oid FROM pg_roles WHERE rolname = 'O''Hara "Q"'), b.partition, 'SELECT')) AS grants_kept
+FROM counter.partition_bounds('public.ow_bob_ev') b
+WHERE b.partition::text <> 'ow_bob_ev_default' AND b.lo > now();
+-- REASSIGN OWNED (no event trigger) to a name with quotes: the job pass
+-- settles it, and one object that cannot be settled (a filter calling a
+-- function the new owner does not own) stops no other
+CREATE FUNCTION public.ow_keep(int) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+ALTER FUNCTION public.ow_keep(int) OWNER TO ow_b;
+SET ROLE "Bob Smith";
+CREATE TABLE public.ow_bob2 (link int NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON public.ow_bob2 (at);
+SELECT counter.track('ow_bob2', 'public.ow_bob2', 'link', 'at', filter => 'public.ow_keep(link)') IS NOT NULL AS tracked;
+RESET ROLE;
+REASSIGN OWNED BY "Bob Smith" TO "O'Hara ""Q""";
+CALL counter.run_jobs();
+SELECT name, owner::text FROM counter.tracked WHERE name LIKE 'ow_bob%' ORDER BY name;
+SELECT owner::text FROM counter.rollups WHERE name = 'ow_bob_hourly';
+SELECT kind, target, owner::text FROM counter.jobs WHERE target IN ('ow_bob', 'ow_bob_hourly', 'public.ow_bob_ev', 'ow_bob2')
+ORDER BY kind, target;
+SET ROLE "O'Hara ""Q""";
+SELECT outcome FROM counter.reconcile('ow_bob', all_keys => true);
+RESET ROLE;
+DROP TABLE public.ow_bob, public.ow_bob2, public.ow_bob_ev CASCADE;
+DROP FUNCTION public.ow_keep(int);
+REVOKE CREATE ON SCHEMA public FROM "Bob Smith";
+DROP OWNED BY "Bob Smith", "O'Hara ""Q""";
+DROP ROLE "Bob Smith";
+DROP ROLE "O'Hara ""Q""";
+
 DROP VIEW public.ow_owners;
 DROP EXTENSION counter_ext CASCADE;
 DROP TABLE public.ow_clicks, public.ow_ev, public.ow_more CASCADE;

@@ -332,7 +332,7 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 		        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at,"
 		        "  finished_at, outcome, sqlstate, message, run_as)"
 		        " SELECT h.job_id, h.kind, h.target, $2, pg_backend_pid(), $3, clock_timestamp(), clock_timestamp(),"
-		        "  'held', '55000', $4, session_user::regrole FROM h",
+		        "  'held', '55000', $4, pg_catalog.quote_ident(session_user)::pg_catalog.regrole FROM h",
 		        4, ht, hv, nullptr, false, SPI_OK_INSERT, "recording a held job");
 		return held;
 	}
@@ -343,7 +343,7 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	spi_run(
 	    "INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)"
 	    " SELECT j.job_id, j.kind, j.target, $3, pg_backend_pid(), $4, clock_timestamp(), 'running',"
-	    " session_user::regrole"
+	    " pg_catalog.quote_ident(session_user)::pg_catalog.regrole"
 	    " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
 	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));

@@ -55,9 +55,27 @@ BEGIN
                                        object_id, info)
     VALUES (NULL, kind, target, 'call', pg_catalog.pg_backend_pid(),
             (SELECT a.backend_start FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a),
-            coalesce(started, pg_catalog.clock_timestamp()), 'running', session_user::regrole, object_id, info)
+            coalesce(started, pg_catalog.clock_timestamp()), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole, object_id, info)
     RETURNING x.run_id INTO run;
     RETURN run;
+END
+$$;
+
+-- The one alert of counter_ext (drift of a tracked counter, a partitioned
+-- table whose maintenance leaves rows in its default partition or has not
+-- run for longer than its interval): a WARNING with its message and detail,
+-- and a NOTIFY on channel counter_ext_drift with the JSON payload (sent when
+-- the transaction commits; not on a standby, which cannot notify).
+CREATE OR REPLACE FUNCTION counter_internal.alert(message text, detail text, payload json)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE WARNING '%', message USING DETAIL = coalesce(detail, '');
+    IF NOT pg_catalog.pg_is_in_recovery() THEN
+        PERFORM pg_catalog.pg_notify('counter_ext_drift', payload::text);
+    END IF;
 END
 $$;
 

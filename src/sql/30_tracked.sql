@@ -59,7 +59,13 @@ CREATE TABLE counter.tracked (
     last_verified       timestamptz,
     source_relid        oid,            -- the source's oid when registered: another one means a restore
     triggers_off        boolean NOT NULL DEFAULT false,
-    replicated          boolean NOT NULL DEFAULT false   -- also counts rows applied by logical replication
+    replicated          boolean NOT NULL DEFAULT false,  -- also counts rows applied by logical replication
+    -- registered on a table that had rows: how many of them the counter has
+    -- not counted yet. Counts a run finds missing are those rows, counted
+    -- for the first time, up to this many (until a run starts past
+    -- created_at): a backfill ('backfill' in the run record), not drift,
+    -- and no alert (doc/reference/tracked.md, "Backfill"; 31_tracked_code.sql)
+    backfill_left       bigint NOT NULL DEFAULT 0
 );
 COMMENT ON TABLE counter.tracked IS 'tracked counters: count(*) per key of a source table, cached and reconciled';
 SELECT pg_catalog.pg_extension_config_dump('counter.tracked', '');

@@ -15,7 +15,7 @@ SELECT r.run_id, r.object_id::integer AS counter_id, r.started_at,
        (r.info ->> 'keys_corrected')::bigint AS keys_corrected, (r.info ->> 'drift_positive')::bigint AS drift_positive,
        (r.info ->> 'drift_negative')::bigint AS drift_negative, (r.info ->> 'max_abs_drift')::bigint AS max_abs_drift,
        (r.info ->> 'keys_busy')::bigint AS keys_busy, (r.info ->> 'keys_verified')::bigint AS keys_verified,
-       r.info ->> 'outcome' AS outcome
+       r.info ->> 'outcome' AS outcome, coalesce((r.info ->> 'backfill')::bigint, 0) AS backfill
 FROM counter.job_runs r JOIN counter.tracked c ON c.counter_id = r.object_id
 WHERE r.kind = 'reconcile' AND r.info ? 'watermark' AND pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
@@ -229,17 +229,17 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
                    -- plans made for each batch's arrays (a generic plan takes
                    -- every unnest for 10 rows and joins 1,000 keys in loops)
                    ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body);
-    EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %I',
+    EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
                    fn_batch, t.owner);
     EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
                    fn_batch);
     IF t.filter IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        t.owner);
     END IF;
     IF t.buffered THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
-                       ' counter_internal.tracked_buffered(integer, anyelement) TO %I', t.owner);
+                       ' counter_internal.tracked_buffered(integer, anyelement) TO %s', t.owner);
     END IF;
 END
 $fn$;
@@ -422,14 +422,20 @@ BEGIN
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
         replicated, buffered, max_future)
     RETURNING * INTO t;
+    -- the rows already there are a backfill for its first runs (30_tracked.sql)
+    UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
+            format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
+                   time_column), true) AS x(n bigint))
+    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
     delta_t := counter_internal.tracked_table(t, 'delta');
     EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
                    ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
-    EXECUTE format('ALTER TABLE %s OWNER TO %I', base_t, rel.owner);
-    EXECUTE format('ALTER TABLE %s OWNER TO %I', delta_t, rel.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
@@ -664,15 +670,25 @@ BEGIN
         error => error);
     SELECT * INTO r FROM counter.tracked_runs x
     WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    -- what the backfill took is counted; a run whose missing counts were
+    -- all backfill logs no drifted keys for them
+    IF r.backfill OPERATOR(pg_catalog.>) 0 THEN
+        UPDATE counter.tracked c SET backfill_left = GREATEST(c.backfill_left OPERATOR(pg_catalog.-) r.backfill, 0)
+        WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        IF r.drift_negative OPERATOR(pg_catalog.=) 0 THEN
+            DELETE FROM counter.tracked_key_drift k
+            WHERE k.run_id OPERATOR(pg_catalog.=) run AND k.drift OPERATOR(pg_catalog.<) 0;
+        END IF;
+    END IF;
     IF r.drift_positive::numeric - r.drift_negative > t.alert_threshold THEN
-        RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
-            r.drift_positive::numeric - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
-            USING DETAIL = format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark);
-        PERFORM pg_catalog.pg_notify('counter_ext_drift', pg_catalog.json_build_object(
+        PERFORM counter_internal.alert(format('tracked counter "%s" drifted by %s (+%s, %s) over %s keys', t.name,
+            r.drift_positive::numeric - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected),
+            format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark),
+            pg_catalog.json_build_object(
             'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
             'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
             'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
-            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold)::text);
+            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold));
     END IF;
     RETURN r;
 END
@@ -697,10 +713,21 @@ BEGIN
     RETURNING c.last_watermark INTO run_watermark;
     -- a run of this counter still running died (we hold the counter's lock)
     PERFORM counter_internal.run_interrupted('reconcile', t.counter_id);
+    -- A counter registered on a table that had rows: the counts a run finds
+    -- missing are those rows, counted for the first time, up to as many as
+    -- there were (backfill_left) and until a run starts from a watermark at
+    -- or after the moment it was registered: a backfill, not drift (recorded
+    -- as 'backfill', no alert; 30_tracked.sql, tracked_add_batch).
+    IF t.backfill_left OPERATOR(pg_catalog.>) 0 AND run_from OPERATOR(pg_catalog.>=) t.created_at THEN
+        UPDATE counter.tracked c SET backfill_left = 0 WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        t.backfill_left := 0;
+    END IF;
     run := counter_internal.run_begin('reconcile', t.name, t.counter_id, pg_catalog.jsonb_build_object(
         'watermark', run_watermark, 'all_keys', all_keys, 'keys_checked', 0, 'keys_corrected', 0,
         'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0, 'keys_busy', 0, 'keys_verified', 0,
-        'outcome', 'running'));
+        'outcome', 'running')
+        OPERATOR(pg_catalog.||) CASE WHEN t.backfill_left OPERATOR(pg_catalog.>) 0
+                                     THEN '{"backfill": 0}'::jsonb ELSE '{}'::jsonb END);
 END
 $fn$;
 
@@ -710,13 +737,26 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- a backfill run (counter_internal.tracked_start_run): counts missing
+    -- from the counter are the rows its table held before track, up to as
+    -- many as are left of them (t.backfill_left, less what this run took)
     UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
         'keys_checked', (x.info ->> 'keys_checked')::bigint + GREATEST(b.checked, 0),
         'keys_corrected', (x.info ->> 'keys_corrected')::bigint + b.corrected,
         'drift_positive', LEAST((x.info ->> 'drift_positive')::numeric + b.pos, 9223372036854775807)::bigint,
-        'drift_negative', GREATEST((x.info ->> 'drift_negative')::numeric + b.neg, -9223372036854775807)::bigint,
-        'max_abs_drift', GREATEST((x.info ->> 'max_abs_drift')::bigint, b.max_abs),
+        'drift_negative', GREATEST((x.info ->> 'drift_negative')::numeric + b.neg OPERATOR(pg_catalog.+) f.took,
+                                   -9223372036854775807)::bigint,
+        'max_abs_drift', GREATEST((x.info ->> 'max_abs_drift')::bigint,
+                                  CASE WHEN f.took OPERATOR(pg_catalog.=) OPERATOR(pg_catalog.-) b.neg AND f.took OPERATOR(pg_catalog.>) 0
+                                       THEN LEAST(b.max_abs, b.pos) ELSE b.max_abs END),
         'keys_busy', (x.info ->> 'keys_busy')::bigint + b.busy)
+        OPERATOR(pg_catalog.||) CASE WHEN x.info ? 'backfill'
+            THEN pg_catalog.jsonb_build_object('backfill', (x.info ->> 'backfill')::bigint + f.took) ELSE '{}'::jsonb END
+    FROM (SELECT CASE WHEN y.info ? 'backfill'
+                      THEN GREATEST(LEAST(OPERATOR(pg_catalog.-) b.neg,
+                                          t.backfill_left OPERATOR(pg_catalog.-) (y.info ->> 'backfill')::bigint), 0)
+                      ELSE 0 END AS took
+          FROM counter.job_runs y WHERE y.run_id OPERATOR(pg_catalog.=) run) f
     WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
 END
 $fn$;
@@ -971,7 +1011,7 @@ COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
 CREATE OR REPLACE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
-       r.outcome, r.keys_busy, r.keys_verified
+       r.outcome, r.keys_busy, r.keys_verified, r.backfill
 FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
@@ -981,7 +1021,8 @@ SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run
        coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
        coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
        (SELECT LEAST(x.drift_positive::numeric - x.drift_negative, 9223372036854775807)::bigint FROM counter.tracked_runs x
-        WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift
+        WHERE x.counter_id = c.counter_id AND x.outcome <> 'running' ORDER BY x.run_id DESC LIMIT 1) AS last_abs_drift,
+       coalesce(sum(r.backfill), 0) AS backfill
 FROM counter.tracked c LEFT JOIN counter.tracked_runs r ON r.counter_id = c.counter_id AND r.outcome <> 'running'
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
 GROUP BY c.counter_id, c.name;
@@ -1056,13 +1097,21 @@ END
 $fn$;
 
 -- Where each counter stands: the watermark, pending full runs, the
--- verification cycle, triggers switched off.
+-- verification cycle, triggers switched off, the backfill, and
+-- owner_not_followed: the role its table now belongs to, when
+-- counter.follow_owners could not give the counter to it (80_drop.sql); such
+-- a counter is shown to members of that role too.
 CREATE OR REPLACE VIEW counter.tracked_status AS
 SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.triggers_off, c.verify_every,
        c.verify_started AS verify_cycle_started, c.verify_after AS verify_cursor, c.last_verified,
-       c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue
-FROM counter.tracked c
-WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
+       c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue,
+       c.backfill_left,
+       (SELECT coalesce(sum(r.backfill), 0) FROM counter.tracked_runs r
+        WHERE r.counter_id OPERATOR(pg_catalog.=) c.counter_id) AS backfilled,
+       CASE WHEN s.relowner OPERATOR(pg_catalog.<>) c.owner::oid THEN s.relowner::regrole END AS owner_not_followed
+FROM counter.tracked c LEFT JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
+WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
+   OR (s.relowner OPERATOR(pg_catalog.<>) c.owner::oid AND pg_catalog.pg_has_role(s.relowner, 'USAGE'));
 COMMENT ON VIEW counter.tracked_status IS 'per tracked counter: watermark, pending full run, verification cycle';
 
 -- The views show the counters of the roles the reader belongs to.

@@ -185,7 +185,7 @@ BEGIN
         FOR g IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
                  WHERE a.grantee OPERATOR(pg_catalog.<>) rel.relowner LOOP
             PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', g.privilege_type, t,
-                           CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
+                           CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
                            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
         END LOOP;
     END IF;
@@ -310,7 +310,7 @@ $$;
 -- in error). Every statement on the table runs as its owner.
 CREATE OR REPLACE FUNCTION counter_internal.partition_step(parent regclass, as_of timestamptz,
     OUT created integer, OUT dropped integer, OUT moved bigint, OUT status text, OUT error text,
-    OUT outside bigint)
+    OUT outside bigint, OUT skipped jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET TimeZone = 'UTC'
@@ -341,8 +341,11 @@ DECLARE
     i int;
     drain_lo timestamptz;
     drain_hi timestamptz;
+    scan_lo timestamptz;
+    drain_locked boolean;
+    k bigint;
 BEGIN
-    created := 0; dropped := 0; moved := 0; status := 'done';
+    created := 0; dropped := 0; moved := 0; status := 'done'; skipped := '[]';
     as_of := coalesce(as_of, now());
     SELECT * INTO cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_step.parent;
     IF NOT FOUND THEN
@@ -362,7 +365,7 @@ BEGIN
     LOOP -- attempts: a lock_not_available rolls the attempt back, waits, retries
         attempt := attempt OPERATOR(pg_catalog.+) 1;
         BEGIN
-            created := 0; dropped := 0; moved := 0; status := 'done'; outside := NULL;
+            created := 0; dropped := 0; moved := 0; status := 'done'; outside := NULL; skipped := '[]';
             SELECT * INTO stg FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_step.parent;
             IF FOUND THEN
                 -- A staged drain: move another batch, or the rest under lock and attach.
@@ -411,8 +414,8 @@ BEGIN
             IF d IS NOT NULL THEN
                 SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
                     format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %4$s)) FROM ONLY %2$s '
-                           'WHERE %1$I >= %3$L AND %1$I <= %5$L AND $1',
-                           cfg.control, d, win_lo, step, upto), true) AS x(a timestamptz[]);
+                           'WHERE %1$I >= %3$L AND %1$I < %5$L AND $1',
+                           cfg.control, d, win_lo, step, drain_hi), true) AS x(a timestamptz[]);
             END IF;
             SELECT array_agg(g ORDER BY g) INTO todo FROM (
                 SELECT g FROM generate_series(win_lo, upto, make_interval(secs => step)) g
@@ -426,14 +429,27 @@ BEGIN
                     -- A slot writers may be filling right now: hold writers of
                     -- the parent so none routes a row there with a stale
                     -- partition list (it would fail after the ATTACH).
-                    IF NOT near AND lo <= cur + make_interval(secs => step) THEN
-                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
-                        near := true;
-                    END IF;
-                    t := counter_internal.partition_make_table(parent, lo, hi, 'standalone');
-                    PERFORM counter_internal.partition_attach(parent, t, lo, hi, false);
-                    covered := covered + tstzmultirange(tstzrange(lo, hi));
-                    created := created + 1;
+                    -- Each slot in a subtransaction of its own: a slot that
+                    -- cannot be made (a row arrived for it in the default
+                    -- partition: 23514) is reported and skipped, the others
+                    -- are made. Running out of lock time is for the whole
+                    -- attempt (retried).
+                    BEGIN
+                        IF NOT near AND lo <= cur + make_interval(secs => step) THEN
+                            PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                            near := true;
+                        END IF;
+                        t := counter_internal.partition_make_table(parent, lo, hi, 'standalone');
+                        PERFORM counter_internal.partition_attach(parent, t, lo, hi, false);
+                        covered := covered + tstzmultirange(tstzrange(lo, hi));
+                        created := created + 1;
+                    EXCEPTION
+                        WHEN lock_not_available THEN RAISE;
+                        WHEN OTHERS THEN
+                            near := false; -- the subtransaction's lock went with it
+                            skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                                'slot', lo, 'action', 'create', 'error', SQLERRM, 'sqlstate', SQLSTATE));
+                    END;
                 END LOOP;
                 IF created >= cfg.step_partitions THEN
                     status := 'more';
@@ -445,41 +461,63 @@ BEGIN
             -- batch_rows rows each, each moved and attached under a lock that
             -- holds writers for that moment; a larger slot starts a staged
             -- drain (one batch per step, the last under lock).
+            -- Each slot in a subtransaction of its own: a slot whose rows
+            -- cannot be moved is reported and skipped (its rows stay in the
+            -- default partition), the next slots are drained.
             action := 'drain';
             IF d IS NOT NULL THEN
+                scan_lo := drain_lo;
+                drain_locked := false;
                 FOR i IN 1..cfg.step_partitions LOOP
                     lo := NULL;
                     SELECT x.t INTO lo FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
                         format('SELECT %1$I FROM ONLY %2$s WHERE %1$I >= %3$L AND %1$I < %4$L AND $1 ORDER BY %1$I LIMIT 1',
-                               cfg.control, d, drain_lo, drain_hi), true) AS x(t timestamptz);
+                               cfg.control, d, scan_lo, drain_hi), true) AS x(t timestamptz);
                     EXIT WHEN lo IS NULL;
                     lo := counter.partition_slot(lo, step);
                     hi := lo + make_interval(secs => step);
-                    IF covered && tstzrange(lo, hi) THEN
-                        RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
-                            lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
-                    END IF;
+                    scan_lo := hi;
                     SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
                         format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
                                d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1), true) AS x(n bigint);
-                    IF n > cfg.batch_rows THEN
-                        EXIT WHEN i > 1; -- the next step stages it
-                        t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
-                        INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
-                        moved := counter_internal.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
-                        status := 'more';
-                        EXIT;
+                    IF n > cfg.batch_rows AND i > 1 THEN
+                        EXIT; -- the next step stages it
                     END IF;
-                    t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
-                    IF i = 1 THEN
-                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
-                        PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
-                    END IF;
-                    moved := moved + counter_internal.partition_move_rows(parent, t, lo, hi, NULL);
-                    PERFORM counter_internal.partition_attach(parent, t, lo, hi, true);
-                    covered := covered + tstzmultirange(tstzrange(lo, hi));
-                    created := created + 1;
-                    status := 'more';
+                    BEGIN
+                        IF covered && tstzrange(lo, hi) THEN
+                            RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
+                                lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
+                        END IF;
+                        IF n > cfg.batch_rows THEN
+                            t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+                            INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
+                            k := counter_internal.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
+                            moved := k;
+                            status := 'more';
+                        ELSE
+                            t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+                            IF NOT drain_locked THEN
+                                PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                                PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
+                                drain_locked := true;
+                            END IF;
+                            k := counter_internal.partition_move_rows(parent, t, lo, hi, NULL);
+                            PERFORM counter_internal.partition_attach(parent, t, lo, hi, true);
+                            -- (variables are not rolled back with a subtransaction: counted once done)
+                            covered := covered + tstzmultirange(tstzrange(lo, hi));
+                            moved := moved + k;
+                            created := created + 1;
+                            status := 'more';
+                        END IF;
+                    EXCEPTION
+                        WHEN lock_not_available THEN RAISE;
+                        WHEN OTHERS THEN
+                            drain_locked := false; -- the subtransaction's locks went with it
+                            skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                                'slot', lo, 'action', 'drain', 'error', SQLERRM, 'sqlstate', SQLSTATE));
+                            CONTINUE;
+                    END;
+                    EXIT WHEN n > cfg.batch_rows; -- a staged drain: one batch per step
                 END LOOP;
             END IF;
 
@@ -510,7 +548,7 @@ BEGIN
         EXCEPTION
             WHEN lock_not_available THEN
                 IF attempt OPERATOR(pg_catalog.>) cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0;
+                    created := 0; dropped := 0; moved := 0; skipped := '[]';
                     status := 'skipped';
                     error := format('%s: could not lock %s within lock_timeout %s (%s attempts): %s',
                                     action, parent, cfg.lock_timeout, attempt, SQLERRM);
@@ -521,13 +559,14 @@ BEGIN
                 -- a row arrived in the default partition for a slot being
                 -- created: the next attempt sees it and drains that slot.
                 IF action <> 'create' OR attempt > cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0;
+                    created := 0; dropped := 0; moved := 0; skipped := '[]';
                     status := 'error';
                     error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
                     RETURN;
                 END IF;
             WHEN OTHERS THEN
-                created := 0; dropped := 0; moved := 0;
+                -- the attempt was rolled back whole, its skipped slots too
+                created := 0; dropped := 0; moved := 0; skipped := '[]';
                 status := 'error';
                 error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
                 RETURN;
@@ -539,22 +578,25 @@ $$;
 -- Records a maintenance run of one table in the one run record
 -- (counter.job_runs, kind 'partition_maintenance': the job's run, or a row
 -- of its own for a direct call; the partitions made, dropped and moved in
--- info); a WARNING names the rows left outside the window.
+-- info, the slots skipped in 'skipped'); a WARNING names the rows left
+-- outside the window; slots skipped raise the alert (counter_internal.alert:
+-- WARNING and NOTIFY counter_ext_drift).
 CREATE OR REPLACE FUNCTION counter_internal.partition_record(parent regclass, outcome text, error text,
                                                   created bigint, dropped bigint, moved bigint, outside bigint,
-                                                  failure jsonb DEFAULT NULL)
+                                                  failure jsonb DEFAULT NULL, skipped jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    skipped := NULLIF(coalesce(skipped, '[]'), '[]');
     PERFORM counter_internal.run_end(
         counter_internal.run_begin('partition_maintenance',
             coalesce((SELECT c.job_target FROM counter.partitioned_tables c
                       WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent), parent::text),
             NULL, '{}'),
         pg_catalog.jsonb_build_object('outcome', outcome, 'error', error, 'created', created, 'dropped', dropped,
-                                      'moved', moved, 'outside', outside),
+                                      'moved', moved, 'outside', outside, 'skipped', skipped),
         rows_affected => created OPERATOR(pg_catalog.+) dropped OPERATOR(pg_catalog.+) moved,
         error => CASE WHEN outcome OPERATOR(pg_catalog.=) 'error'
                       THEN coalesce(failure, pg_catalog.jsonb_build_object('message', error)) END);
@@ -563,7 +605,37 @@ BEGIN
             outside, parent
             USING HINT = 'Move or delete them by hand, or widen retention; maintenance never makes partitions outside that window.';
     END IF;
+    IF skipped IS NOT NULL THEN
+        PERFORM counter_internal.alert(
+            format('partition maintenance of %s skipped %s slot(s); their rows stay in the default partition',
+                   parent, pg_catalog.jsonb_array_length(skipped)),
+            counter_internal.partition_skipped_text(skipped),
+            pg_catalog.json_build_object('alert', 'partition', 'table', parent::text, 'outcome', outcome,
+                                         'skipped', skipped));
+    END IF;
 END
+$$;
+
+-- The slots a run skipped, as text: "drain 2026-07-01T23:00:00+00:00: why
+-- (SQLSTATE 42501); ...", or NULL.
+CREATE OR REPLACE FUNCTION counter_internal.partition_skipped_text(skipped jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(format('%s %s: %s (SQLSTATE %s)', e ->> 'action', e ->> 'slot', e ->> 'error', e ->> 'sqlstate'),
+                      '; ' ORDER BY e ->> 'slot', e ->> 'action')
+    FROM pg_catalog.jsonb_array_elements(coalesce(skipped, '[]')) e
+$$;
+
+-- The slots skipped so far in a run, each (action, slot) once.
+CREATE OR REPLACE FUNCTION counter_internal.partition_skipped_union(a jsonb, b jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(DISTINCT e), '[]')
+    FROM pg_catalog.jsonb_array_elements(coalesce(a, '[]') OPERATOR(pg_catalog.||) coalesce(b, '[]')) e
 $$;
 
 -- Partition maintenance's step function for the one commit loop
@@ -602,7 +674,8 @@ BEGIN
         s := counter_internal.partition_step(parent, NULL);
         state := state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
             'created', (state ->> 'created')::bigint + s.created, 'dropped', (state ->> 'dropped')::bigint + s.dropped,
-            'moved', (state ->> 'moved')::bigint + s.moved);
+            'moved', (state ->> 'moved')::bigint + s.moved,
+            'skipped', counter_internal.partition_skipped_union(state -> 'skipped', s.skipped));
         state := state || pg_catalog.jsonb_build_object('rows',
             (state ->> 'created')::bigint + (state ->> 'dropped')::bigint + (state ->> 'moved')::bigint);
         IF s.status = 'busy' THEN
@@ -616,9 +689,14 @@ BEGIN
         END IF;
         error := s.error;
         outside := s.outside;
+        -- slots skipped: the others were done, but the run is no success
+        IF outcome IN ('ok', 'partial') AND pg_catalog.jsonb_array_length(state -> 'skipped') OPERATOR(pg_catalog.>) 0 THEN
+            outcome := 'error';
+            error := 'slots skipped: ' OPERATOR(pg_catalog.||) counter_internal.partition_skipped_text(state -> 'skipped');
+        END IF;
     END IF;
     PERFORM counter_internal.partition_record(parent, outcome, error, (state ->> 'created')::bigint,
-        (state ->> 'dropped')::bigint, (state ->> 'moved')::bigint, outside, state -> 'error');
+        (state ->> 'dropped')::bigint, (state ->> 'moved')::bigint, outside, state -> 'error', state -> 'skipped');
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
 END
 $$;
@@ -641,6 +719,7 @@ AS $$
 DECLARE
     s record;
     i int := 0;
+    skipped jsonb := '[]';
 BEGIN
     IF parent IS NULL THEN
         RAISE EXCEPTION 'parent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -651,6 +730,7 @@ BEGIN
         i := i + 1;
         s := counter_internal.partition_step(parent, as_of);
         created := created + s.created; dropped := dropped + s.dropped; moved := moved + s.moved;
+        skipped := counter_internal.partition_skipped_union(skipped, s.skipped);
         IF s.status = 'busy' THEN
             outcome := 'busy';
             RETURN;
@@ -664,7 +744,12 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
-    PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside);
+    -- slots skipped: the others were done, but the run is no success
+    IF outcome IN ('ok', 'partial') AND pg_catalog.jsonb_array_length(skipped) OPERATOR(pg_catalog.>) 0 THEN
+        outcome := 'error';
+        error := 'slots skipped: ' OPERATOR(pg_catalog.||) counter_internal.partition_skipped_text(skipped);
+    END IF;
+    PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside, NULL, skipped);
 END
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
@@ -865,7 +950,7 @@ BEGIN
             FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
                      WHERE a.grantee <> rel.relowner LOOP
                 PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
-                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(s.grantee::regrole::text) END,
+                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE s.grantee::regrole::text END,
                                CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
             END LOOP;
         END IF;
@@ -938,12 +1023,18 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The state of every managed table the caller owns (or belongs to the owner
 -- of; a superuser: every one). Rows are counted as the table's owner.
+-- alert says what needs a look, with the alert of counter_internal.alert
+-- (WARNING, NOTIFY counter_ext_drift) for each such table: maintenance that
+-- has not run (or not since the table was managed) for longer than its job's
+-- interval, and rows the last run left in the default partition (outside the
+-- window, or in slots it had to skip).
 CREATE OR REPLACE FUNCTION counter_internal.partition_state()
 RETURNS TABLE (parent regclass, control name, part_interval interval, premake integer, retention interval,
                partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
                default_partition regclass, rows_in_default bigint, rows_staged bigint,
                last_run_at timestamptz, last_outcome text, last_error text,
-               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint)
+               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint,
+               last_skipped jsonb, alert text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -952,6 +1043,7 @@ DECLARE
     su boolean := (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller);
     c counter.partitioned_tables;
     stg regclass;
+    every interval;
 BEGIN
     FOR c IN SELECT * FROM counter.partitioned_tables p
              WHERE su OR pg_has_role(caller, counter_internal.partition_owner(p.parent), 'USAGE')
@@ -961,8 +1053,9 @@ BEGIN
         -- the last maintenance run, from the one run record
         SELECT (x.info ->> 'finished_at')::timestamptz, x.info ->> 'outcome', x.info ->> 'error',
                (x.info ->> 'created')::bigint, (x.info ->> 'dropped')::bigint, (x.info ->> 'moved')::bigint,
-               (x.info ->> 'outside')::bigint
-        INTO last_run_at, last_outcome, last_error, last_created, last_dropped, last_moved, last_outside
+               (x.info ->> 'outside')::bigint, NULLIF(x.info -> 'skipped', 'null')
+        INTO last_run_at, last_outcome, last_error, last_created, last_dropped, last_moved, last_outside,
+             last_skipped
         FROM counter.job_runs x
         WHERE x.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
           AND x.target OPERATOR(pg_catalog.=) coalesce(c.job_target, c.parent::text)
@@ -983,6 +1076,26 @@ BEGIN
             SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner(counter_internal.partition_owner(c.parent),
                 format('SELECT count(*) FROM %s WHERE $1', stg), true) AS x(n bigint);
         END IF;
+        every := coalesce((SELECT j.run_every FROM counter.jobs j
+                           WHERE j.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
+                             AND j.target OPERATOR(pg_catalog.=) c.job_target),
+                          least(c.part_interval, interval '1 hour'));
+        alert := concat_ws('; ',
+            CASE WHEN now() OPERATOR(pg_catalog.-) coalesce(last_run_at, c.created_at) OPERATOR(pg_catalog.>) every
+                 THEN format('maintenance has not run for %s minutes (its interval: %s minutes)',
+                             floor(extract(epoch FROM now() OPERATOR(pg_catalog.-) coalesce(last_run_at, c.created_at))
+                                   OPERATOR(pg_catalog./) 60),
+                             floor(extract(epoch FROM every) OPERATOR(pg_catalog./) 60)) END,
+            CASE WHEN rows_in_default OPERATOR(pg_catalog.>) 0
+                      AND (last_outside OPERATOR(pg_catalog.>) 0 OR last_skipped IS NOT NULL)
+                 THEN format('%s rows left in the default partition', rows_in_default) END);
+        alert := NULLIF(alert, '');
+        IF alert IS NOT NULL THEN
+            PERFORM counter_internal.alert(format('partitioned table %s: %s', c.parent, alert),
+                'See counter.partition_status and counter.job_runs (kind partition_maintenance).',
+                pg_catalog.json_build_object('alert', 'partition', 'table', c.parent::text, 'problem', alert,
+                    'rows_in_default', rows_in_default, 'last_run_at', last_run_at, 'skipped', last_skipped));
+        END IF;
         RETURN NEXT;
     END LOOP;
 END
@@ -994,7 +1107,8 @@ RETURNS TABLE (parent regclass, control name, part_interval interval, premake in
                partitions bigint, oldest timestamptz, newest timestamptz, hours_ahead numeric,
                default_partition regclass, rows_in_default bigint, rows_staged bigint,
                last_run_at timestamptz, last_outcome text, last_error text,
-               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint)
+               last_created bigint, last_dropped bigint, last_moved bigint, last_outside bigint,
+               last_skipped jsonb, alert text)
 LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_entry';

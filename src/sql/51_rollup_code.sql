@@ -205,7 +205,7 @@ BEGIN
     PERFORM counter_internal.rollup_build_sql(rid);
     SELECT * INTO STRICT r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     IF r.filter IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
     FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
@@ -924,7 +924,7 @@ BEGIN
     WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_build_sql(r.rollup_id);
     IF compiled IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
 END
@@ -1086,8 +1086,12 @@ SELECT r.name,
        s.last_outcome,
        s.last_duration,
        s.last_rows,
-       s.last_error
+       s.last_error,
+       -- the role the source now belongs to, when counter.follow_owners could
+       -- not give the rollup to it (80_drop.sql)
+       CASE WHEN c.relowner OPERATOR(pg_catalog.<>) r.owner::oid THEN c.relowner::regrole END AS owner_not_followed
 FROM counter.rollups r
+LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.source
 LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty
            FROM counter.rollup_dirty dd GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
 LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup_id

@@ -68,6 +68,101 @@ BEGIN
 END
 $$;
 
+-- The functions a stored filter tree calls (directly, or as the function of
+-- an operator) that the role new_owner does not own itself, outside
+-- pg_catalog and not a member of an extension: "m.f(integer) (owner
+-- ow_a), ...", or NULL. A counter or rollup whose table changes hands must
+-- not run them as the new owner (doc/security.md, "Ownership changes").
+CREATE OR REPLACE FUNCTION counter_internal.filter_foreign_code(tree text, new_owner regrole)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT string_agg(DISTINCT format('%s (owner %s)', p.oid::regprocedure, p.proowner::regrole), ', ')
+    FROM (SELECT (m[1])::oid AS f FROM pg_catalog.regexp_matches(tree, ':(?:funcid|opfuncid) (\d+)', 'g') m
+          UNION
+          SELECT o.oprcode::oid FROM pg_catalog.regexp_matches(tree, ':opno (\d+)', 'g') m
+          JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) (m[1])::oid) x
+    JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) x.f
+    WHERE p.proowner OPERATOR(pg_catalog.<>) new_owner
+      AND p.pronamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::regnamespace
+      AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                      WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass
+                        AND d.objid OPERATOR(pg_catalog.=) p.oid AND d.deptype OPERATOR(pg_catalog.=) 'e')
+$$;
+
+-- A tracked counter's hidden state table (counter_internal.tracked_N_base or
+-- _delta) is counter_ext's: it carries no trigger, rule or policy of
+-- counter_ext, and no privilege but its owner's. Whatever its previous owner
+-- put there (a trigger calling its own function, a rule, a policy, a grant)
+-- is dropped when the table changes hands; returns what was dropped.
+CREATE OR REPLACE FUNCTION counter_internal.state_table_clear(t regclass)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    gone text[] := '{}';
+    n name;
+    g record;
+BEGIN
+    FOR n IN SELECT x.tgname FROM pg_catalog.pg_trigger x
+             WHERE x.tgrelid OPERATOR(pg_catalog.=) t AND NOT x.tgisinternal ORDER BY 1 LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', n, t);
+        gone := gone OPERATOR(pg_catalog.||) format('trigger %I on %s', n, t);
+    END LOOP;
+    FOR n IN SELECT x.rulename FROM pg_catalog.pg_rewrite x WHERE x.ev_class OPERATOR(pg_catalog.=) t ORDER BY 1 LOOP
+        EXECUTE format('DROP RULE %I ON %s', n, t);
+        gone := gone OPERATOR(pg_catalog.||) format('rule %I on %s', n, t);
+    END LOOP;
+    FOR n IN SELECT x.polname FROM pg_catalog.pg_policy x WHERE x.polrelid OPERATOR(pg_catalog.=) t ORDER BY 1 LOOP
+        EXECUTE format('DROP POLICY %I ON %s', n, t);
+        gone := gone OPERATOR(pg_catalog.||) format('policy %I on %s', n, t);
+    END LOOP;
+    IF (SELECT c.relrowsecurity OR c.relforcerowsecurity FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t) THEN
+        EXECUTE format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY', t);
+        gone := gone OPERATOR(pg_catalog.||) format('row level security of %s', t);
+    END IF;
+    FOR g IN SELECT DISTINCT a.grantee FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.oid OPERATOR(pg_catalog.=) t AND a.grantee OPERATOR(pg_catalog.<>) c.relowner LOOP
+        EXECUTE format('REVOKE ALL ON %s FROM %s', t,
+                       CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
+        gone := gone OPERATOR(pg_catalog.||) format('privileges of %s on %s',
+                       CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END, t);
+    END LOOP;
+    RETURN gone;
+END
+$$;
+
+-- A rollup table that changes hands with its rollup: the triggers whose
+-- function the new owner does not own, and every rule, are disabled (not
+-- dropped: they are the user's, on the user's table; the new owner may look
+-- at them and ENABLE them). Returns what was disabled.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_table_disarm(t regclass, new_owner regrole)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    gone text[] := '{}';
+    n name;
+BEGIN
+    FOR n IN SELECT x.tgname FROM pg_catalog.pg_trigger x JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) x.tgfoid
+             WHERE x.tgrelid OPERATOR(pg_catalog.=) t AND NOT x.tgisinternal AND x.tgenabled OPERATOR(pg_catalog.<>) 'D'
+               AND p.proowner OPERATOR(pg_catalog.<>) new_owner
+               AND p.pronamespace OPERATOR(pg_catalog.<>) 'pg_catalog'::regnamespace ORDER BY 1 LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', t, n);
+        gone := gone OPERATOR(pg_catalog.||) format('trigger %I on %s', n, t);
+    END LOOP;
+    FOR n IN SELECT x.rulename FROM pg_catalog.pg_rewrite x
+             WHERE x.ev_class OPERATOR(pg_catalog.=) t AND x.ev_enabled OPERATOR(pg_catalog.<>) 'D' ORDER BY 1 LOOP
+        EXECUTE format('ALTER TABLE %s DISABLE RULE %I', t, n);
+        gone := gone OPERATOR(pg_catalog.||) format('rule %I on %s', n, t);
+    END LOOP;
+    RETURN gone;
+END
+$$;
+
 -- A source given to another role (ALTER TABLE ... OWNER TO, REASSIGN
 -- OWNED): what counter_ext does for it is the new owner's from now on. Its
 -- tracked counters' and rollups' owner becomes the new owner, with their
@@ -80,6 +175,17 @@ $$;
 -- calls it before it hands out jobs (the scheduler's survey, run_jobs,
 -- run_job), and a user may call it. SECURITY DEFINER, and for any role: it only makes
 -- counter_ext's rows and tables agree with pg_class.
+--
+-- The previous owner's code never comes along (doc/security.md, "Ownership
+-- changes"): triggers, rules, policies and grants on a counter's hidden state
+-- tables are dropped (counter_internal.state_table_clear); a rollup table's
+-- triggers calling functions the new owner does not own, and its rules, are
+-- disabled (counter_internal.rollup_table_disarm); a counter or rollup whose
+-- filter calls a function the new owner does not own is not moved at all
+-- (it stays its previous owner's, runs as that owner, and says so with a
+-- WARNING each time until its filter is changed or the function given to
+-- the new owner). Each object is settled in a subtransaction of its own: one
+-- that cannot be settled is reported (WARNING) and the others go on.
 CREATE OR REPLACE FUNCTION counter.follow_owners(kind text DEFAULT NULL, target text DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -91,6 +197,8 @@ DECLARE
     new_owner regrole;
     changed integer := 0;
     n integer;
+    foreign_code text;
+    gone text[];
 BEGIN
     IF kind IS NOT NULL AND kind OPERATOR(pg_catalog.<>) ALL ('{reconcile,flush,rollup_refresh,partition_maintenance}'::text[]) THEN
         RAISE EXCEPTION 'counter.follow_owners knows the kinds reconcile, flush, rollup_refresh and partition_maintenance, not "%"', kind
@@ -103,27 +211,64 @@ BEGIN
     FOR t IN SELECT c.* FROM counter.tracked c JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
              WHERE c.owner::oid OPERATOR(pg_catalog.<>) s.relowner
                AND (follow_owners.kind IS NULL OR (follow_owners.kind OPERATOR(pg_catalog.=) ANY ('{reconcile,flush}'::text[])
-                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target)) LOOP
+                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target))
+             ORDER BY c.counter_id LOOP
         new_owner := (SELECT s.relowner::regrole FROM pg_catalog.pg_class s WHERE s.oid OPERATOR(pg_catalog.=) t.source);
-        UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
-        RETURNING * INTO t;
-        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'base'), new_owner);
-        EXECUTE format('ALTER TABLE %s OWNER TO %I', counter_internal.tracked_table(t, 'delta'), new_owner);
-        PERFORM counter_internal.tracked_build(t);
-        PERFORM counter_internal.tracked_invalidate();
-        changed := changed + 1;
+        BEGIN
+            foreign_code := counter_internal.filter_foreign_code(t.filter_tree, new_owner);
+            IF foreign_code IS NOT NULL THEN
+                RAISE EXCEPTION 'its filter calls % that % does not own', foreign_code, new_owner
+                    USING ERRCODE = 'insufficient_privilege';
+            END IF;
+            UPDATE counter.tracked c SET owner = new_owner WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+            RETURNING * INTO t;
+            gone := counter_internal.state_table_clear(counter_internal.tracked_table(t, 'base'))
+                    OPERATOR(pg_catalog.||) counter_internal.state_table_clear(counter_internal.tracked_table(t, 'delta'));
+            EXECUTE format('ALTER TABLE %s OWNER TO %s', counter_internal.tracked_table(t, 'base'), new_owner);
+            EXECUTE format('ALTER TABLE %s OWNER TO %s', counter_internal.tracked_table(t, 'delta'), new_owner);
+            PERFORM counter_internal.tracked_build(t);
+            PERFORM counter_internal.tracked_invalidate();
+            IF pg_catalog.cardinality(gone) OPERATOR(pg_catalog.>) 0 THEN
+                RAISE WARNING 'tracked counter "%" changed hands to %: dropped what its previous owner had put on its state tables: %',
+                    t.name, new_owner, pg_catalog.array_to_string(gone, ', ');
+            END IF;
+            changed := changed + 1;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'tracked counter "%" does not follow its table % to %: % (SQLSTATE %)',
+                t.name, t.source, new_owner, SQLERRM, SQLSTATE
+                USING HINT = 'It stays its previous owner''s and runs as that role. Change its filter, or give the functions it calls to the new owner; the next counter.follow_owners() (every job pass) settles it.';
+        END;
     END LOOP;
     FOR r IN SELECT c.* FROM counter.rollups c JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
              WHERE c.owner::oid OPERATOR(pg_catalog.<>) s.relowner
                AND (follow_owners.kind IS NULL OR (follow_owners.kind OPERATOR(pg_catalog.=) 'rollup_refresh'
-                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target)) LOOP
+                                                   AND c.name OPERATOR(pg_catalog.=) follow_owners.target))
+             ORDER BY c.rollup_id LOOP
         new_owner := (SELECT s.relowner::regrole FROM pg_catalog.pg_class s WHERE s.oid OPERATOR(pg_catalog.=) r.source);
-        UPDATE counter.rollups c SET owner = new_owner WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id;
-        IF pg_catalog.to_regclass(r.rollup_table::text) IS NOT NULL THEN
-            EXECUTE format('ALTER TABLE %s OWNER TO %I', r.rollup_table, new_owner);
-        END IF;
-        PERFORM counter_internal.rollup_build(r.rollup_id);
-        changed := changed + 1;
+        BEGIN
+            foreign_code := counter_internal.filter_foreign_code(r.filter_tree, new_owner);
+            IF foreign_code IS NOT NULL THEN
+                RAISE EXCEPTION 'its filter calls % that % does not own', foreign_code, new_owner
+                    USING ERRCODE = 'insufficient_privilege';
+            END IF;
+            UPDATE counter.rollups c SET owner = new_owner WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id;
+            gone := '{}';
+            IF pg_catalog.to_regclass(r.rollup_table::text) IS NOT NULL THEN
+                EXECUTE format('ALTER TABLE %s OWNER TO %s', r.rollup_table, new_owner);
+                gone := counter_internal.rollup_table_disarm(r.rollup_table, new_owner);
+            END IF;
+            PERFORM counter_internal.rollup_build(r.rollup_id);
+            IF pg_catalog.cardinality(gone) OPERATOR(pg_catalog.>) 0 THEN
+                RAISE WARNING 'rollup "%" changed hands to %: disabled what its previous owner had put on its rollup table: %',
+                    r.name, new_owner, pg_catalog.array_to_string(gone, ', ')
+                    USING HINT = 'The new owner may look at them and ENABLE them again.';
+            END IF;
+            changed := changed + 1;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'rollup "%" does not follow its table % to %: % (SQLSTATE %)',
+                r.name, r.source, new_owner, SQLERRM, SQLSTATE
+                USING HINT = 'It stays its previous owner''s and runs as that role. Change its filter, or give the functions it calls to the new owner; the next counter.follow_owners() (every job pass) settles it.';
+        END;
     END LOOP;
     -- every job of a built-in kind runs as the owner of what it serves
     WITH want AS (

@@ -44,9 +44,11 @@ SELECT counter.value('clicks_buffered', 1::bigint) AS since_registered;  -- the 
 SELECT counter, preloaded, entries, pending FROM counter.buffered;
 SELECT counter.flush('clicks_buffered') AS entries_written;                -- what the flush job does every second
 SELECT counter, pending, flushes FROM counter.buffered;
--- Its first (full) reconciliation counts the rows from before it was registered
--- (here up to a watermark past every row, so that the numbers below match now).
+-- Its first (full) reconciliation counts the rows from before it was registered: a
+-- backfill, not drift, and no alert (here up to a watermark past every row, so
+-- that the numbers below match now).
 SELECT keys_checked, drift_negative FROM counter.reconcile('clicks_buffered', now() + interval '1 minute');
+SELECT backfill, drift_negative FROM counter.tracked_history WHERE counter = 'clicks_buffered';
 SELECT counter.value('clicks_buffered', 1::bigint) AS clicks,
        (SELECT count(*) FROM demo.tracked_clicks WHERE link_id = 1) AS truth;
 SELECT counter.untrack('clicks_buffered');

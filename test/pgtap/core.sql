@@ -50,7 +50,10 @@ SELECT is_empty($$
     WHERE p.pronamespace = 'counter'::regnamespace AND p.prosrc = 'counter_entry'
       AND NOT EXISTS (SELECT 1 FROM pg_proc i
                       WHERE i.pronamespace = 'counter_internal'::regnamespace AND i.proname = p.proname
-                        AND i.proargtypes = p.proargtypes AND i.prorettype = p.prorettype AND i.prosecdef)
+                        AND i.proargtypes = p.proargtypes AND i.prorettype = p.prorettype AND i.prosecdef
+                        AND i.proallargtypes IS NOT DISTINCT FROM p.proallargtypes
+                        AND i.proargmodes IS NOT DISTINCT FROM p.proargmodes
+                        AND i.proargnames IS NOT DISTINCT FROM p.proargnames AND i.proretset = p.proretset)
 $$, 'every entry point has its SECURITY DEFINER implementation in counter_internal');
 
 -- Functions written in SQL or PL/pgSQL that run dynamic SQL pin search_path.

@@ -8,7 +8,14 @@ if ! ce_is_root; then
     exit 0
 fi
 missing=counter-ext-no-such-package
-out=$(runuser -u nobody -- bash -c "source '$CE_TOP/test/lib.sh'; ce_require_packages make $missing" 2>&1)
+# nobody may not be able to enter the checkout (a clone in root's home is
+# 0700): it sources a copy of test/lib.sh from a directory of its own that it
+# can read, and starts in /.
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/test" && cp "$CE_TOP/test/lib.sh" "$tmp/test/lib.sh" || exit 1
+chmod 755 "$tmp" "$tmp/test" && chmod 644 "$tmp/test/lib.sh"
+out=$(cd / && runuser -u nobody -- env CE_TOP="$tmp" bash -c "source '$tmp/test/lib.sh'; ce_require_packages make $missing" 2>&1)
 st=$?
 echo "$out"
 [ $st -ne 0 ] || { echo "expected a non-zero exit"; exit 1; }
