@@ -531,7 +531,7 @@ AS $$
 $$;
 
 -- One batch of a run, inside the caller's transaction: takes the counter's
--- advisory lock (false when another reconciler holds it), runs the counter's
+-- lock (false when another reconciler holds it), runs the counter's
 -- batch function as the owner, records drifted keys; 'after' moves to the
 -- batch's last key.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
@@ -541,7 +541,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    locked := pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id);
+    locked := counter_internal.lock_take('tracked', t.counter_id, wait => false);
     IF NOT locked THEN
         RETURN;
     END IF;
@@ -570,6 +570,47 @@ BEGIN
 END
 $fn$;
 
+-- The one alert of a tracked counter: a WARNING, and a NOTIFY on channel
+-- counter_ext_drift with 'payload' (drift past the counter's threshold,
+-- tracked_finish_run; runs skipped again and again, tracked_skipped).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_alert(t counter.tracked, message text, detail text, payload jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE WARNING '%', message USING DETAIL = detail;
+    PERFORM pg_catalog.pg_notify('counter_ext_drift', payload::text);
+END
+$fn$;
+
+-- A run of counter t that could not be done (its lock is taken: another
+-- session reconciles it): recorded as skipped with the reason
+-- (counter_internal.run_skipped); when the counter's last 3 runs were all
+-- skipped, the alert (tracked_alert), as for drift.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_skipped(t counter.tracked, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    run bigint := counter_internal.run_skipped('reconcile', t.name, t.counter_id, reason);
+    skipped bigint;
+BEGIN
+    SELECT count(*) INTO skipped
+    FROM (SELECT x.info FROM counter.job_runs x
+          WHERE x.kind OPERATOR(pg_catalog.=) 'reconcile' AND x.object_id OPERATOR(pg_catalog.=) t.counter_id
+          ORDER BY x.run_id DESC LIMIT 3) x
+    WHERE x.info ? 'skipped';
+    IF skipped >= 3 THEN
+        PERFORM counter_internal.tracked_alert(t,
+            format('tracked counter "%s" was not reconciled: its last %s runs were skipped', t.name, skipped),
+            format('Run %s: %s; see counter.job_status.', run, reason),
+            pg_catalog.jsonb_build_object('counter', t.name, 'run_id', run, 'skipped_runs', skipped, 'reason', reason));
+    END IF;
+END
+$fn$;
+
 -- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
 -- counter_ext_drift) when total |drift| exceeds the counter's threshold.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text,
@@ -587,14 +628,14 @@ BEGIN
     SELECT * INTO r FROM counter.tracked_runs x
     WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     IF r.drift_positive - r.drift_negative > t.alert_threshold THEN
-        RAISE WARNING 'tracked counter "%" drifted by % (+%, %) over % keys', t.name,
-            r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected
-            USING DETAIL = format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark);
-        PERFORM pg_catalog.pg_notify('counter_ext_drift', pg_catalog.json_build_object(
+        PERFORM counter_internal.tracked_alert(t, format('tracked counter "%s" drifted by %s (+%s, %s) over %s keys',
+                t.name, r.drift_positive - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected),
+            format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark),
+            pg_catalog.jsonb_build_object(
             'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
             'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
             'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
-            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold)::text);
+            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold));
     END IF;
     RETURN r;
 END
@@ -720,8 +761,9 @@ BEGIN
     t := counter_internal.tracked_check_restored(t);
     w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
+    IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
     END IF;
@@ -777,8 +819,9 @@ BEGIN
             PERFORM counter.flush(t.name);
             t := counter_internal.tracked_get(target);
         END IF;
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
+        IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
             RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+            PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
             RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}';
         END IF;
         t := counter_internal.tracked_check_restored(t);

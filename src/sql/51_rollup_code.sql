@@ -124,24 +124,16 @@ BEGIN
     where_filter := CASE WHEN r.filter IS NULL THEN 'true'
                          ELSE format('counter_internal.filter_match(''rollup'', %s, e)', r.rollup_id) END;
 
-    -- Trigger mode, per statement: shared hour locks in hour order, then one
-    -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
-    -- that pass the filter (src/rollup.cpp).
-    -- (One statement: the hour locks are an InitPlan, taken before the
-    -- first row reaches the upsert. The lock class is resolved here, once,
-    -- from the registry, and stored in the text as a number: the trigger's
-    -- kept plan costs nothing more per statement.)
+    -- Trigger mode, per statement: one upsert per (key, hour) in (key, hour)
+    -- order. new_rows holds the rows that pass the filter; the trigger has
+    -- taken the shared locks of their hours, in hour order, before it runs
+    -- this (src/rollup.cpp).
     r.add_sql := format($f$
-        WITH l AS MATERIALIZED (
-            SELECT pg_catalog.count(*) AS n
-            FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
-                             %7$s, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
-                  FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
-        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set, counter_internal.lock_class('rollup_hour'));
+        r.rollup_table, keys, cols, hour_expr, vals, add_set);
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -345,13 +337,13 @@ BEGIN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
-    ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        PERFORM counter_internal.lock_take('rollup_day', rid, from_h);
+    ELSIF NOT counter_internal.lock_take('rollup_day', rid, from_h, wait => false) THEN
         RETURN NULL;
     END IF;
     IF r.mode = 'trigger' THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
-        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_hour'), counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        PERFORM counter_internal.lock_take('rollup_hour', rid, h)
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
               WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
     END IF;
