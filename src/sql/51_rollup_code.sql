@@ -443,12 +443,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r counter.rollups;
+    run bigint;
 BEGIN
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
+    IF error IS NULL AND outcome LIKE 'skipped %' THEN
+        -- chunks another session was refreshing were left (their dirty marks
+        -- stay): the run is recorded as skipped, with the reason
+        run := counter_internal.run_skipped('rollup_refresh', r.name, rid,
+            outcome || ': another session is refreshing them');
+        UPDATE counter.job_runs x
+        SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n),
+            rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' THEN n ELSE x.rows_affected END
+        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        RETURN;
+    END IF;
     PERFORM counter_internal.run_end(
         counter_internal.run_begin('rollup_refresh', r.name, rid, '{}', started),
         pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', error ->> 'message'),

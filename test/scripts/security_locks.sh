@@ -11,7 +11,8 @@
 #     superuser's CALL counter.run_job do their work and are recorded
 #     succeeded, and every count equals count(*).
 #  2. when the work really is busy (the superuser holds the real locks in an
-#     open transaction), each run is recorded 'skipped' with its reason in
+#     open transaction: a counter's, the table's, the flush's, the rollup's
+#     day), each run is recorded 'skipped' with its reason in
 #     counter.job_runs and counter.job_status (never 'succeeded'), and the
 #     third skipped run of a counter raises the drift alert (WARNING+NOTIFY).
 #  3. counter.job_runs is bounded per role: with history_runs_per_role = 50, a
@@ -76,7 +77,9 @@ pe_oid=$(q "SELECT 'v.pe'::regclass::oid")
 job_t=$(q "SELECT job_id FROM counter.jobs WHERE kind = 'reconcile' AND target = 'v_t'")
 job_p=$(q "SELECT job_id FROM counter.jobs WHERE kind = 'partition_maintenance'")
 job_b=$(q "SELECT job_id FROM counter.jobs WHERE kind = 'flush'")
-[ -n "$job_t" ] && [ -n "$job_p" ] && [ -n "$job_b" ] || fail "the victim's jobs are missing"
+job_r=$(q "SELECT job_id FROM counter.jobs WHERE kind = 'rollup_refresh'")
+r_id=$(q "SELECT rollup_id FROM counter.rollups WHERE name = 'v_r'")
+[ -n "$job_t" ] && [ -n "$job_p" ] && [ -n "$job_b" ] && [ -n "$job_r" ] || fail "the victim's jobs are missing"
 
 echo "== 1. mallory holds every advisory lock key 1.4 used"
 keys="SELECT 1380928584 AS c, counter.rollup_lock_key(id, counter.rollup_hour_number(now() + h)) AS k
@@ -108,11 +111,14 @@ expect "flush writes the buffered adds" t \
 expect "run_steps reconciles" ok \
     "$(as_role victim -c "SET statement_timeout = '10s'" -c "CALL counter.run_steps('reconcile', 'v_t', '{}', NULL)" \
         -c "SELECT outcome FROM counter.tracked_runs ORDER BY run_id DESC LIMIT 1" | tail -n 1)"
-for j in $job_t $job_p $job_b; do
+as_role victim -c "SET statement_timeout = '10s'" -c "DELETE FROM v.ev WHERE id = 1" >/dev/null   # a dirty hour
+for j in $job_t $job_p $job_b $job_r; do
     ce_psql -d sec -At -c "SET statement_timeout = '30s'" -c "CALL counter.run_job($j)" >/dev/null || fail "run_job($j) failed"
 done
-expect "job_status: every job of the victim succeeded" "succeeded succeeded succeeded" \
-    "$(q "SELECT string_agg(last_outcome, ' ' ORDER BY job_id) FROM counter.job_status WHERE job_id IN ($job_t, $job_p, $job_b)")"
+expect "job_status: every job of the victim succeeded" "succeeded succeeded succeeded succeeded" \
+    "$(q "SELECT string_agg(last_outcome, ' ' ORDER BY job_id) FROM counter.job_status
+          WHERE job_id IN ($job_t, $job_p, $job_b, $job_r)")"
+expect "the rollup job refreshed the dirty hour" 0 "$(q "SELECT count(*) FROM counter.rollup_dirty WHERE rollup_id = $r_id")"
 expect "no run recorded skipped while mallory held its locks" 0 \
     "$(q "SELECT count(*) FROM counter.job_runs WHERE outcome = 'skipped'")"
 expect "tracked counter = count(*) for every key" t \
@@ -129,26 +135,31 @@ wait_for "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE usename = 'mallo
 echo "== 2. the work really busy: runs are recorded skipped"
 ce_psql -d sec -c "BEGIN" \
     -c "SELECT counter_internal.lock_take('tracked', $t_id), counter_internal.lock_take('partition', $pe_oid),
-               counter_internal.lock_take('flush', $b_id)" -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+               counter_internal.lock_take('flush', $b_id), counter_internal.lock_take('rollup_day', $r_id, now())" \
+    -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
 holders+=($!)
-wait_for "SELECT count(*) = 3 FROM pg_locks WHERE locktype = 'object' AND granted
+wait_for "SELECT count(*) = 4 FROM pg_locks WHERE locktype = 'object' AND granted
           AND classid = 'counter_internal.lock_space'::regclass" 30 || fail "the superuser did not take the real locks"
-as_role victim -c "INSERT INTO v.bev (k) VALUES (1)" >/dev/null
+as_role victim -c "INSERT INTO v.bev (k) VALUES (1)" -c "DELETE FROM v.ev WHERE id = 2" >/dev/null
 expect "reconcile says skipped" skipped "$(as_role victim -c "SELECT outcome FROM counter.reconcile('v_t')" 2>/dev/null)"
 expect "its run is recorded skipped, with the reason" "skipped|another session is reconciling the counter" \
     "$(q "SELECT outcome || '|' || message FROM counter.job_runs WHERE kind = 'reconcile' AND object_id = $t_id
           ORDER BY run_id DESC LIMIT 1")"
 expect "partition_maintain says busy" busy "$(as_role victim -c "SELECT outcome FROM counter.partition_maintain('v.pe')")"
 expect "flush writes nothing" 0 "$(as_role victim -c "SELECT counter.flush('v_b')" 2>/dev/null)"
-for j in $job_t $job_p $job_b; do
+expect "rollup_refresh_dirty leaves the busy day" 0 \
+    "$(as_role victim -c "SELECT counter.rollup_refresh_dirty('v_r')")"
+expect "its run is recorded skipped, with the reason" "skipped|skipped 1 locked chunks: another session is refreshing them" \
+    "$(q "SELECT outcome || '|' || message FROM counter.job_runs WHERE kind = 'rollup_refresh' ORDER BY run_id DESC LIMIT 1")"
+for j in $job_t $job_p $job_b $job_r; do
     ce_psql -d sec -At -c "SET statement_timeout = '30s'" -c "CALL counter.run_job($j)" >/dev/null 2>&1 || fail "run_job($j) failed"
 done
 expect "job_status: every job of the victim skipped, with its reason" \
-    "skipped:another session is flushing the counter skipped:another session is maintaining the table skipped:another session is reconciling the counter" \
+    "skipped:another session is flushing the counter skipped:another session is maintaining the table skipped:another session is reconciling the counter skipped:skipped 1 locked chunks: another session is refreshing them" \
     "$(q "SELECT string_agg(last_outcome || ':' || last_message, ' ' ORDER BY kind) FROM counter.job_status
-          WHERE job_id IN ($job_t, $job_p, $job_b)")"
+          WHERE job_id IN ($job_t, $job_p, $job_b, $job_r)")"
 expect "the skipped job runs are not backed off" 0 \
-    "$(q "SELECT max(failures) FROM counter.jobs WHERE job_id IN ($job_t, $job_p, $job_b)")"
+    "$(q "SELECT max(failures) FROM counter.jobs WHERE job_id IN ($job_t, $job_p, $job_b, $job_r)")"
 out=$(as_role victim -c "LISTEN counter_ext_drift" -c "SELECT outcome FROM counter.reconcile('v_t')" 2>&1)
 case "$out" in
 *'tracked counter "v_t" was not reconciled: its last 3 runs were skipped'*) echo "ok: the third skip raises the alert" ;;
@@ -161,6 +172,10 @@ q "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'objec
 wait_for "SELECT NOT EXISTS (SELECT FROM pg_locks WHERE locktype = 'object' AND classid = 'counter_internal.lock_space'::regclass)" 30 ||
     fail "the real locks were not released"
 expect "after the holder is gone, reconcile works again" ok "$(as_role victim -c "SELECT outcome FROM counter.reconcile('v_t')")"
+expect "the dirty hour is refreshed then" 0 \
+    "$(as_role victim -c "SELECT counter.rollup_refresh_dirty('v_r') >= 0" -c "SELECT count(*) FROM counter.rollup_dirty" | tail -n 1)"
+expect "rollup = count(*) again" t \
+    "$(as_role victim -c "SELECT (SELECT sum(count) FROM v.v_r) = (SELECT count(*) FROM v.ev)")"
 expect "and the counts are still count(*)" t \
     "$(as_role victim -c "SELECT counter.flush('v_b') >= 0 AND bool_and(counter.value('v_b', k) = n)
                           FROM (SELECT k, count(*) n FROM v.bev GROUP BY k) s")"
