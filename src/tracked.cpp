@@ -1352,16 +1352,14 @@ namespace {
 
 // flush_counter without waiting; a counter another transaction is flushing is
 // recorded as a skipped run (counter_internal.run_skipped, in the one run
-// record, as the catalog's owner) and counts 0.
+// record, as the catalog's owner) and counts 0 (quietly, as in 1.4: a
+// reconciliation flushes first, and goes on).
 int64 flush_or_skip(const Counter &c) {
 	int64 n = flush_counter(c, false);
 	if (n >= 0)
 		return n;
 	const char *name = c.name;
 	int32 id = c.id;
-	ce::pg_guard([name] {
-		ereport(NOTICE, (errmsg("buffered counter \"%s\" is being flushed by another session; skipped", name)));
-	});
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
 	ce::as_owner(catalog, [name, id] {
 		if (SPI_connect() != SPI_OK_CONNECT)
