@@ -17,7 +17,7 @@
 #     third skipped run of a counter raises the drift alert (WARNING+NOTIFY).
 #  3. counter.job_runs is bounded per role: with history_runs_per_role = 50, a
 #     loop of 200 reconcile calls by the victim leaves at most 50 of its runs,
-#     and another owner's runs are all kept.
+#     and another owner's runs are all kept; so do 5 more runs of its job.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 holders=()
@@ -193,5 +193,13 @@ expect "the newest of them are kept" t \
 expect "the other owner's runs are all kept" "$other_runs" \
     "$(q "SELECT string_agg(run_id::text, ',' ORDER BY run_id) FROM counter.job_runs WHERE run_as = 'other'::regrole")"
 expect "other has its 10 runs" 10 "$(q "SELECT count(*) FROM counter.job_runs WHERE run_as = 'other'::regrole")"
+for _ in 1 2 3 4 5; do   # a job's runs (the worker's claim) are bounded the same way
+    ce_psql -d sec -At -c "CALL counter.run_job($job_t)" >/dev/null || fail "run_job($job_t) failed"
+done
+expect "after 5 more job runs, still at most 50 rows of the victim, the newest a job's" "t|t" \
+    "$(q "SELECT count(*) <= 50, bool_or(job_id = $job_t AND run_id = (SELECT max(run_id) FROM counter.job_runs))
+          FROM counter.job_runs WHERE run_as = 'victim'::regrole")"
+expect "the other owner's runs are still all kept" "$other_runs" \
+    "$(q "SELECT string_agg(run_id::text, ',' ORDER BY run_id) FROM counter.job_runs WHERE run_as = 'other'::regrole")"
 ce_scan_log "$CE_sec_LOG" || fail "a server process crashed"
 echo ok
