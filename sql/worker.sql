@@ -207,11 +207,25 @@ RESET ROLE;
 CALL counter_internal.owner_session_run();
 \echo :LAST_ERROR_SQLSTATE
 
--- The advisory-lock registry.
-SELECT class, key, to_hex(key), second_key FROM counter_internal.lock_classes() ORDER BY key;
-SELECT counter_internal.lock_class('job') = x'63656a62'::int AS job_class;
-SELECT counter_internal.lock_class('no_such_class');
+-- The lock registry: object locks in counter_ext's own lock space.
+SELECT class, number, id FROM counter_internal.lock_classes() ORDER BY number;
+BEGIN;
+SELECT counter_internal.lock_take('job', 5) AND counter_internal.lock_take('rollup_hour', 3, '2026-01-01 10:20+00')
+    AS taken;
+SELECT c.class, l.objid, l.mode FROM pg_locks l JOIN counter_internal.lock_classes() c ON c.number = l.objsubid
+WHERE l.locktype = 'object' AND l.classid = 'counter_internal.lock_space'::regclass AND l.pid = pg_backend_pid()
+ORDER BY 1;
+COMMIT;
+SELECT count(*) AS left_after_commit FROM pg_locks
+WHERE locktype = 'object' AND classid = 'counter_internal.lock_space'::regclass AND pid = pg_backend_pid();
+SELECT counter_internal.lock_take('no_such_class', 1);
 \echo :LAST_ERROR_SQLSTATE
+SELECT counter_internal.lock_take('rollup_day', 3);
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE worker_regress_owner;
+SELECT counter_internal.lock_take('job', 5);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
 
 -- The runner leaves no job marked running.
 SELECT count(*) AS left_running FROM counter.job_runs WHERE outcome = 'running';

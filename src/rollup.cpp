@@ -27,6 +27,7 @@
 // hours from the rows, as the rollup's owner, in either mode. No user code
 // and no SQL on the rows runs in the apply worker.
 #include "counter_ext/filter.hpp"
+#include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/wall.hpp"
@@ -70,6 +71,7 @@ struct Rollup {
 	bool trigger_mode;
 	Oid owner;
 	char *add_sql;
+	int time_att; // the time column's number in the source
 	char *filter; // canonical text, or nullptr
 	char *filter_tree;
 	Oid filter_relid;
@@ -220,14 +222,14 @@ Rollup read_and_mark(TriggerData *td, int32 rid) {
 	}
 	if (insert && r.trigger_mode && r.add_sql == nullptr)
 		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), errmsg("rollup %d has no stored SQL", rid)));
-	if (!insert || !r.trigger_mode) {
-		int att = SPI_fnumber(RelationGetDescr(td->tg_relation), time_column);
-		if (att <= 0 || TupleDescAttr(RelationGetDescr(td->tg_relation), att - 1)->atttypid != TIMESTAMPTZOID)
-			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-			                errmsg("the time column \"%s\" of rollup %d is not a timestamptz column of its source",
-			                       time_column, rid)));
+	int att = SPI_fnumber(RelationGetDescr(td->tg_relation), time_column);
+	if (att <= 0 || TupleDescAttr(RelationGetDescr(td->tg_relation), att - 1)->atttypid != TIMESTAMPTZOID)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+		                errmsg("the time column \"%s\" of rollup %d is not a timestamptz column of its source",
+		                       time_column, rid)));
+	r.time_att = att;
+	if (!insert || !r.trigger_mode)
 		mark_dirty(td, rid, att, !TRIGGER_FIRED_BY_DELETE(td->tg_event), !insert);
-	}
 	return r;
 }
 
@@ -339,6 +341,29 @@ Tuplestorestate *passing_rows(TriggerData *td, const Rollup &r) {
 	return out;
 }
 
+// Takes the shared lock of each UTC hour of 'rows' (ce::locks::rollup_hour,
+// in hour order) for this transaction: a recompute of an hour takes it alone,
+// so it never overwrites an increment it could not see. The lock space is
+// counter_ext's own: only a recompute of this rollup, by its owner, can hold
+// these locks, never another role. (No lock space: the SQL is still 1.4's,
+// whose add statement takes 1.4's advisory lock itself.) Owns nothing C++.
+void lock_hours(TriggerData *td, int32 rid, int att, Tuplestorestate *rows) {
+	if (ce::locks::space() == InvalidOid)
+		return;
+	Hours hours{nullptr, 0, 0};
+	collect_hours(rows, RelationGetDescr(td->tg_relation), att, &hours);
+	if (hours.n == 0)
+		return;
+	qsort(hours.v, hours.n, sizeof(int64), compare_int64);
+	// hour numbers since 1970-01-01 00:00 UTC (hours.v: since 2000-01-01)
+	const int64 since_1970 = (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * HOURS_PER_DAY;
+	for (int i = 0; i < hours.n; i++)
+		if (i == 0 || hours.v[i] != hours.v[i - 1])
+			ce::locks::take(ce::locks::rollup_hour, ce::locks::rollup_id(rid, hours.v[i] / USECS_PER_HOUR + since_1970),
+			                true, true);
+	pfree(hours.v);
+}
+
 // Registers 'rows' as new_rows for the add statement. Owns nothing C++.
 void register_new_rows(TriggerData *td, Tuplestorestate *rows) {
 	auto *enr = static_cast<EphemeralNamedRelation>(palloc(sizeof(EphemeralNamedRelationData)));
@@ -359,7 +384,11 @@ void add_rows(TriggerData *td, int32 rid, const Rollup &r) {
 	try {
 		Tuplestorestate *rows = ce::pg_guard([td, &r] { return passing_rows(td, r); });
 		if (rows != nullptr && tuplestore_tuple_count(rows) > 0) {
-			ce::pg_guard([td, rows] { register_new_rows(td, rows); });
+			int att = r.time_att;
+			ce::pg_guard([td, rid, att, rows] {
+				lock_hours(td, rid, att, rows);
+				register_new_rows(td, rows);
+			});
 			const char *sql = r.add_sql;
 			if (slot.plan == nullptr || slot.sql != sql) {
 				SPIPlanPtr old = slot.plan;

@@ -867,7 +867,6 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 // The second key of the flush lock is the counter id; the first spells
 // 'c' 'e' 0 15 (issue 15). Transaction level: a flush holds it until its
 // writes commit or abort, so two flushes of one counter never overlap.
-constexpr int32 flush_lock_class = ce::locks::flush; // the one registry: locks.hpp
 
 // Most entries one flush statement writes.
 constexpr size_t flush_batch = 10000;
@@ -1020,23 +1019,17 @@ void record_flush(const Counter &c, int64 entries) {
 // Flushes counter c (its adds published in this database) in the current
 // transaction: claims, writes as the owner, and records the flush; the
 // shared table lets go of the amounts when this transaction commits. With
-// 'wait' false, returns 0 at once when another transaction is flushing the
+// 'wait' false, returns -1 at once when another transaction is flushing the
 // counter. Returns the entries written.
 int64 flush_counter(const Counter &c, bool wait) {
 	if (!ce::buffer::available())
 		return 0;
 	ce::buffer::set_direct_writer(write_direct);
 	int32 id = c.id;
-	bool locked = ce::pg_guard([id, wait] {
-		if (wait) {
-			DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(flush_lock_class), Int32GetDatum(id));
-			return true;
-		}
-		return DatumGetBool(
-		    DirectFunctionCall2(pg_try_advisory_xact_lock_int4, Int32GetDatum(flush_lock_class), Int32GetDatum(id)));
-	});
+	bool locked =
+	    ce::pg_guard([id, wait] { return ce::locks::take(ce::locks::flush, static_cast<uint32>(id), false, wait); });
 	if (!locked)
-		return 0;
+		return -1;
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
 	ce::as_owner(catalog, [] {
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -1393,11 +1386,40 @@ bool may_act_for(Oid owner) {
 
 } // namespace
 
+namespace {
+
+// flush_counter without waiting; a counter another transaction is flushing is
+// recorded as a skipped run (counter_internal.run_skipped, in the one run
+// record, as the catalog's owner) and counts 0 (quietly, as in 1.4: a
+// reconciliation flushes first, and goes on).
+int64 flush_or_skip(const Counter &c) {
+	int64 n = flush_counter(c, false);
+	if (n >= 0)
+		return n;
+	const char *name = c.name;
+	int32 id = c.id;
+	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
+	ce::as_owner(catalog, [name, id] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		Oid types[2] = {TEXTOID, INT8OID};
+		Datum args[2] = {CStringGetTextDatum(name), Int64GetDatum(id)};
+		if (SPI_execute_with_args("SELECT counter_internal.run_skipped('flush', $1, $2,"
+		                          " 'another session is flushing the counter')",
+		                          2, types, args, nullptr, false, 1) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("recording a skipped flush failed")));
+		SPI_finish();
+	});
+	return 0;
+}
+
+} // namespace
+
 // counter.flush(name text DEFAULT NULL) -> bigint: writes what is published
 // for the named buffered counter (or every buffered counter of this
 // database whose owner's privileges the caller has) to its delta table, in
 // the caller's transaction; the entries written. 0 when another transaction
-// is flushing the counter at this moment.
+// is flushing the counter at this moment (recorded as a skipped run).
 CE_FUNCTION(counter_flush) {
 	if (!ce::buffer::available()) {
 		notice_unpreloaded(PG_ARGISNULL(0) ? "(any)" : text_to_cstring(PG_GETARG_TEXT_PP(0)));
@@ -1410,14 +1432,14 @@ CE_FUNCTION(counter_flush) {
 		Counter c = find_counter(fcinfo);
 		require_owner_rights(c, "flush");
 		if (c.buffered)
-			total = flush_counter(c, false);
+			total = flush_or_skip(c);
 		PG_RETURN_INT64(total);
 	}
 	for (const Listed &l : list_buffered()) {
 		if (!may_act_for(l.owner))
 			continue;
 		Counter c = load_counter(Int32GetDatum(l.id), true, CurrentMemoryContext);
-		total += flush_counter(c, false);
+		total += flush_or_skip(c);
 	}
 	PG_RETURN_INT64(total);
 }

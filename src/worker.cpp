@@ -32,6 +32,7 @@ bool worker_enabled = true;
 int worker_naptime_s = 10;
 int worker_max_workers = 8;
 int history_retention_s = 7 * 24 * 3600;
+int history_runs_per_role = 10000;
 
 namespace worker_shm {
 Shared *shared = nullptr;
@@ -380,6 +381,11 @@ void define_worker_gucs() {
 	DefineCustomIntVariable("counter_ext.history_retention", "How long finished job runs stay in counter.job_runs.",
 	                        nullptr, &ce::history_retention_s, 7 * 24 * 3600, 60, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
 	                        nullptr, nullptr, nullptr);
+	DefineCustomIntVariable("counter_ext.history_runs_per_role",
+	                        "Most runs of one role (the role that ran them) kept in counter.job_runs.",
+	                        "Each new run of a role deletes that role's oldest finished runs beyond this many; other "
+	                        "roles' runs are never touched.",
+	                        &ce::history_runs_per_role, 10000, 10, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 }
 
 // Sizes shared memory, so it exists only when the library is preloaded

@@ -6,12 +6,13 @@
 // job code ever runs in the calling session.
 //
 // A job runs in three steps:
-//  1. claim, in one short transaction: pg_try_advisory_xact_lock(job_lock_class,
-//     job id) so that two runners never decide at once; re-read the job; if it
+//  1. claim, in one short transaction: the job's lock (ce::locks::job, in
+//     counter_ext's own lock space: no role can hold it), without waiting,
+//     so that two runners never decide at once; re-read the job; if it
 //     has a run in progress whose process is alive, leave it; if that process
 //     is gone, mark the run failed; then insert a 'running' row in
 //     counter.job_runs (with this backend's pid and start time) and point
-//     counter.jobs.running_run at it. The commit releases the advisory lock;
+//     counter.jobs.running_run at it. The commit releases the lock;
 //     the committed claim keeps other runners off while the job runs, across
 //     the job's own COMMITs, which no transaction-level lock could survive.
 //  2. CALL <the kind's procedure>(target, NULL) in a non-atomic context, under
@@ -249,12 +250,12 @@ void settle_owners(Oid only_owner) {
 
 ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid) {
 	Oid types[5] = {INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-	Datum values[5] = {Int32GetDatum(ce::job_lock_class), Int64GetDatum(job_id), 0, 0, 0};
-	spi_run("SELECT pg_try_advisory_xact_lock($1, ($2 % 2147483648)::int4)", 2, types, values, nullptr, false,
-	        SPI_OK_SELECT, "locking a job");
-	bool isnull;
-	if (!DatumGetBool(column(0, 1, &isnull)))
+	Datum values[5] = {0, Int64GetDatum(job_id), 0, 0, 0};
+	// (no lock space: the SQL is still 1.4's; no job runs until the update)
+	if (ce::locks::space() == InvalidOid ||
+	    !ce::locks::take(ce::locks::job, static_cast<uint32>(static_cast<uint64>(job_id) & 0xffffffffu), false, false))
 		return busy;
+	bool isnull;
 
 	Oid id_type[1] = {INT8OID};
 	Datum id_value[1] = {Int64GetDatum(job_id)};
@@ -347,6 +348,9 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	    " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
 	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));
+	// the bound of the run record per role (one place: counter_internal.run_trim)
+	spi_run("SELECT counter_internal.run_trim(session_user::regrole)", 0, nullptr, nullptr, nullptr, false,
+	        SPI_OK_SELECT, "trimming the owner's run history");
 	Oid types2[2] = {INT8OID, INT8OID};
 	Datum values2[2] = {Int64GetDatum(job_id), Int64GetDatum(out->run_id)};
 	spi_run("UPDATE counter.jobs SET running_run = $2 WHERE job_id = $1", 2, types2, values2, nullptr, false,
@@ -359,7 +363,9 @@ void record(const Claim *c, const Outcome *o) {
 		Oid types[3] = {INT8OID, INT8OID, INT8OID};
 		Datum values[3] = {Int64GetDatum(c->run_id), Int64GetDatum(o->rows), Int64GetDatum(c->job_id)};
 		const char nulls[4] = {' ', o->rows_null ? 'n' : ' ', ' ', '\0'};
-		spi_run("UPDATE counter.job_runs SET outcome = 'succeeded', finished_at = clock_timestamp(),"
+		// a run whose work could not be done says so (counter_internal.run_skipped)
+		spi_run("UPDATE counter.job_runs SET outcome = CASE WHEN info ? 'skipped' THEN 'skipped' ELSE 'succeeded' END,"
+		        " message = coalesce(message, info ->> 'skipped'), finished_at = clock_timestamp(),"
 		        " rows_affected = $2 WHERE run_id = $1",
 		        2, types, values, nulls, false, SPI_OK_UPDATE, "recording a run");
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};

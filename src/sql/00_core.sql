@@ -20,6 +20,14 @@ CREATE SCHEMA counter_internal;
 COMMENT ON SCHEMA counter_internal IS 'counter_ext: internal helpers and per-object state; not an API';
 GRANT USAGE ON SCHEMA counter_internal TO PUBLIC;
 
+-- The lock space of counter_ext (src/include/counter_ext/locks.hpp): every
+-- lock counter_ext takes to coordinate its own work is an object lock whose
+-- class id is this table's OID, a tag no SQL function and no DDL of a role
+-- can take. The table holds nothing.
+CREATE TABLE counter_internal.lock_space ();
+COMMENT ON TABLE counter_internal.lock_space IS 'counter_ext: names the lock space of its own locks (holds nothing)';
+REVOKE ALL ON TABLE counter_internal.lock_space FROM PUBLIC;
+
 -- The catalog row of a user column of a table, or undefined_column (42703):
 -- the one check every feature makes of the columns it is given.
 CREATE FUNCTION counter.column_of(rel regclass, col name)

@@ -68,7 +68,9 @@ SELECT pg_catalog.pg_extension_config_dump('counter.jobs', '');
 -- schema-qualified name its job has). The features'
 -- views (counter.tracked_history, rollup_state, partition_status, ...) are
 -- views over it (counter_internal.run_begin/run_end write it). Rows that
--- ended are deleted after counter_ext.history_retention; a row still
+-- ended are deleted after counter_ext.history_retention, and beyond the
+-- newest counter_ext.history_runs_per_role of each role (run_as:
+-- counter_internal.run_trim); a row still
 -- 'running' whose process is gone (crash, termination) is marked failed by
 -- the next runner.
 CREATE TABLE counter.job_runs (
@@ -82,8 +84,10 @@ CREATE TABLE counter.job_runs (
     started_at     timestamptz NOT NULL,
     finished_at    timestamptz,
     -- 'held': not run, because the job's object is not complete in this
-    -- database yet (a restore still loading it; the reason in message)
-    outcome        text NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed', 'held')),
+    -- database yet (a restore still loading it; the reason in message);
+    -- 'skipped': not done, because another session was doing the same work
+    -- (its lock was taken; the reason in message)
+    outcome        text NOT NULL CHECK (outcome IN ('running', 'succeeded', 'failed', 'held', 'skipped')),
     rows_affected  bigint,
     sqlstate       text,
     message        text,
@@ -106,6 +110,8 @@ CREATE INDEX job_runs_object_idx ON counter.job_runs (kind, object_id, run_id);
 CREATE INDEX job_runs_target_idx ON counter.job_runs (kind, target, run_id);
 CREATE INDEX job_runs_finished_idx ON counter.job_runs (finished_at);
 CREATE INDEX job_runs_running_idx ON counter.job_runs (run_id) WHERE outcome = 'running';
+-- the bound per role (counter_internal.run_trim)
+CREATE INDEX job_runs_run_as_idx ON counter.job_runs (run_as, run_id);
 
 -- The jobs that may act on this database: a job is armed here once the
 -- object it serves was seen complete in this database (counter.job_register

@@ -20,6 +20,36 @@ LEFT JOIN LATERAL (
 
 -- The one run record (counter.job_runs), written by every feature's
 -- periodic work the same way, whether a job or a direct call started it.
+-- run_trim: the bound of the run record per role. Each new run of role
+-- 'who' (run_as: a job's owner, a direct call's session user) first deletes
+-- up to 100 of who's oldest finished runs beyond the newest
+-- counter_ext.history_runs_per_role (default 10,000) of them, so one role's
+-- runs, however many, never take more than that, and never push out another
+-- role's (the age bound, counter_ext.history_retention, applies besides).
+-- Called by run_begin (a direct call) and by the worker's claim (a job's run).
+CREATE OR REPLACE FUNCTION counter_internal.run_trim(who regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cap bigint := coalesce(NULLIF(pg_catalog.current_setting('counter_ext.history_runs_per_role', true), ''),
+                           '10000')::bigint;
+    oldest_kept bigint;
+BEGIN
+    SELECT z.run_id INTO oldest_kept FROM counter.job_runs z
+    WHERE z.run_as OPERATOR(pg_catalog.=) who
+    ORDER BY z.run_id DESC OFFSET cap OPERATOR(pg_catalog.-) 1 LIMIT 1;
+    IF oldest_kept IS NOT NULL THEN
+        DELETE FROM counter.job_runs x WHERE x.run_id IN (
+            SELECT y.run_id FROM counter.job_runs y
+            WHERE y.run_as OPERATOR(pg_catalog.=) who AND y.run_id OPERATOR(pg_catalog.<) oldest_kept
+              AND y.outcome OPERATOR(pg_catalog.<>) 'running'
+            ORDER BY y.run_id LIMIT 100);
+    END IF;
+END
+$$;
+
 -- run_begin: the run of (kind, target) this backend is running as a job (the
 -- worker recorded its start), given the object and the feature's part; or,
 -- for a direct call, a new row (runner 'call'). Without a worker nothing else
@@ -57,6 +87,7 @@ BEGIN
             (SELECT a.backend_start FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a),
             coalesce(started, pg_catalog.clock_timestamp()), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole, object_id, info)
     RETURNING x.run_id INTO run;
+    PERFORM counter_internal.run_trim(session_user::regrole);
     RETURN run;
 END
 $$;
@@ -112,6 +143,29 @@ BEGIN
         context = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' AND error IS NOT NULL
                        THEN error ->> 'context' ELSE x.context END
     WHERE x.run_id OPERATOR(pg_catalog.=) run;
+END
+$$;
+
+-- run_skipped: the work of (kind, target) could not be done because another
+-- session is doing it (its lock in counter_ext's lock space is taken):
+-- recorded as what it was, outcome 'skipped' with the reason (message), never
+-- as succeeded. In a job's run the reason goes to the run's info and the
+-- worker records the outcome (src/worker_jobs.cpp, record); a direct call's
+-- row is finished here. Returns the run.
+CREATE OR REPLACE FUNCTION counter_internal.run_skipped(kind text, target text, object_id bigint, reason text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run bigint := counter_internal.run_begin(kind, target, object_id,
+                      pg_catalog.jsonb_build_object('outcome', 'skipped', 'skipped', reason));
+BEGIN
+    UPDATE counter.job_runs x
+    SET outcome = 'skipped', finished_at = pg_catalog.clock_timestamp(), message = reason, rows_affected = 0,
+        info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('finished_at', pg_catalog.clock_timestamp())
+    WHERE x.run_id OPERATOR(pg_catalog.=) run AND x.runner OPERATOR(pg_catalog.=) 'call';
+    RETURN run;
 END
 $$;
 

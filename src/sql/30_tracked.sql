@@ -24,9 +24,10 @@
 -- counter.add / counter.value / counter.values_of, which run as the caller
 -- and switch to the owner after checking the caller's privilege.
 --
--- Advisory locks (transaction level): pg_try_advisory_xact_lock(
--- counter_internal.lock_class('tracked'), counter_id); the classes are one
--- registry, documented in doc/reference/worker.md "Advisory-lock classes".
+-- Locks (transaction level): counter_internal.lock_take('tracked',
+-- counter_id, wait => false), in counter_ext's own lock space that no role
+-- can take; the classes are one registry (src/include/counter_ext/locks.hpp),
+-- documented in doc/reference/worker.md "Lock classes".
 
 CREATE TABLE counter.tracked (
     counter_id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -613,7 +613,7 @@ AS $$
 $$;
 
 -- One batch of a run, inside the caller's transaction: takes the counter's
--- advisory lock (false when another reconciler holds it), runs the counter's
+-- lock (false when another reconciler holds it), runs the counter's
 -- batch function as the owner, records drifted keys; 'after' moves to the
 -- batch's last key.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_run_batch(t counter.tracked, run bigint, w timestamptz,
@@ -623,7 +623,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    locked := pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id);
+    locked := counter_internal.lock_take('tracked', t.counter_id, wait => false);
     IF NOT locked THEN
         RETURN;
     END IF;
@@ -650,6 +650,33 @@ BEGIN
         checked := 0;   -- no key left
     ELSIF checked = 0 THEN
         checked := -1;  -- every key of this batch was busy: go on after it
+    END IF;
+END
+$fn$;
+
+-- A run of counter t that could not be done (its lock is taken: another
+-- session reconciles it): recorded as skipped with the reason
+-- (counter_internal.run_skipped); when the counter's last 3 runs were all
+-- skipped, the alert (counter_internal.alert), as for drift.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_skipped(t counter.tracked, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    run bigint := counter_internal.run_skipped('reconcile', t.name, t.counter_id, reason);
+    skipped bigint;
+BEGIN
+    SELECT count(*) INTO skipped
+    FROM (SELECT x.info FROM counter.job_runs x
+          WHERE x.kind OPERATOR(pg_catalog.=) 'reconcile' AND x.object_id OPERATOR(pg_catalog.=) t.counter_id
+          ORDER BY x.run_id DESC LIMIT 3) x
+    WHERE x.info ? 'skipped';
+    IF skipped >= 3 THEN
+        PERFORM counter_internal.alert(
+            format('tracked counter "%s" was not reconciled: its last %s runs were skipped', t.name, skipped),
+            format('Run %s: %s; see counter.job_status.', run, reason),
+            pg_catalog.json_build_object('counter', t.name, 'run_id', run, 'skipped_runs', skipped, 'reason', reason));
     END IF;
 END
 $fn$;
@@ -838,8 +865,9 @@ BEGIN
     t := counter_internal.tracked_check_restored(t);
     w := counter_internal.tracked_watermark(t, watermark);
     every_key := all_keys OR t.full_pending;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
+    IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
         RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
     END IF;
@@ -902,8 +930,9 @@ BEGIN
             PERFORM counter.flush(t.name);
             t := counter_internal.tracked_get(target);
         END IF;
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('tracked'), t.counter_id) THEN
+        IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
             RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+            PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
             RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}';
         END IF;
         t := counter_internal.tracked_check_restored(t);

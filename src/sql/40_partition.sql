@@ -27,10 +27,10 @@
 -- session's settings never change a bound or a name.
 --
 -- Locks: each bounded step runs in its own transaction and first takes the
--- transaction-level advisory lock (class counter_internal.lock_class(
--- 'partition'), the one registry of doc/reference/worker.md "Advisory-lock
--- classes"; second int the parent's oid as int4); a second caller that finds
--- it taken skips the table.
+-- transaction-level lock of class 'partition' on the parent's oid
+-- (counter_internal.lock_take, counter_ext's own lock space that no role can
+-- take; the one registry of doc/reference/worker.md "Lock classes"); a
+-- second caller that finds it taken skips the table (recorded 'skipped').
 -- DDL waits at most the table's lock_timeout, retried lock_retries times.
 
 CREATE TABLE counter.partitioned_tables (

@@ -351,7 +351,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
+    IF NOT counter_internal.lock_take('partition', parent::oid::bigint, wait => false) THEN
         status := 'busy';
         RETURN;
     END IF;
@@ -679,6 +679,8 @@ BEGIN
         state := state || pg_catalog.jsonb_build_object('rows',
             (state ->> 'created')::bigint + (state ->> 'dropped')::bigint + (state ->> 'moved')::bigint);
         IF s.status = 'busy' THEN
+            PERFORM counter_internal.run_skipped('partition_maintenance', target, NULL,
+                'another session is maintaining the table');
             RETURN state || '{"finished": true, "outcome": "busy"}';
         END IF;
         outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
@@ -733,6 +735,10 @@ BEGIN
         skipped := counter_internal.partition_skipped_union(skipped, s.skipped);
         IF s.status = 'busy' THEN
             outcome := 'busy';
+            PERFORM counter_internal.run_skipped('partition_maintenance',
+                coalesce((SELECT c.job_target FROM counter.partitioned_tables c
+                          WHERE c.parent OPERATOR(pg_catalog.=) partition_maintain.parent), parent::text),
+                NULL, 'another session is maintaining the table');
             RETURN;
         ELSIF s.status IN ('skipped', 'error') THEN
             outcome := s.status; error := s.error;
@@ -995,7 +1001,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM counter_internal.partition_require_owner(parent);
-    IF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('partition'), parent::oid::int4) THEN
+    IF NOT counter_internal.lock_take('partition', parent::oid::bigint, wait => false) THEN
         RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
             HINT = 'Try again in a moment.';
     END IF;

@@ -9,13 +9,13 @@
 --   counter.rollup_status  view: outcome of each rollup's last refresh (from counter.job_runs)
 --   counter.rollup_state   view: newest hours, pending dirty hours, last refresh
 --
--- Advisory locks (transaction level, two-int key space; the classes come from
--- the one registry, counter_internal.lock_class(name), documented in
--- doc/reference/worker.md "Advisory-lock classes"):
---   (lock_class('rollup_day'), counter.rollup_lock_key(rollup_id, UTC day number))
+-- Locks (transaction level, counter_ext's own lock space that no role can
+-- take: the one registry, src/include/counter_ext/locks.hpp, documented in
+-- doc/reference/worker.md "Lock classes"):
+--   class rollup_day (counter_internal.lock_take('rollup_day', rollup_id, at))
 --       one refresh chunk (a UTC day) of one rollup; a routine refresh
 --       (dirty hours, the job) tries and skips, a full recompute waits.
---   (lock_class('rollup_hour'), counter.rollup_lock_key(rollup_id, UTC hour number))
+--   class rollup_hour (lock_take('rollup_hour', rollup_id, at); the trigger in C++)
 --       one hour of a trigger-mode rollup: writers take it shared (in hour
 --       order) before adding to the rollup, a recompute takes it exclusive (in
 --       hour order) before reading the events, so it never overwrites an
@@ -94,8 +94,9 @@ CREATE POLICY rollup_dirty_read ON counter.rollup_dirty FOR SELECT
 GRANT SELECT ON counter.rollup_dirty TO PUBLIC;
 
 
--- The second int of an advisory lock key: rollup id and a day or hour number
--- folded into 32 bits (collisions only make two chunks wait for each other).
+-- Rollup id and a day or hour number folded into 32 bits (the second int of
+-- 1.4's advisory lock keys; 1.5 takes no advisory lock, and its own lock ids
+-- are computed in C++, src/include/counter_ext/locks.hpp).
 CREATE FUNCTION counter.rollup_lock_key(rollup_id integer, n bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

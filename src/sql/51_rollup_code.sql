@@ -125,24 +125,16 @@ BEGIN
     where_filter := CASE WHEN r.filter IS NULL THEN 'true'
                          ELSE format('counter_internal.filter_match(''rollup'', %s, e)', r.rollup_id) END;
 
-    -- Trigger mode, per statement: shared hour locks in hour order, then one
-    -- upsert per (key, hour) in (key, hour) order. new_rows holds the rows
-    -- that pass the filter (src/rollup.cpp).
-    -- (One statement: the hour locks are an InitPlan, taken before the
-    -- first row reaches the upsert. The lock class is resolved here, once,
-    -- from the registry, and stored in the text as a number: the trigger's
-    -- kept plan costs nothing more per statement.)
+    -- Trigger mode, per statement: one upsert per (key, hour) in (key, hour)
+    -- order. new_rows holds the rows that pass the filter; the trigger has
+    -- taken the shared locks of their hours, in hour order, before it runs
+    -- this (src/rollup.cpp).
     r.add_sql := format($f$
-        WITH l AS MATERIALIZED (
-            SELECT pg_catalog.count(*) AS n
-            FROM (SELECT pg_catalog.pg_advisory_xact_lock_shared(
-                             %7$s, counter.rollup_lock_key($1, counter.rollup_hour_number(h)))
-                  FROM (SELECT DISTINCT %4$s AS h FROM new_rows ORDER BY 1) s) x)
         INSERT INTO %1$s AS r (%2$shour, %3$s)
-        SELECT %2$s%4$s AS hour, %5$s FROM new_rows WHERE (SELECT l.n FROM l) >= 0
+        SELECT %2$s%4$s AS hour, %5$s FROM new_rows
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set, counter_internal.lock_class('rollup_hour'));
+        r.rollup_table, keys, cols, hour_expr, vals, add_set);
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -346,13 +338,13 @@ BEGIN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h)));
-    ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(counter_internal.lock_class('rollup_day'), counter.rollup_lock_key(rid, counter.rollup_day_number(from_h))) THEN
+        PERFORM counter_internal.lock_take('rollup_day', rid, from_h);
+    ELSIF NOT counter_internal.lock_take('rollup_day', rid, from_h, wait => false) THEN
         RETURN NULL;
     END IF;
     IF r.mode = 'trigger' THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
-        PERFORM pg_catalog.pg_advisory_xact_lock(counter_internal.lock_class('rollup_hour'), counter.rollup_lock_key(rid, counter.rollup_hour_number(h)))
+        PERFORM counter_internal.lock_take('rollup_hour', rid, h)
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
               WHERE hours IS NULL OR h = ANY (hours) ORDER BY h) s;
     END IF;
@@ -474,12 +466,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     r counter.rollups;
+    run bigint;
 BEGIN
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
+    IF error IS NULL AND outcome LIKE 'skipped %' THEN
+        -- chunks another session was refreshing were left (their dirty marks
+        -- stay): the run is recorded as skipped, with the reason
+        run := counter_internal.run_skipped('rollup_refresh', r.name, rid,
+            outcome || ': another session is refreshing them');
+        UPDATE counter.job_runs x
+        SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n),
+            rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' THEN n ELSE x.rows_affected END
+        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        RETURN;
+    END IF;
     PERFORM counter_internal.run_end(
         counter_internal.run_begin('rollup_refresh', r.name, rid, '{}', started),
         pg_catalog.jsonb_build_object('outcome', outcome, 'rows', n, 'error', error ->> 'message'),

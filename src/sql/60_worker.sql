@@ -85,16 +85,18 @@ REVOKE ALL ON PROCEDURE counter.run_jobs(integer) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE counter.run_job(bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.job_alter(bigint, interval, boolean, interval, interval, timestamptz) FROM PUBLIC;
 
--- One registry of advisory-lock classes (the first int of the two-int
--- advisory lock keys every feature takes): counter_internal.lock_class(name)
--- gives a class's key, counter_internal.lock_classes lists them
--- (src/include/counter_ext/locks.hpp is the table; doc/reference/worker.md
--- documents it).
-CREATE OR REPLACE FUNCTION counter_internal.lock_class(class text)
-RETURNS integer
-LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'counter_lock_class';
-CREATE OR REPLACE FUNCTION counter_internal.lock_classes(OUT class text, OUT key integer, OUT second_key text)
+-- One registry of the locks counter_ext takes to coordinate its own work
+-- (src/include/counter_ext/locks.hpp; doc/reference/worker.md documents it):
+-- object locks in counter_ext's own lock space, which no role can take.
+-- counter_internal.lock_take(class, id, at, wait) takes one for the
+-- transaction (SQL's only way to them; EXECUTE revoked from PUBLIC),
+-- counter_internal.lock_classes lists the classes.
+CREATE OR REPLACE FUNCTION counter_internal.lock_take(class text, id bigint, at timestamptz DEFAULT NULL,
+    wait boolean DEFAULT true)
+RETURNS boolean
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_lock_take';
+CREATE OR REPLACE FUNCTION counter_internal.lock_classes(OUT class text, OUT number smallint, OUT id text)
 RETURNS SETOF record
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_lock_classes';

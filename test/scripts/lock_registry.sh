@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One registry of advisory-lock classes (src/include/counter_ext/locks.hpp,
-# counter_internal.lock_class(name) / lock_classes()): no advisory lock in the
-# generated install and update scripts or in the C++ sources outside
-# locks.hpp names its class with a literal; every class used (lock_class('x')
-# in SQL, ce::locks::x in C++) is one lock_classes() lists; and the table in
-# doc/reference/worker.md is that list, key for key. Uses the suite's main
-# cluster (PGHOST/PGPORT from test/run.sh) for lock_classes().
+# One registry of the locks counter_ext takes (src/include/counter_ext/locks.hpp,
+# counter_internal.lock_take / lock_classes()), all in counter_ext's own lock
+# space (object locks whose class id is counter_internal.lock_space): no
+# advisory lock is taken anywhere in the generated install and update scripts
+# or in the C++ sources (1.4's advisory class ids appear only in locks.hpp's
+# legacy table); every class used (lock_take('x' in SQL, ce::locks::x in C++)
+# is one lock_classes() lists; the numbers are distinct; and the table in
+# doc/reference/worker.md is that list, number for number. Uses the suite's
+# main cluster (PGHOST/PGPORT from test/run.sh) for lock_classes().
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 cd "$CE_TOP"
@@ -19,8 +21,12 @@ for f in src/sql/upgrade/*--"$current"; do
 done
 for f in "${scripts[@]}"; do [ -f "$f" ] || ce_die "$f is not built (run make)"; done
 classes=$(ce_psql -d $db -At -F ' ' -c "CREATE EXTENSION counter_ext" \
-    -c "SELECT class, key FROM counter_internal.lock_classes() ORDER BY key")
+    -c "SELECT class, number FROM counter_internal.lock_classes() ORDER BY number")
 [ -n "$classes" ] || ce_die "counter_internal.lock_classes() is empty"
+# lock_take and the lock space are the extension's own: PUBLIC may not call or read them
+ce_psql -d $db -At -c "SELECT has_function_privilege('public', 'counter_internal.lock_take(text, bigint, timestamptz, boolean)', 'EXECUTE')
+    OR has_table_privilege('public', 'counter_internal.lock_space', 'SELECT')" | grep -qx f \
+    || ce_die "PUBLIC may call counter_internal.lock_take or read counter_internal.lock_space"
 
 CLASSES=$classes python3 - "${scripts[@]}" <<'PY'
 import glob, os, re, sys
@@ -28,16 +34,17 @@ import glob, os, re, sys
 errors = []
 registry = {}
 for line in os.environ["CLASSES"].splitlines():
-    name, key = line.split()
-    registry[name] = int(key)
+    name, number = line.split()
+    registry[name] = int(number)
 if len(set(registry.values())) != len(registry):
-    errors.append(f"two classes share a key: {registry}")
+    errors.append(f"two classes share a number: {registry}")
 
+legacy = [1667563524, 1667576885, 1380928579, 1380928584, 1667590754, 1667563535]
 def spellings(key):
     h = f"{key & 0xffffffff:08x}"
     return [str(key), "0x" + h, "x'" + h + "'"]
 
-call = re.compile(r"advisory_(?:xact_)?lock(?:_shared)?(?:_int4)?\s*\(\s*([^,)]*)", re.I)
+advisory = re.compile(r"(pg_(try_)?advisory_\w*|advisory_(xact_)?lock\w*_int[48])\s*\(?", re.I)
 sources = {f: open(f).read() for f in sys.argv[1:]}
 c_files = sorted(glob.glob("src/*.cpp") + glob.glob("src/include/counter_ext/*.hpp"))
 for f in c_files:
@@ -46,25 +53,19 @@ for f in c_files:
 
 used = set()
 for f, text in sources.items():
-    for name, key in registry.items():
+    for key in legacy:
         for s in spellings(key):
             for m in re.finditer(r"(?<![0-9A-Za-z_])" + re.escape(s) + r"(?![0-9A-Za-z_])", text, re.I):
                 line = text.count("\n", 0, m.start()) + 1
-                errors.append(f"{f}:{line}: the literal {s} (class {name}) outside the registry")
-    for m in call.finditer(text):
-        first = re.sub(r"^(\s|--)*", "", m.group(1)).strip()  # a comment may break the line
+                errors.append(f"{f}:{line}: 1.4's advisory class id {s} outside locks.hpp")
+    for m in advisory.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
-        # from the registry: lock_class('x') in SQL, a format argument
-        # filled with it (checked by the literal search above), a C++ name
-        if re.match(r"(counter_internal\.)?lock_class\('", first) or re.match(r"%\d+\$s$", first) \
-                or re.match(r"(Int32GetDatum\()?[A-Za-z_][A-Za-z_0-9:]*\)?$", first) or first in ("", "$1"):
-            continue
-        errors.append(f"{f}:{line}: an advisory lock whose class is not from the registry: {first!r}")
+        errors.append(f"{f}:{line}: an advisory lock: {m.group(0)!r} (take the registry's lock instead)")
     if f.endswith(".sql"):
-        used |= set(re.findall(r"lock_class\('([^']*)'\)", text))
+        used |= set(re.findall(r"lock_take\('([^']*)'", text))
     else:
         used |= set(re.findall(r"\blocks::([a-z_]+)\b", text))
-used -= {"find", "classes", "LockClass"}
+used -= {"find", "classes", "LockClass", "LegacyClass", "legacy_advisory", "take", "space", "rollup_id"}
 for name in sorted(used - set(registry)):
     errors.append(f"class {name!r} is used but counter_internal.lock_classes() does not list it")
 if not {"tracked", "partition", "rollup_day", "rollup_hour", "job", "flush"} <= used:

@@ -152,16 +152,21 @@ q -c "CALL counter.run_maintenance('cc')" >/dev/null
 [ "$(q -c "SELECT count(*) FROM ONLY cc_default")" = 0 ] || fail "rows left in default"
 gaps=$(q -c "SELECT count(*) FROM (SELECT lo, lag(hi) OVER (ORDER BY lo) AS prev FROM counter.partition_bounds('cc') WHERE NOT is_default) x WHERE prev <> lo")
 [ "$gaps" = 0 ] || fail "$gaps gaps after concurrent maintenance"
-# exactly: while one transaction holds the table's advisory lock, another call sees it busy
+# exactly: while one transaction holds the table's lock (counter_ext's own
+# lock space: only its code, here a superuser's call of lock_take, takes it),
+# another call sees it busy, and its run is recorded skipped
 "$CE_PGBIN/psql" -X -q -c "SET application_name = 'holder'" -c "BEGIN" \
-    -c "SELECT pg_advisory_xact_lock(1667576885, 'cc'::regclass::oid::int4)" -c "SELECT pg_sleep(20)" -c "COMMIT" >/dev/null 2>&1 &
+    -c "SELECT counter_internal.lock_take('partition', 'cc'::regclass::oid::bigint)" -c "SELECT pg_sleep(20)" -c "COMMIT" >/dev/null 2>&1 &
 holder=$!
 pids+=($holder)
 for _ in $(seq 1 100); do
-    [ "$(q -c "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1667576885 AND granted")" = 1 ] && break
+    [ "$(q -c "SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND classid = 'counter_internal.lock_space'::regclass
+               AND objid = 'cc'::regclass::oid AND granted")" = 1 ] && break
     sleep 0.1
 done
 [ "$(q -c "SELECT outcome FROM counter.partition_maintain('cc')")" = busy ] || fail "a second caller was not told busy"
+[ "$(q -c "SELECT outcome FROM counter.job_runs WHERE kind = 'partition_maintenance' ORDER BY run_id DESC LIMIT 1")" = skipped ] ||
+    fail "the busy call was not recorded skipped"
 q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'holder'" >/dev/null
 wait $holder 2>/dev/null || true
 

@@ -1,10 +1,30 @@
-// The one registry of advisory-lock classes. Every advisory lock counter_ext
-// takes is a two-int key (class, id): the class from this table, the id what
-// the class says. SQL takes the class from counter_internal.lock_class(name)
-// (counter_internal.lock_classes() lists them); doc/reference/worker.md has
-// the same table. The values are those of 1.1 (a runner of the old version
-// and one of the new must exclude each other during an update), so they are
-// not all spelt the same way.
+// The one registry of the locks counter_ext takes to coordinate its own work.
+//
+// Every such lock is a PostgreSQL object lock (LOCKTAG_OBJECT) of this
+// database whose class id is the OID of counter_internal.lock_space, an empty
+// table of the extension made only to name this lock space; the object id is
+// the id the class says, the object sub-id the class's number below. No SQL
+// function takes an object lock of a class id the caller chooses (pg_advisory_*
+// take LOCKTAG_ADVISORY; DDL locks objects of the system catalogs only), so no
+// role can take, hold or wait out these locks: only counter_ext's own code, in
+// C++ through take() or in SQL through counter_internal.lock_take (EXECUTE
+// revoked from PUBLIC, called by counter_ext's SECURITY DEFINER functions). All
+// are transaction-level (the job claim included: it is one short transaction;
+// the committed claim keeps other runners off, not the lock). pg_locks shows
+// them as locktype 'object', classid 'counter_internal.lock_space'::regclass.
+// counter_internal.lock_classes() lists the classes; doc/reference/worker.md
+// has the same table.
+//
+// Up to 1.4 these were advisory locks (class ids 0x63650004 ... kept in
+// legacy_advisory below only for counter_internal.lock_class, which 1.4's SQL
+// calls until ALTER EXTENSION counter_ext UPDATE). 1.1's rule that an old and
+// a new runner exclude each other during an update no longer holds: between
+// installing the 1.5 library and the update (or while a backend that loaded
+// the 1.4 library still runs), a 1.4 runner takes the advisory lock and a 1.5
+// runner the object lock, so the two may run the same work at once; each run
+// is still correct on its own (every writer locks its rows), but two runs of a
+// counter may both record drift they corrected. doc/changes.md says to update
+// the extension and restart the worker together.
 #pragma once
 
 #include <cstdint>
@@ -14,33 +34,23 @@ namespace ce::locks {
 
 struct LockClass {
 	const char *name;
-	int32_t key;
-	const char *second_key; // what the id is
+	uint16_t number; // the lock's object sub-id
+	const char *id;  // what the lock's object id is
 };
 
-// 0x63650004 ('c' 'e' 0 4): one tracked counter's reconciliation.
-inline constexpr int32_t tracked = 1667563524;
-// 0x63653435 ('c' 'e' '4' '5'): maintenance of one partitioned table.
-inline constexpr int32_t partition = 1667576885;
-// 0x524f4c43 ('R' 'O' 'L' 'C'): a rollup's refresh of one UTC day.
-inline constexpr int32_t rollup_day = 1380928579;
-// 0x524f4c48 ('R' 'O' 'L' 'H'): a rollup's refresh of one UTC hour.
-inline constexpr int32_t rollup_hour = 1380928584;
-// 0x63656a62 ('c' 'e' 'j' 'b'): claiming one job.
-inline constexpr int32_t job = 1667590754;
-// 0x6365000f ('c' 'e' 0 15): a buffered counter's flush.
-inline constexpr int32_t flush = 1667563535;
-
-static_assert(tracked == 0x63650004 && partition == 0x63653435 && rollup_day == 0x524f4c43 &&
-                  rollup_hour == 0x524f4c48 && job == 0x63656a62 && flush == 0x6365000f,
-              "the classes are those of 1.1: never change one");
+inline constexpr uint16_t tracked = 1;     // one tracked counter's reconciliation
+inline constexpr uint16_t partition = 2;   // maintenance of one partitioned table
+inline constexpr uint16_t rollup_day = 3;  // a rollup's refresh of one UTC day
+inline constexpr uint16_t rollup_hour = 4; // a rollup's hour: writers share it, a refresh takes it alone
+inline constexpr uint16_t job = 5;         // claiming one job
+inline constexpr uint16_t flush = 6;       // a buffered counter's flush
 
 inline constexpr LockClass classes[] = {
     {"tracked", tracked, "counter_id"},
-    {"partition", partition, "the parent table's oid as int4"},
-    {"rollup_day", rollup_day, "counter.rollup_lock_key(rollup_id, UTC day number)"},
-    {"rollup_hour", rollup_hour, "counter.rollup_lock_key(rollup_id, UTC hour number)"},
-    {"job", job, "job_id modulo 2^31"},
+    {"partition", partition, "the parent table's oid"},
+    {"rollup_day", rollup_day, "rollup_id * 2^20 + UTC day number mod 2^20, mod 2^32"},
+    {"rollup_hour", rollup_hour, "rollup_id * 2^20 + UTC hour number mod 2^20, mod 2^32"},
+    {"job", job, "job_id mod 2^32"},
     {"flush", flush, "counter_id (a buffered counter's flush)"},
 };
 
@@ -51,5 +61,34 @@ inline const LockClass *find(const char *name) {
 			return &c;
 	return nullptr;
 }
+
+// The object id of a rollup's lock on one UTC day or hour: the rollup id and
+// the day or hour number (since 1970-01-01 00:00 UTC) folded into 32 bits
+// (collisions only make two chunks wait for each other).
+inline uint32_t rollup_id(int32_t rollup, int64_t n) {
+	return static_cast<uint32_t>(static_cast<uint64_t>(rollup) * 1048576u +
+	                             static_cast<uint64_t>(((n % 1048576) + 1048576) % 1048576));
+}
+
+// The OID of counter_internal.lock_space in this database, or 0 when it does
+// not exist (the SQL is still 1.4's). Calls PostgreSQL: use inside pg_guard.
+unsigned int space();
+
+// Takes lock (cls, id) of this database for the current transaction: shared
+// or exclusive; with 'wait' false, returns false at once when another
+// transaction holds it. Raises when the lock space does not exist. Calls
+// PostgreSQL: use inside pg_guard.
+bool take(uint16_t cls, uint32_t id, bool shared, bool wait);
+
+// The advisory-lock class ids of 1.1 to 1.4, only for 1.4's SQL until the
+// update (counter_internal.lock_class). Nothing of 1.5 takes them.
+struct LegacyClass {
+	const char *name;
+	int32_t key;
+};
+inline constexpr LegacyClass legacy_advisory[] = {
+    {"tracked", 1667563524},     {"partition", 1667576885}, {"rollup_day", 1380928579},
+    {"rollup_hour", 1380928584}, {"job", 1667590754},       {"flush", 1667563535},
+};
 
 } // namespace ce::locks

@@ -24,10 +24,7 @@ extern bool worker_enabled;
 extern int worker_naptime_s;
 extern int worker_max_workers;
 extern int history_retention_s;
-
-// The first key of the two-int advisory locks on jobs ('cejb'); the second
-// is the job id modulo 2^31.
-inline constexpr int32 job_lock_class = locks::job;
+extern int history_runs_per_role;
 
 // What a job worker is started to do.
 enum class JobWorkerMode : int32 {
