@@ -5,9 +5,10 @@
 # of its own that test/clients/setup.sql prepared (the programs register
 # nothing), as the login role clients_app, and exits non-zero with a message
 # on any number that differs from count(*) / GROUP BY over the rows or from
-# what it wrote. Python and Node.js go through PgBouncer in transaction mode
-# (one server connection per pool: every transaction of the app's
-# connections shares it). Afterwards, as the owner, every counter of every
+# what it wrote. Python, Node.js and Go (a second time, in a database of its
+# own, with statement_cache_mode=describe) go through PgBouncer in
+# transaction mode (one server connection per pool: every transaction of the
+# app's connections shares it). Afterwards, as the owner, every counter of every
 # database is compared once more with GROUP BY over its table.
 #
 # Go builds offline from Debian's packages in GOPATH mode (GO111MODULE=off,
@@ -48,15 +49,16 @@ echo "built: go and node's packages in $((SECONDS - start)) s"
 ce_cluster_start clients "counter_ext.enabled = off" || exit 1
 ce_cluster_use clients
 ce_psql -c "CREATE ROLE clients_app LOGIN" || fail "role"
-langs=(go php python node)
+langs=(go php python node go_pooled)
 for l in "${langs[@]}"; do
     "$CE_PGBIN/createdb" "clients_$l" || fail "createdb"
     ce_psql -d "clients_$l" -f "$src/setup.sql" >/dev/null 2>"$work/setup-$l.txt" ||
         { cat "$work/setup-$l.txt"; fail "setup.sql"; }
 done
 
-# PgBouncer in transaction mode, in front of the Python and Node.js databases.
+# PgBouncer in transaction mode, in front of the Python, Node.js and second Go databases.
 ce_pgbouncer_start "$work" clients_app \
+    "clients_go_pooled = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_go_pooled" \
     "clients_python = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_python" \
     "clients_node = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_node" || fail "pgbouncer does not start"
 bouncer_pid=$CE_BOUNCER_PID
@@ -68,16 +70,17 @@ run() {
     shift 2
     local t=$SECONDS
     PGHOST=127.0.0.1 PGPORT=$p PGUSER=clients_app PGDATABASE=clients_$lang "$@" || fail "$lang (exit $?)"
-    echo "$lang: $((SECONDS - t)) s$([ "$p" = "$port" ] && echo ", through PgBouncer (transaction mode)")"
+    echo "${lang/_pooled/}: $((SECONDS - t)) s$([ "$p" = "$port" ] && echo ", through PgBouncer (transaction mode)")"
 }
 run go "$CE_clients_PORT" "$work/clients-go"
 run php "$CE_clients_PORT" php "$src/php/app.php"
 run python "$port" /usr/bin/python3 "$src/python/app.py"
 run node "$port" node "$node_dir/app.js"
+DATABASE_URL=statement_cache_mode=describe run go_pooled "$port" "$work/clients-go"
 
 # The two really went through the pooler: it served their transactions.
 stats=$("$CE_PGBIN/psql" -X -h 127.0.0.1 -p "$port" -U "$(ce_owner_name)" -d pgbouncer -Atc "SHOW STATS" 2>&1)
-for l in python node; do
+for l in python node go_pooled; do
     xacts=$(echo "$stats" | awk -F'|' -v db="clients_$l" '$1 == db { print $2 }')
     [ "${xacts:-0}" -gt 20 ] || fail "PgBouncer served ${xacts:-no} transactions of clients_$l: $stats"
 done

@@ -2,8 +2,8 @@
 //
 // What an application does, against a database prepared by setup.sql: records
 // events, reads counters, a rollup and sketches, and maps errors. Connects
-// with libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER). Exits 1 with
-// a message on the first wrong number.
+// with libpq's environment (PGHOST, PGPORT, PGDATABASE, PGUSER) and
+// DATABASE_URL. Exits 1 with a message on the first wrong number.
 package main
 
 import (
@@ -51,7 +51,9 @@ var (
 )
 
 func main() {
-	conn, err := pgx.Connect(ctx, "application_name=clients-go")
+	// DATABASE_URL may add settings (behind PgBouncer in transaction mode:
+	// statement_cache_mode=describe); the rest comes from PGHOST, PGPORT...
+	conn, err := pgx.Connect(ctx, os.Getenv("DATABASE_URL"))
 	must(err, "connect")
 	defer conn.Close(ctx)
 

@@ -23,7 +23,8 @@ function check(what, got, want) {
   }
 }
 function jsonBig(_k, v) {
-  return typeof v === 'bigint' ? `${v}n` : v;
+  if (typeof v === 'bigint') return `${v}n`;
+  return v instanceof Map ? [...v] : v;
 }
 
 async function main() {
