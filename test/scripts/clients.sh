@@ -12,16 +12,24 @@
 # database is compared once more with GROUP BY over its table.
 #
 # Go builds offline from Debian's packages in GOPATH mode (GO111MODULE=off,
-# GOPATH=/usr/share/gocode), its build cache in build/go-cache; node's pg comes
-# from the npm registry as test/clients/node/package-lock.json pins it
-# (npm ci, into build/clients-node).
+# GOPATH=/usr/share/gocode); node's pg is
+# Debian's node-pg or the npm registry's (below).
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 fail() { echo "FAILED: $*"; exit 1; }
 ce_require_packages "${CE_CLIENT_PACKAGES[@]}" || exit 1
-# Node.js: Debian's, unless the machine has another (the same program runs).
+# Node.js's pg: Debian's node-pg where node is Debian's nodejs (as in the
+# chroots of the other majors), else the npm registry's as
+# test/clients/node/package-lock.json pins it (npm ci), for a node from
+# elsewhere (Debian's node-pg cannot be installed beside it).
 command -v node >/dev/null || ce_require_packages nodejs || exit 1
-command -v npm >/dev/null || ce_require_packages npm || exit 1
+debian_node=
+if dpkg-query -W -f='${Maintainer}' nodejs 2>/dev/null | grep -qi debian; then
+    debian_node=1
+    ce_require_packages node-pg || exit 1
+else
+    command -v npm >/dev/null || ce_require_packages npm || exit 1
+fi
 src=$CE_TOP/test/clients
 work=$(mktemp -d) || exit 1
 chmod 755 "$work"
@@ -35,16 +43,24 @@ trap cleanup EXIT
 
 # Build first (no server needed): Go, and node's packages.
 start=$SECONDS
-mkdir -p "$CE_TOP/build/go-cache" "$CE_TOP/build/clients-node"
-(cd "$src/go" && GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE=$CE_TOP/build/go-cache \
+mkdir -p "$CE_TOP/build/clients-node"
+# Go's build cache: the user's (it outlives the copies of the tree that the
+# chroot runs test), or build/go-cache without a home.
+gocache=${GOCACHE:-}
+[ -n "$gocache" ] || [ -n "${HOME:-}" ] || gocache=$CE_TOP/build/go-cache
+(cd "$src/go" && env GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= ${gocache:+GOCACHE="$gocache"} \
     go build -o "$work/clients-go" main.go) || fail "go build"
 node_dir=$CE_TOP/build/clients-node
-if ! cmp -s "$src/node/package-lock.json" "$node_dir/package-lock.json" || [ ! -d "$node_dir/node_modules/pg" ]; then
-    cp "$src/node/package.json" "$src/node/package-lock.json" "$node_dir/" &&
-        (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci"
+if [ -n "$debian_node" ]; then
+    node_modules=/usr/share/nodejs
+else
+    node_modules=$node_dir/node_modules
+    if ! cmp -s "$src/node/package-lock.json" "$node_dir/package-lock.json" || [ ! -d "$node_modules/pg" ]; then
+        cp "$src/node/package.json" "$src/node/package-lock.json" "$node_dir/" &&
+            (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || fail "npm ci"
+    fi
 fi
-cp "$src/node/app.js" "$node_dir/app.js"
-echo "built: go and node's packages in $((SECONDS - start)) s"
+echo "built: go and node's pg ($([ -n "$debian_node" ] && echo Debian || echo npm)) in $((SECONDS - start)) s"
 
 ce_cluster_start clients "counter_ext.enabled = off" || exit 1
 ce_cluster_use clients
@@ -75,7 +91,7 @@ run() {
 run go "$CE_clients_PORT" "$work/clients-go"
 run php "$CE_clients_PORT" php "$src/php/app.php"
 run python "$port" /usr/bin/python3 "$src/python/app.py"
-run node "$port" node "$node_dir/app.js"
+NODE_PATH=$node_modules run node "$port" node "$src/node/app.js"
 DATABASE_URL=statement_cache_mode=describe run go_pooled "$port" "$work/clients-go"
 
 # The two really went through the pooler: it served their transactions.
