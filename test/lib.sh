@@ -36,6 +36,11 @@ CE_TEST_PACKAGES=(make g++ postgresql-$CE_PG_MAJOR postgresql-server-dev-$CE_PG_
     postgresql-$CE_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-$CE_PG_MAJOR-cron libboost-dev
     python3 procps iproute2 pgbouncer)
 [ -n "${CE_SKIP_FORMAT:-}" ] || CE_TEST_PACKAGES+=(clang-format)
+# The client programs of test/clients (test/scripts/clients.sh installs them,
+# so only a run that selects it pays for them): Go with pgx v4 (built offline
+# from /usr/share/gocode), PHP with PDO pgsql, Python with psycopg 3. Node.js
+# is Debian's nodejs and npm unless the machine already has node and npm.
+CE_CLIENT_PACKAGES=(golang-go golang-github-jackc-pgx-v4-dev php-cli php-pgsql python3-psycopg)
 
 ce_log() { printf '%s\n' "$*" >&2; }
 ce_die() { ce_log "error: $*"; exit 1; }
@@ -239,6 +244,52 @@ ce_scan_log() {
     [ -z "$hits" ] && return 0
     ce_log "crash lines in $1:"
     ce_log "$hits"
+    return 1
+}
+
+# ce_pgbouncer_start DIR "USER ..." "DB = host=... port=... dbname=..." ...:
+# Debian's pgbouncer in transaction mode with one server connection per
+# (database, role) pool, on a free loopback port, its files in DIR (made
+# the server owner's), trust authentication for the USERs and the owner (its
+# admin: psql -d pgbouncer). Sets CE_BOUNCER_PORT and CE_BOUNCER_PID (a child
+# of the calling shell: kill and wait for it when done); returns when it
+# answers.
+ce_pgbouncer_start() {
+    local dir=$1 users=$2 try port= line u
+    shift 2
+    for try in 1 2 3 4 5 6 7 8; do
+        port=$((20000 + RANDOM % 30000))
+        ce_port_free "$port" && break
+    done
+    {
+        echo "[databases]"
+        for line in "$@"; do echo "$line"; done
+        cat <<INI
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+default_pool_size = 1
+max_client_conn = 50
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+admin_users = $(ce_owner_name)
+INI
+    } >"$dir/pgbouncer.ini"
+    for u in $users "$(ce_owner_name)"; do printf '"%s" ""\n' "$u"; done >"$dir/users.txt"
+    ce_is_root && chown -R postgres: "$dir"
+    ce_as_owner /usr/sbin/pgbouncer "$dir/pgbouncer.ini" >/dev/null 2>&1 &
+    CE_BOUNCER_PID=$!
+    CE_BOUNCER_PORT=$port
+    for try in $(seq 1 50); do
+        "$CE_PGBIN/psql" -X -h 127.0.0.1 -p "$port" -U "$(ce_owner_name)" -d pgbouncer -Atc "SHOW VERSION" \
+            >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    cat "$dir/pgbouncer.log" >&2
     return 1
 }
 

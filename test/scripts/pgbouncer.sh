@@ -40,35 +40,10 @@ ce_psql -d app -c "CREATE EXTENSION counter_ext" \
         INSERT INTO public.page_views (page) VALUES ('/home');
         GRANT SELECT, UPDATE ON public.page_views TO site_a, site_b" >/dev/null || fail "set-up"
 
-for try in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 30000))
-    ce_port_free "$port" && break
-done
-owner=$(ce_owner_name)
-cat >"$work/pgbouncer.ini" <<INI
-[databases]
-app = host=127.0.0.1 port=$CE_pool_PORT dbname=app
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = $port
-unix_socket_dir =
-auth_type = trust
-auth_file = $work/users.txt
-pool_mode = transaction
-default_pool_size = 1
-max_client_conn = 50
-logfile = $work/pgbouncer.log
-pidfile = $work/pgbouncer.pid
-admin_users = $owner
-INI
-printf '"%s" ""\n' "$owner" site_a site_b writer >"$work/users.txt"
-ce_is_root && chown -R postgres: "$work"
-ce_as_owner /usr/sbin/pgbouncer "$work/pgbouncer.ini" >/dev/null 2>&1 &
-bouncer_pid=$!
-for i in $(seq 1 50); do
-    "$CE_PGBIN/psql" -X -h 127.0.0.1 -p "$port" -U writer -d app -Atc "SELECT 1" >/dev/null 2>&1 && break
-    sleep 0.1
-done
+ce_pgbouncer_start "$work" "site_a site_b writer" "app = host=127.0.0.1 port=$CE_pool_PORT dbname=app" ||
+    fail "pgbouncer does not start"
+bouncer_pid=$CE_BOUNCER_PID
+port=$CE_BOUNCER_PORT
 # via ROLE SQL...: one client connection through the pooler
 via() { local role=$1; shift; "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q -h 127.0.0.1 -p "$port" -U "$role" -d app -At "$@"; }
 via writer -c "SELECT 1" >/dev/null || { cat "$work/pgbouncer.log"; fail "pgbouncer does not answer"; }
