@@ -30,8 +30,9 @@ DECLARE
 BEGIN
     IF NOT (pg_catalog.pg_has_role(caller, counter_internal.partition_owner(parent), 'USAGE')
             OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'must be owner of table %', parent USING ERRCODE = 'insufficient_privilege',
-            DETAIL = 'Partition maintenance of a table is for members of its owner (or a superuser).';
+        RAISE EXCEPTION 'managed table % does not exist or you do not own it', parent
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Partition maintenance of a table is for members of its owner (or a superuser).';
     END IF;
 END
 $$;
