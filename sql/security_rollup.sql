@@ -187,6 +187,12 @@ SELECT counter.rollup_refresh_chunk(1, '2026-11-30 00:00+00', '2026-11-30 01:00+
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_record(1, now(), 'ok', 0, NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- issue 24, item 5: a rollup that does not exist says exactly what a hidden
+-- one says (the same message, the same errcode): nothing tells them apart
+SELECT counter.rollup_record(999999, now(), 'ok', 0, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.rollup_refresh_chunk(999999, '2026-11-30 00:00+00', '2026-11-30 01:00+00', NULL, true);
+\echo :LAST_ERROR_SQLSTATE
 SELECT counter_internal.rollup_job_sync('v_d');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter_internal.exec_as_owner_cmd('rsec_victim', 'DELETE FROM public.v_ev', true);

@@ -51,6 +51,15 @@ using ce::buffer::max_key_bytes;
 
 constexpr int partitions = 64; // a power of 2 (dynahash partitions)
 
+// Shares of the table (doc/reference/tracked.md, "Shares of the shared
+// table"). Every entry counts against the (database, owner of its counter)
+// that made it, in one of owner_slots shares. A quarter of the table is
+// reserved: each share has reserve() entries nobody else can take. The
+// rest is common room, of which one share takes at most a quarter (cap()).
+// An owner at its cap, or whose entries are not flushed, falls back to the
+// direct path alone; others keep their reserve and the common room.
+constexpr int owner_slots = 128;
+
 struct EntryKey {
 	Oid db;
 	int32 counter;
@@ -91,13 +100,29 @@ struct Slot {
 
 struct Entry {
 	EntryKey key; // first: dynahash copies and compares it
+	int share;    // the share this entry counts against
 	Slot slots[bucket_slots];
+};
+
+// A (database, owner) share. Assigned under the share lock (exclusive);
+// 'entries' moves by atomics, and a share is given to another owner only
+// when it has no entries, so a reservation (entries > 0) keeps it.
+struct Share {
+	Oid db;
+	Oid owner;
+	pg_atomic_uint32 entries;
+	pg_atomic_uint64 overflows;
 };
 
 struct Shared {
 	TimestampTz epoch;
-	pg_atomic_uint64 overflows;
+	pg_atomic_uint64 overflows; // adds that found no share at all
+	pg_atomic_uint32 common_used;
+	uint32 reserve; // entries each share has for itself
+	uint32 common;  // entries beyond the reserves
+	uint32 cap;     // entries one share may hold
 	LWLockPadded *locks;
+	Share shares[owner_slots];
 };
 
 Shared *shared = nullptr;
@@ -116,7 +141,7 @@ void shmem_request() {
 	if (prev_shmem_request_hook != nullptr)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(table_size());
-	RequestNamedLWLockTranche("counter_ext buffer", partitions);
+	RequestNamedLWLockTranche("counter_ext buffer", partitions + 1); // the last: the share lock
 }
 
 void shmem_startup() {
@@ -128,6 +153,19 @@ void shmem_startup() {
 	if (!found) {
 		shared->epoch = GetCurrentTimestamp();
 		pg_atomic_init_u64(&shared->overflows, 0);
+		pg_atomic_init_u32(&shared->common_used, 0);
+		auto n = static_cast<uint32>(ce::buffer::buffer_entries);
+		shared->reserve = n / (4 * owner_slots);
+		shared->common = n - shared->reserve * owner_slots;
+		shared->cap = shared->reserve + shared->common / 4;
+		if (shared->cap == 0)
+			shared->cap = 1;
+		for (Share &sh : shared->shares) {
+			sh.db = InvalidOid;
+			sh.owner = InvalidOid;
+			pg_atomic_init_u32(&sh.entries, 0);
+			pg_atomic_init_u64(&sh.overflows, 0);
+		}
 		shared->locks = GetNamedLWLockTranche("counter_ext buffer");
 	}
 	HASHCTL info;
@@ -144,6 +182,87 @@ void shmem_startup() {
 
 LWLock *lock_of(uint32 hash) {
 	return &shared->locks[hash % partitions].lock;
+}
+
+LWLock *share_lock() {
+	return &shared->locks[partitions].lock;
+}
+
+// One more entry for share i, within its reserve, or within its cap and
+// the common room. Never raises.
+bool share_take(int i) {
+	Share &sh = shared->shares[i];
+	for (;;) {
+		uint32 old = pg_atomic_read_u32(&sh.entries);
+		if (old >= shared->cap)
+			return false;
+		bool common = old >= shared->reserve;
+		if (common) {
+			uint32 used = pg_atomic_read_u32(&shared->common_used);
+			do {
+				if (used >= shared->common)
+					return false;
+			} while (!pg_atomic_compare_exchange_u32(&shared->common_used, &used, used + 1));
+		}
+		if (pg_atomic_compare_exchange_u32(&sh.entries, &old, old + 1))
+			return true;
+		if (common)
+			pg_atomic_fetch_sub_u32(&shared->common_used, 1);
+	}
+}
+
+// Gives back an entry of share i (no lock needed). Never raises.
+void share_give_back(int i) {
+	uint32 old = pg_atomic_fetch_sub_u32(&shared->shares[i].entries, 1);
+	if (old > shared->reserve)
+		pg_atomic_fetch_sub_u32(&shared->common_used, 1);
+}
+
+int share_find(Oid owner) {
+	for (int i = 0; i < owner_slots; i++)
+		if (shared->shares[i].db == MyDatabaseId && shared->shares[i].owner == owner)
+			return i;
+	return -1;
+}
+
+// Takes an entry from the share of (this database, owner), giving the
+// owner a share if it has none: returns the share, or -1 (counted as an
+// overflow of that share, or of the table when no share is free). Takes
+// the share lock; called with no partition lock held. Never raises.
+int share_reserve(Oid owner) {
+	LWLockAcquire(share_lock(), LW_SHARED);
+	int i = share_find(owner);
+	if (i >= 0) {
+		bool ok = share_take(i);
+		if (!ok)
+			pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
+		LWLockRelease(share_lock());
+		return ok ? i : -1;
+	}
+	LWLockRelease(share_lock());
+	LWLockAcquire(share_lock(), LW_EXCLUSIVE);
+	i = share_find(owner);
+	if (i < 0) { // a share never used first, else one with no entries
+		for (int j = 0; j < owner_slots && i < 0; j++)
+			if (shared->shares[j].db == InvalidOid)
+				i = j;
+		for (int j = 0; j < owner_slots && i < 0; j++)
+			if (pg_atomic_read_u32(&shared->shares[j].entries) == 0)
+				i = j;
+		if (i < 0) {
+			LWLockRelease(share_lock());
+			pg_atomic_fetch_add_u64(&shared->overflows, 1);
+			return -1;
+		}
+		shared->shares[i].db = MyDatabaseId;
+		shared->shares[i].owner = owner;
+		pg_atomic_write_u64(&shared->shares[i].overflows, 0);
+	}
+	bool ok = share_take(i);
+	if (!ok)
+		pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
+	LWLockRelease(share_lock());
+	return ok ? i : -1;
 }
 
 void lock_all(LWLockMode mode) {
@@ -529,9 +648,9 @@ void shmem_startup_entry() {
 	ce::boundary(shmem_startup);
 }
 
-// Finds (or makes) the entry and a slot for 'bucket' and pins it. Owns
-// nothing; never raises.
-bool pin_slot(const EntryKey &k, int64 bucket, Entry **entry_out, int *slot_out) {
+// Finds (or makes, taking an entry from the owner's share) the entry and a
+// slot for 'bucket' and pins it. Owns nothing; never raises.
+bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, Entry **entry_out, int *slot_out) {
 	uint32 hash = get_hash_value(table, &k);
 	LWLock *lock = lock_of(hash);
 	LWLockAcquire(lock, LW_SHARED);
@@ -549,15 +668,33 @@ bool pin_slot(const EntryKey &k, int64 bucket, Entry **entry_out, int *slot_out)
 	}
 	LWLockRelease(lock);
 
-	LWLockAcquire(lock, LW_EXCLUSIVE);
+	// a new entry counts against the owner's share, taken before the
+	// partition lock (nothing else is taken while one is held)
+	int share = -1;
 	bool found = false;
-	e = static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_ENTER_NULL, &found));
-	if (e == nullptr) {
+	for (;;) {
+		if (e == nullptr) {
+			share = share_reserve(owner);
+			if (share < 0)
+				return false;
+		}
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		e = static_cast<Entry *>(
+		    hash_search_with_hash_value(table, &k, hash, share >= 0 ? HASH_ENTER_NULL : HASH_FIND, &found));
+		if (e != nullptr || share >= 0)
+			break;
+		LWLockRelease(lock); // the entry went since: make it again
+	}
+	if (e == nullptr) { // the table is full (the shares keep it from happening)
 		LWLockRelease(lock);
-		pg_atomic_fetch_add_u64(&shared->overflows, 1);
+		share_give_back(share);
+		pg_atomic_fetch_add_u64(&shared->shares[share].overflows, 1);
 		return false;
 	}
-	if (!found) {
+	if (share >= 0 && found) // made by another backend meanwhile
+		share_give_back(share);
+	if (share >= 0 && !found) {
+		e->share = share;
 		for (Slot &s : e->slots) {
 			s.used = false;
 			s.bucket = 0;
@@ -584,8 +721,8 @@ bool pin_slot(const EntryKey &k, int64 bucket, Entry **entry_out, int *slot_out)
 		}
 	}
 	if (chosen < 0) {
+		pg_atomic_fetch_add_u64(&shared->shares[e->share].overflows, 1);
 		LWLockRelease(lock);
-		pg_atomic_fetch_add_u64(&shared->overflows, 1);
 		return false;
 	}
 	pg_atomic_fetch_add_u32(&e->slots[chosen].pins, 1);
@@ -695,8 +832,9 @@ void init() {
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 	DefineCustomIntVariable("counter_ext.buffer_entries", "Keys the shared table of buffered counters holds.",
-	                        "Each entry is one key of one buffered counter with up to 4 event-time buckets; an add "
-	                        "that finds the table full is written directly.",
+	                        "Each entry is one key of one buffered counter with up to 4 event-time buckets. Each "
+	                        "(database, owner) has a share: a reserve of 1/512 of the table and at most a quarter "
+	                        "of the rest; an add that finds its share full is written directly.",
 	                        &buffer_entries, 16384, 128, 64 * 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
 	                        nullptr);
 	prev_shmem_request_hook = shmem_request_hook;
@@ -715,11 +853,17 @@ TimestampTz epoch() {
 	return available() ? shared->epoch : 0;
 }
 
-uint64 overflows() {
-	return available() ? pg_atomic_read_u64(&shared->overflows) : 0;
+uint64 overflows(Oid owner) {
+	if (!available())
+		return 0;
+	LWLockAcquire(share_lock(), LW_SHARED);
+	int i = share_find(owner);
+	uint64 n = i >= 0 ? pg_atomic_read_u64(&shared->shares[i].overflows) : 0;
+	LWLockRelease(share_lock());
+	return n;
 }
 
-bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
+bool add(int32 counter, Oid owner, const Image &key, int64 bucket, int64 delta) {
 	if (!available() || IsInParallelMode() || IsParallelWorker())
 		return false;
 	if (local_adds == nullptr)
@@ -749,7 +893,7 @@ bool add(int32 counter, const Image &key, int64 bucket, int64 delta) {
 	make_key(&k, counter, key);
 	Entry *e = nullptr;
 	int slot = 0;
-	if (!pin_slot(k, bucket, &e, &slot)) {
+	if (!pin_slot(k, owner, bucket, &e, &slot)) {
 		local_adds->pop();
 		return false;
 	}
@@ -900,8 +1044,10 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 			else
 				in_use = true;
 		}
-		if (!in_use)
+		if (!in_use) {
+			share_give_back(e->share);
 			hash_search(table, &e->key, HASH_REMOVE, nullptr);
+		}
 	}
 	unlock_all();
 	return out;

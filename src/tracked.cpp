@@ -408,7 +408,7 @@ void buffer_fold(FoldCache *c, std::vector<ce::tracked::FoldEntry> &entries) {
 	size_t kept = 0;
 	for (const ce::tracked::FoldEntry &e : entries) {
 		ce::buffer::Image image;
-		if (!fold_image(e.key, &image) || !ce::buffer::add(c->id, image, e.bucket, e.delta))
+		if (!fold_image(e.key, &image) || !ce::buffer::add(c->id, c->owner, image, e.bucket, e.delta))
 			entries[kept++] = e;
 	}
 	entries.resize(kept);
@@ -1108,7 +1108,7 @@ bool buffer_add(const Counter &c, Oid given, Datum key, int64 delta, TimestampTz
 		ce::as_owner(c.owner, [&c, given, key, at, pp] { place(c, given, key, at, pp); });
 	if (!p.ok)
 		return false;
-	return ce::buffer::add(c.id, p.image, p.bucket, delta);
+	return ce::buffer::add(c.id, c.owner, p.image, p.bucket, delta);
 }
 
 // What the buffer adds to the table's value of a key (its image).
@@ -1539,11 +1539,12 @@ CE_FUNCTION(counter_buffer_status) {
 	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
 	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 	bool preloaded = ce::buffer::available();
-	int64 overflows = static_cast<int64>(ce::buffer::overflows());
 	for (const Listed &l : listed) {
 		if (!may_act_for(l.owner))
 			continue;
 		ce::buffer::Stats st = ce::buffer::stats(l.id);
+		// the figure of this owner's share in this database, not the cluster's
+		auto overflows = static_cast<int64>(ce::buffer::overflows(l.owner));
 		const Listed *lp = &l;
 		ce::pg_guard([rsinfo, lp, st, preloaded, overflows] {
 			Datum out[11] = {

@@ -92,20 +92,34 @@ BEGIN
 END
 $$;
 
--- The one alert of counter_ext (drift of a tracked counter, a partitioned
--- table whose maintenance leaves rows in its default partition or has not
--- run for longer than its interval): a WARNING with its message and detail,
--- and a NOTIFY on channel counter_ext_drift with the JSON payload (sent when
--- the transaction commits; not on a standby, which cannot notify).
-CREATE OR REPLACE FUNCTION counter_internal.alert(message text, detail text, payload json)
+-- The one alert of counter_ext (drift of a tracked counter, its runs skipped
+-- again and again, a partitioned table whose maintenance skips slots, leaves
+-- rows in its default partition or has not run for longer than its
+-- interval): a WARNING with its message and detail to the session that
+-- found it, and a NOTIFY on channel counter_ext_drift (sent at commit; not
+-- on a standby, which cannot notify) whose payload is an id only:
+-- {"run_id": N} for a run, which is then marked alerted in counter.job_runs,
+-- or {"partitioned_table": OID} for a table's state. Any role can LISTEN to
+-- any channel and NOTIFY on it, so the payload names nothing: a listener
+-- reads the run (counter.tracked_history, counter.job_runs) or the table
+-- (counter.partition_status) with its own rights, where an alert it may not
+-- see, or a forged one, has no alerted row (doc/security.md, "Alerts").
+CREATE OR REPLACE FUNCTION counter_internal.alert(message text, detail text, run bigint,
+    parent regclass DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE WARNING '%', message USING DETAIL = coalesce(detail, '');
-    IF NOT pg_catalog.pg_is_in_recovery() THEN
-        PERFORM pg_catalog.pg_notify('counter_ext_drift', payload::text);
+    IF run IS NOT NULL THEN
+        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) '{"alerted": true}'
+        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+    END IF;
+    IF NOT pg_catalog.pg_is_in_recovery() AND (run IS NOT NULL OR parent IS NOT NULL) THEN
+        PERFORM pg_catalog.pg_notify('counter_ext_drift',
+            CASE WHEN run IS NOT NULL THEN pg_catalog.json_build_object('run_id', run)
+                 ELSE pg_catalog.json_build_object('partitioned_table', parent::oid) END::text);
     END IF;
 END
 $$;

@@ -15,7 +15,8 @@ SELECT r.run_id, r.object_id::integer AS counter_id, r.started_at,
        (r.info ->> 'keys_corrected')::bigint AS keys_corrected, (r.info ->> 'drift_positive')::bigint AS drift_positive,
        (r.info ->> 'drift_negative')::bigint AS drift_negative, (r.info ->> 'max_abs_drift')::bigint AS max_abs_drift,
        (r.info ->> 'keys_busy')::bigint AS keys_busy, (r.info ->> 'keys_verified')::bigint AS keys_verified,
-       r.info ->> 'outcome' AS outcome, coalesce((r.info ->> 'backfill')::bigint, 0) AS backfill
+       r.info ->> 'outcome' AS outcome, coalesce((r.info ->> 'backfill')::bigint, 0) AS backfill,
+       coalesce((r.info ->> 'alerted')::boolean, false) AS alerted
 FROM counter.job_runs r JOIN counter.tracked c ON c.counter_id = r.object_id
 WHERE r.kind = 'reconcile' AND r.info ? 'watermark' AND pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
@@ -78,8 +79,9 @@ DECLARE
 BEGIN
     IF NOT (pg_catalog.pg_has_role(caller, t.owner, 'USAGE')
             OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'permission denied to % tracked counter "%"', action, t.name
-            USING ERRCODE = '42501', DETAIL = format('Only the owner of %s (or a superuser) may.', t.source);
+        RAISE EXCEPTION 'tracked counter "%" does not exist or you do not own it', t.name
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('Only members of the owner of its table (or a superuser) may %s it.', action);
     END IF;
 END
 $$;
@@ -675,14 +677,18 @@ BEGIN
     IF skipped >= 3 THEN
         PERFORM counter_internal.alert(
             format('tracked counter "%s" was not reconciled: its last %s runs were skipped', t.name, skipped),
-            format('Run %s: %s; see counter.job_status.', run, reason),
-            pg_catalog.json_build_object('counter', t.name, 'run_id', run, 'skipped_runs', skipped, 'reason', reason));
+            format('Run %s: %s; see counter.job_status.', run, reason), run);
     END IF;
 END
 $fn$;
 
--- Closes a run: totals, outcome, and the alert (WARNING + NOTIFY on channel
--- counter_ext_drift) when total |drift| exceeds the counter's threshold.
+-- Closes a run: totals, outcome, and the alert when total |drift| exceeds
+-- the counter's threshold: a WARNING to the session that ran it, the run
+-- marked alerted, and a NOTIFY on channel counter_ext_drift whose payload
+-- is the run's id only (any role can LISTEN to any channel, and NOTIFY on
+-- it: a listener reads the run with its own rights, in
+-- counter.tracked_history, where an alert it may not see, or a forged one,
+-- has no alerted row).
 CREATE OR REPLACE FUNCTION counter_internal.tracked_finish_run(t counter.tracked, run bigint, run_outcome text,
     error jsonb DEFAULT NULL)
 RETURNS counter.tracked_runs
@@ -710,12 +716,8 @@ BEGIN
     IF r.drift_positive::numeric - r.drift_negative > t.alert_threshold THEN
         PERFORM counter_internal.alert(format('tracked counter "%s" drifted by %s (+%s, %s) over %s keys', t.name,
             r.drift_positive::numeric - r.drift_negative, r.drift_positive, r.drift_negative, r.keys_corrected),
-            format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark),
-            pg_catalog.json_build_object(
-            'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark,
-            'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
-            'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
-            'max_abs_drift', r.max_abs_drift, 'alert_threshold', t.alert_threshold));
+            format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark), r.run_id);
+        r.alerted := true;
     END IF;
     RETURN r;
 END
@@ -1040,7 +1042,7 @@ COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
 CREATE OR REPLACE VIEW counter.tracked_history AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
-       r.outcome, r.keys_busy, r.keys_verified, r.backfill
+       r.outcome, r.keys_busy, r.keys_verified, r.backfill, r.alerted
 FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';

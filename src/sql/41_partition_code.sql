@@ -30,8 +30,9 @@ DECLARE
 BEGIN
     IF NOT (pg_catalog.pg_has_role(caller, counter_internal.partition_owner(parent), 'USAGE')
             OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'must be owner of table %', parent USING ERRCODE = 'insufficient_privilege',
-            DETAIL = 'Partition maintenance of a table is for members of its owner (or a superuser).';
+        RAISE EXCEPTION 'managed table % does not exist or you do not own it', parent
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Partition maintenance of a table is for members of its owner (or a superuser).';
     END IF;
 END
 $$;
@@ -588,13 +589,15 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    run bigint;
 BEGIN
     skipped := NULLIF(coalesce(skipped, '[]'), '[]');
-    PERFORM counter_internal.run_end(
-        counter_internal.run_begin('partition_maintenance',
+    run := counter_internal.run_begin('partition_maintenance',
             coalesce((SELECT c.job_target FROM counter.partitioned_tables c
                       WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent), parent::text),
-            NULL, '{}'),
+            NULL, '{}');
+    PERFORM counter_internal.run_end(run,
         pg_catalog.jsonb_build_object('outcome', outcome, 'error', error, 'created', created, 'dropped', dropped,
                                       'moved', moved, 'outside', outside, 'skipped', skipped),
         rows_affected => created OPERATOR(pg_catalog.+) dropped OPERATOR(pg_catalog.+) moved,
@@ -609,9 +612,7 @@ BEGIN
         PERFORM counter_internal.alert(
             format('partition maintenance of %s skipped %s slot(s); their rows stay in the default partition',
                    parent, pg_catalog.jsonb_array_length(skipped)),
-            counter_internal.partition_skipped_text(skipped),
-            pg_catalog.json_build_object('alert', 'partition', 'table', parent::text, 'outcome', outcome,
-                                         'skipped', skipped));
+            counter_internal.partition_skipped_text(skipped), run);
     END IF;
 END
 $$;
@@ -1098,9 +1099,7 @@ BEGIN
         alert := NULLIF(alert, '');
         IF alert IS NOT NULL THEN
             PERFORM counter_internal.alert(format('partitioned table %s: %s', c.parent, alert),
-                'See counter.partition_status and counter.job_runs (kind partition_maintenance).',
-                pg_catalog.json_build_object('alert', 'partition', 'table', c.parent::text, 'problem', alert,
-                    'rows_in_default', rows_in_default, 'last_run_at', last_run_at, 'skipped', last_skipped));
+                'See counter.partition_status and counter.job_runs (kind partition_maintenance).', NULL, c.parent);
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -23,8 +23,12 @@ END
 $$;
 
 -- Raises unless the calling role may manage rollup r (a member of its
--- owner, or a superuser).
-CREATE OR REPLACE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text)
+-- owner, or a superuser). The error names the rollup only as the caller
+-- gave it ('given': its id for the entry points called by id, else its
+-- name) and is the same for a rollup that does not exist (r.rollup_id NULL)
+-- and one the caller does not own, which row-level security hides from it.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text,
+    given text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -32,10 +36,11 @@ AS $$
 DECLARE
     caller regrole := counter_internal.caller();
 BEGIN
-    IF NOT (pg_catalog.pg_has_role(caller, r.owner, 'USAGE')
-            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'must be owner of rollup "%" to %', r.name, action
-            USING ERRCODE = 'insufficient_privilege', DETAIL = format('Only members of %s (or a superuser) may.', r.owner);
+    IF r.rollup_id IS NULL OR NOT coalesce(pg_catalog.pg_has_role(caller, r.owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller), false) THEN
+        RAISE EXCEPTION 'rollup % does not exist or you do not own it', coalesce(given, pg_catalog.format('"%s"', r.name))
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Only members of the rollup''s owner (or a superuser) may %s.', action);
     END IF;
 END
 $$;
@@ -325,10 +330,7 @@ BEGIN
         RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
-    END IF;
-    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    PERFORM counter_internal.rollup_require_owner(r, 'refresh it', rid::text);
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
@@ -469,10 +471,7 @@ DECLARE
     run bigint;
 BEGIN
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
-    END IF;
-    PERFORM counter_internal.rollup_require_owner(r, 'record its refresh');
+    PERFORM counter_internal.rollup_require_owner(r, 'record its refresh', rid::text);
     IF error IS NULL AND outcome LIKE 'skipped %' THEN
         -- chunks another session was refreshing were left (their dirty marks
         -- stay): the run is recorded as skipped, with the reason

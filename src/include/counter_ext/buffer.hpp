@@ -21,6 +21,14 @@
 //             counts them from here.
 // A slot is freed, and an entry removed, only when all of that is zero.
 //
+// Shares: every entry counts against the share of (its database, the
+// owner of its counter). Each share has a reserve no one else can take (a
+// quarter of the table split over 128 shares) and takes at most a quarter
+// of the rest, so an owner who fills its share, or whose entries are never
+// flushed, falls back to the direct path alone. The share lock (taken
+// before a partition lock, never while one is held) assigns shares; counts
+// move by atomics, and a share with entries is never given to another owner.
+//
 // Lock order: partition locks in ascending order; nothing else is taken
 // while one is held. Adders take one partition lock shared (exclusive to
 // make an entry or a slot), publishing is lock-free (atomics), a flush takes
@@ -107,11 +115,12 @@ bool available();
 TimestampTz epoch();
 
 // Adds delta to (counter, key, bucket) in this transaction's memory; it is
-// published when the transaction commits. False when it cannot be buffered
-// (no shared table, the table or the key's bucket slots are full, a
-// parallel worker): the caller writes the delta itself. May throw
-// std::bad_alloc (nothing is changed then).
-bool add(int32 counter, const Image &key, int64 bucket, int64 delta);
+// published when the transaction commits. A new key takes an entry from the
+// share of (this database, owner: the counter's owner). False when it
+// cannot be buffered (no shared table, the owner's share is used up, the
+// key's bucket slots are full, a parallel worker): the caller writes the
+// delta itself. May throw std::bad_alloc (nothing is changed then).
+bool add(int32 counter, Oid owner, const Image &key, int64 bucket, int64 delta);
 
 // What a read adds to the table's value of (counter, key): everything
 // published that a table read with 'snapshot' does not see.
@@ -146,7 +155,8 @@ struct Stats {
 };
 Stats stats(int32 counter);
 
-// Adds that found no room and took the unbuffered path since startup.
-uint64 overflows();
+// Adds of counters of 'owner' in this database that found no room in its
+// share and took the unbuffered path (since the share was given to it).
+uint64 overflows(Oid owner);
 
 } // namespace ce::buffer
