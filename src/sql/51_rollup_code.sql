@@ -805,6 +805,12 @@ BEGIN
         format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
         AS x(h timestamptz);
     PERFORM counter_internal.rollup_job_sync(name);
+    IF counter.replication_warning(source, replicated) IS NOT NULL THEN
+        RAISE WARNING 'rollup "%": %', name, counter.replication_warning(source, replicated)
+            USING DETAIL = 'The hours those rows fall in are wrong until counter.rollup_recompute covers them.',
+                  HINT = format('Make it again with replicated => true: SELECT counter.rollup_drop(%L); '
+                                'SELECT counter.rollup_create(%L, %L, ..., replicated => true);', name, name, source::text);
+    END IF;
     RETURN tbl;
 END
 $$;
@@ -998,7 +1004,8 @@ SELECT r.name,
        s.last_outcome,
        s.last_duration,
        s.last_rows,
-       s.last_error
+       s.last_error,
+       counter.replication_warning(r.source, r.replicated) AS replication_warning
 FROM counter.rollups r
 LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty
            FROM counter.rollup_dirty dd GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
