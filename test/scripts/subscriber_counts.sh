@@ -202,6 +202,12 @@ flagged=$(sub -At -c "SELECT string_agg(counter, ',' ORDER BY counter) FROM coun
 flagged=$(sub -At -c "SELECT string_agg(name, ',' ORDER BY name) FROM counter.rollup_state WHERE replication_warning IS NOT NULL")
 [ "$flagged" = "ev_hourly_plain,pev_hourly_plain" ] ||
     fail "rollup_state.replication_warning flags '$flagged', not ev_hourly_plain,pev_hourly_plain"
+# What any role may read: the views and the function work for a role with
+# no rights (and show it no other role's counter).
+seen=$(sub -At -c "CREATE ROLE nobody_here" -c "SET ROLE nobody_here" \
+           -c "SELECT (SELECT count(*) FROM counter.tracked_status) + (SELECT count(*) FROM counter.rollup_state)" \
+           -c "SELECT counter.replication_warning('public.pev', false) IS NOT NULL" | tr '\n' ' ')
+[ "$seen" = "0 t " ] || fail "as a role with no rights: $seen (want 0 rows and a warning)"
 echo "warned: track, rollup_create, reconcile of a table that became a target later; flagged in tracked_status and rollup_state"
 
 sub -c "DROP SUBSCRIPTION s" >/dev/null
