@@ -202,6 +202,27 @@ flagged=$(sub -At -c "SELECT string_agg(counter, ',' ORDER BY counter) FROM coun
 flagged=$(sub -At -c "SELECT string_agg(name, ',' ORDER BY name) FROM counter.rollup_state WHERE replication_warning IS NOT NULL")
 [ "$flagged" = "ev_hourly_plain,pev_hourly_plain" ] ||
     fail "rollup_state.replication_warning flags '$flagged', not ev_hourly_plain,pev_hourly_plain"
+# A partition of another table is not a partition of the source: the
+# counter's and the rollup's row triggers copied onto one are refused, and
+# count nothing.
+ids=$(sub -At -c "SELECT (SELECT counter_id FROM counter.tracked WHERE name = 'pev_k') || ' ' ||
+                         (SELECT rollup_id FROM counter.rollups WHERE name = 'pev_hourly')")
+before=$(sub -At -c "SELECT counter.value('pev_k', 1) || ' ' || (SELECT count(*) FROM counter.rollup_dirty)")
+sub -c "CREATE TABLE other (LIKE pev) PARTITION BY RANGE (t)" \
+    -c "CREATE TABLE other_p PARTITION OF other FOR VALUES FROM (MINVALUE) TO (MAXVALUE)" \
+    -c "CREATE TRIGGER copied_fold AFTER INSERT ON other_p FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_fold('${ids% *}')" \
+    -c "CREATE TRIGGER copied_rollup AFTER INSERT ON other FOR EACH ROW EXECUTE FUNCTION counter_internal.rollup_trigger('${ids#* }')" \
+    -c "ALTER TABLE other_p ENABLE ALWAYS TRIGGER copied_fold" -c "ALTER TABLE other ENABLE ALWAYS TRIGGER copied_rollup"
+refused=$(sub -c "INSERT INTO other VALUES (1, 1, now(), false)" 2>&1 >/dev/null || true)
+echo "$refused" | grep -q 'ERROR:  the trigger on other_p names tracked counter "pev_k", whose source is public.pev' ||
+    fail "a tracked counter's trigger on a partition of another table: $refused"
+sub -c "DROP TRIGGER copied_fold ON other_p"
+refused=$(sub -c "INSERT INTO other VALUES (1, 1, now(), false)" 2>&1 >/dev/null || true)
+echo "$refused" | grep -q 'ERROR:  trigger copied_rollup on public.other_p belongs to rollup' ||
+    fail "a rollup's trigger on a partition of another table: $refused"
+[ "$(sub -At -c "SELECT counter.value('pev_k', 1) || ' ' || (SELECT count(*) FROM counter.rollup_dirty)")" = "$before" ] ||
+    fail "the refused triggers changed the counter or the rollup"
+sub -c "DROP TABLE other"
 # What any role may read: the views and the function work for a role with
 # no rights (and show it no other role's counter).
 seen=$(sub -At -c "CREATE ROLE nobody_here" -c "SET ROLE nobody_here" \
