@@ -29,6 +29,7 @@
 #include "counter_ext/filter.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/source.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/wall.hpp"
 
@@ -253,7 +254,9 @@ bool mark_row(TriggerData *td, int32 rid) {
 		return false;
 	bool isnull;
 	HeapTuple row = SPI_tuptable->vals[0];
-	if (DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 4, &isnull)) != RelationGetRelid(td->tg_relation))
+	// The source, or a partition of it: the row triggers are cloned onto the
+	// partitions the apply worker writes (counter_ext/source.hpp).
+	if (!ce::source::accepts(td->tg_relation, DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 4, &isnull))))
 		return false;
 	char *time_column = SPI_getvalue(row, SPI_tuptable->tupdesc, 6);
 	TupleDesc desc = RelationGetDescr(td->tg_relation);
@@ -435,7 +438,10 @@ CE_FUNCTION(counter_rollup_fire) {
 	if (kept == nullptr)
 		kept = new std::unordered_map<int32, Kept>();
 	if (TRIGGER_FIRED_FOR_ROW(td->tg_event)) {
-		// A replicated rollup's row trigger (the apply worker): mark the hours.
+		// A replicated rollup's row trigger (the apply worker): mark the hours;
+		// a move between partitions (replica mode too) changes no row.
+		if (ce::source::moving_rows())
+			return PointerGetDatum(nullptr);
 		if (marked == nullptr)
 			marked = new Marked();
 		Oid catalog = ce::pg_guard([] {

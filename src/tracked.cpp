@@ -17,6 +17,7 @@
 #include "counter_ext/keys.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/source.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/tracked_fold.hpp"
 #include "counter_ext/wall.hpp"
@@ -637,6 +638,8 @@ CE_FUNCTION(counter_tracked_fold) {
 	if (!TRIGGER_FIRED_AFTER(td->tg_event))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be an AFTER trigger");
 	bool for_row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
+	if (for_row && ce::source::moving_rows()) // a move between partitions (replica mode) changes no row
+		return PointerGetDatum(nullptr);
 	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
 		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
 		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
@@ -661,11 +664,17 @@ CE_FUNCTION(counter_tracked_fold) {
 		MemoryContext context = ce::pg_guard(
 		    [] { return AllocSetContextCreate(CacheMemoryContext, "counter_ext tracked fold", ALLOCSET_SMALL_SIZES); });
 		Counter k = load_counter(Int32GetDatum(id), true, context);
-		if (k.source != RelationGetRelid(rel))
-			ce::pg_guard([&k, rel] {
+		// The source, or a partition of it (a replicated counter's row
+		// triggers are cloned onto the partitions the apply worker writes).
+		if (!ce::pg_guard([&k, rel] { return ce::source::accepts(rel, k.source); }))
+			ce::pg_guard([&k, rel, td] {
 				ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				                errmsg("the trigger on %s names tracked counter \"%s\", whose source is %s",
-				                       RelationGetRelationName(rel), k.name, qualified_name(k.source))));
+				                       RelationGetRelationName(rel), k.name, qualified_name(k.source)),
+				                errdetail("A tracked counter's triggers count the rows of its source table and of "
+				                          "its partitions only."),
+				                errhint("Drop the trigger %s from %s.", td->tg_trigger->tgname,
+				                        RelationGetRelationName(rel))));
 			});
 		ce::as_owner(k.owner, [c, &k, rel, context] { fold_fill(c, k, rel, context); });
 	}

@@ -22,6 +22,34 @@ WHERE r.kind = 'reconcile' AND r.info ? 'watermark' AND pg_catalog.pg_has_role(c
 COMMENT ON VIEW counter.tracked_runs IS 'one row per reconciliation run of a tracked counter, with its drift';
 GRANT SELECT ON counter.tracked_runs TO PUBLIC;
 
+-- Logical replication (doc/operations.md): the apply worker of a
+-- subscription runs with session_replication_role = replica and fires only
+-- the triggers enabled for replicas, which a counter or rollup has when it was
+-- made with replicated => true. This names, for a source table written by a
+-- subscription of this database (the table itself, a partition of it or a
+-- table it is a partition of is in pg_subscription_rel), what is not counted:
+-- NULL when nothing is missed. Read by counter.track, counter.rollup_create,
+-- each reconciliation, and the views tracked_status and rollup_state.
+CREATE OR REPLACE FUNCTION counter.replication_warning(source regclass, replicated boolean)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+SELECT pg_catalog.format('%s is written by logical replication (subscription %s), whose apply worker fires only '
+                         'triggers enabled for replicas: the rows it applies are not counted (replicated => false)',
+                         source, pg_catalog.string_agg(DISTINCT s.subname::text, ', '))
+FROM pg_catalog.pg_subscription_rel sr
+JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) sr.srsubid
+WHERE replicated IS NOT TRUE AND source IS NOT NULL
+  AND sr.srrelid OPERATOR(pg_catalog.=) ANY (ARRAY(
+      SELECT t.relid FROM pg_catalog.pg_partition_tree(source) t
+      UNION ALL SELECT a.relid FROM pg_catalog.pg_partition_ancestors(source) a
+      UNION ALL SELECT source::pg_catalog.oid))
+HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
+$fn$;
+COMMENT ON FUNCTION counter.replication_warning(regclass, boolean) IS
+    'why a counter or rollup on this table misses rows applied by logical replication, or NULL';
+
 -- The role the entry point being run acts for (src/owner.cpp): the role
 -- that called the function of schema counter whose implementation asks.
 CREATE OR REPLACE FUNCTION counter_internal.caller()
@@ -38,6 +66,15 @@ CREATE OR REPLACE FUNCTION counter_internal.tracked_fold()
 RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
+
+-- counter_internal.partition_move says it moves rows between the partitions
+-- of a table, in replica mode (src/source.cpp): the row triggers of
+-- replicated counters and rollups, enabled for replicas, count nothing
+-- meanwhile. Until called with false, or the (sub)transaction ends.
+CREATE OR REPLACE FUNCTION counter_internal.rows_moving("on" boolean)
+RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rows_moving';
 
 -- Every backend forgets the counter rows it keeps (src/tracked.cpp): called
 -- by every function here that changes a row's registration.
@@ -297,6 +334,26 @@ BEGIN
 END
 $fn$;
 
+-- Says loudly when a trigger-mode counter made without replicated => true
+-- has a source that a subscription writes: at counter.track, and at each
+-- reconciliation (the table may have become a subscription's later).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_replication_check(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    msg text := counter.replication_warning(t.source, t.replicated OR t.mode OPERATOR(pg_catalog.<>) 'trigger');
+BEGIN
+    IF msg IS NOT NULL THEN
+        RAISE WARNING 'tracked counter "%": %', t.name, msg
+            USING DETAIL = 'The counter is wrong by those rows until a reconciliation of their keys or the verification cycle finds them.',
+                  HINT = format('Make it again with replicated => true: SELECT counter.untrack(%L); SELECT counter.track(%L, %L, ..., replicated => true);',
+                                t.name, t.name, t.source::text);
+    END IF;
+END
+$fn$;
+
 -- Registers a tracked counter. See doc/reference/tracked.md.
 CREATE OR REPLACE FUNCTION counter_internal.track(
     name text,
@@ -443,6 +500,9 @@ BEGIN
     PERFORM counter_internal.tracked_invalidate();
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
+    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        PERFORM counter_internal.tracked_replication_check(t);
+    END IF;
     IF buffered THEN
         INSERT INTO counter_internal.tracked_flushes (counter_id, epoch)
         VALUES (t.counter_id, counter_internal.tracked_buffer_epoch());
@@ -719,6 +779,7 @@ BEGIN
             format('Run %s up to %s; see counter.tracked_history.', r.run_id, r.watermark), r.run_id);
         r.alerted := true;
     END IF;
+    PERFORM counter_internal.tracked_replication_check(t);
     RETURN r;
 END
 $fn$;
@@ -1139,7 +1200,9 @@ SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.
        c.backfill_left,
        (SELECT coalesce(sum(r.backfill), 0) FROM counter.tracked_runs r
         WHERE r.counter_id OPERATOR(pg_catalog.=) c.counter_id) AS backfilled,
-       CASE WHEN s.relowner OPERATOR(pg_catalog.<>) c.owner::oid THEN s.relowner::regrole END AS owner_not_followed
+       CASE WHEN s.relowner OPERATOR(pg_catalog.<>) c.owner::oid THEN s.relowner::regrole END AS owner_not_followed,
+       counter.replication_warning(c.source, c.replicated OR c.mode OPERATOR(pg_catalog.<>) 'trigger')
+           AS replication_warning
 FROM counter.tracked c LEFT JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
    OR (s.relowner OPERATOR(pg_catalog.<>) c.owner::oid AND pg_catalog.pg_has_role(s.relowner, 'USAGE'));

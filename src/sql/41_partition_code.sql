@@ -226,6 +226,9 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = 'The table has triggers or is referenced by foreign keys, which must not fire for a move.';
     END IF;
+    -- the row triggers of replicated counters and rollups fire in replica
+    -- mode: they are told that this is a move (src/source.cpp)
+    PERFORM counter_internal.rows_moving(true);
     n := counter_internal.partition_exec(parent,
         format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
                '%2$s %3$s)) RETURNING %4$s) '
@@ -233,6 +236,7 @@ BEGIN
                from_rel,
                CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
                CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel));
+    PERFORM counter_internal.rows_moving(false);
     PERFORM set_config('session_replication_role', old_role, true);
     RETURN n;
 END

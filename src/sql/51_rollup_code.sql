@@ -849,6 +849,12 @@ BEGIN
         format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
         AS x(h timestamptz);
     PERFORM counter_internal.rollup_job_sync(name);
+    IF counter.replication_warning(source, replicated) IS NOT NULL THEN
+        RAISE WARNING 'rollup "%": %', name, counter.replication_warning(source, replicated)
+            USING DETAIL = 'The hours those rows fall in are wrong until counter.rollup_recompute covers them.',
+                  HINT = format('Make it again with replicated => true: SELECT counter.rollup_drop(%L); '
+                                'SELECT counter.rollup_create(%L, %L, ..., replicated => true);', name, name, source::text);
+    END IF;
     RETURN tbl;
 END
 $$;
@@ -1092,7 +1098,8 @@ SELECT r.name,
        s.last_error,
        -- the role the source now belongs to, when counter.follow_owners could
        -- not give the rollup to it (80_drop.sql)
-       CASE WHEN c.relowner OPERATOR(pg_catalog.<>) r.owner::oid THEN c.relowner::regrole END AS owner_not_followed
+       CASE WHEN c.relowner OPERATOR(pg_catalog.<>) r.owner::oid THEN c.relowner::regrole END AS owner_not_followed,
+       counter.replication_warning(r.source, r.replicated) AS replication_warning
 FROM counter.rollups r
 LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.source
 LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours, pg_catalog.min(dd.hour) AS oldest_dirty

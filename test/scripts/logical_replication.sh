@@ -60,8 +60,16 @@ leaf_tables() {
               FROM pg_partition_tree('public.events_ix') t JOIN pg_class p ON p.oid = t.relid WHERE t.isleaf"
 }
 conn="host=127.0.0.1 port=$CE_pub_PORT user=$(ce_owner_name) dbname=postgres"
+# On the subscriber, a replicated counter and rollup (with a filter) on the
+# table the root publication writes: they count what the apply worker
+# applies, the drains' re-published rows included (issue 24, item 7).
 sub -c "CREATE TABLE public.events (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
                                     UNIQUE (event_id, occurred_at))" \
+    -c "CREATE EXTENSION counter_ext" \
+    -c "SELECT counter.track('events_link', 'public.events', 'link_id', 'occurred_at', filter => 'link_id <> 3',
+                             replicated => true)" \
+    -c "SELECT counter.rollup_create('events_sub_hourly', 'public.events', 'occurred_at', '{link_id}',
+                                     filter => 'link_id <> 3', replicated => true)" \
     -c "CREATE TABLE public.events_ins (event_id bigint NOT NULL, link_id int NOT NULL, occurred_at timestamptz NOT NULL,
                                         UNIQUE (event_id, occurred_at))" \
     -c "$(leaf_tables)" \
@@ -182,6 +190,20 @@ echo "publisher inserts only: $want_ins; subscriber: $got_ins"
 [ "$got_root" = "$want_root" ] || fail "via the partition root: the subscriber does not have the publisher's rows"
 [ "$got_leaf" = "$want_leaf" ] || fail "partition by partition: the subscriber does not have the publisher's rows"
 [ "$got_ins" = "$want_ins" ] || fail "inserts only: the subscriber does not have the publisher's rows"
+# The subscriber's replicated counter equals count(*) per key, its rollup a
+# GROUP BY, and no trigger of counter_ext failed in the apply worker.
+bad=$(sub -Atc "SELECT count(*) FROM generate_series(0, 6) k
+               WHERE counter.value('events_link', k) <> (SELECT count(*) FROM public.events e WHERE e.link_id = k AND k <> 3)")
+[ "$bad" = 0 ] || fail "the subscriber's replicated counter: $bad keys not equal to count(*)"
+sub -c "SELECT counter.rollup_refresh_dirty('events_sub_hourly')" >/dev/null || fail "rollup refresh on the subscriber"
+[ "$(sub -Atc "SELECT count(*) FROM (SELECT link_id, date_bin('1 hour', occurred_at, '2000-01-01 00:00+00') AS hour,
+                                            count(*) AS n FROM public.events WHERE link_id <> 3 GROUP BY 1, 2) e
+              FULL JOIN public.events_sub_hourly r USING (link_id, hour) WHERE r.count IS DISTINCT FROM e.n")" = 0 ] ||
+    fail "the subscriber's replicated rollup is not GROUP BY of its events"
+[ "$(sub -Atc "SELECT counter.replication_warning('public.events', false) IS NOT NULL
+                      AND counter.replication_warning('public.events', true) IS NULL")" = t ] ||
+    fail "counter.replication_warning does not see the subscription writing public.events"
+! grep -E "ERROR: .*(names tracked counter|belongs to rollup)" "$CE_sub_LOG" || fail "a counter_ext trigger failed on the subscriber"
 # pub_ins published each row once: as many inserts as rows (no deletes there).
 inserts=$(pub -Atc "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('check_ins', NULL, NULL,
                         'proto_version', '1', 'publication_names', 'pub_ins') WHERE substr(data, 1, 1) = 'I'::bytea")
