@@ -87,7 +87,7 @@ BEGIN
             (SELECT a.backend_start FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) a),
             coalesce(started, pg_catalog.clock_timestamp()), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole, object_id, info)
     RETURNING x.run_id INTO run;
-    PERFORM counter_internal.run_trim(session_user::regrole);
+    PERFORM counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole);
     RETURN run;
 END
 $$;
@@ -119,7 +119,7 @@ BEGIN
     IF NOT pg_catalog.pg_is_in_recovery() AND (run IS NOT NULL OR parent IS NOT NULL) THEN
         PERFORM pg_catalog.pg_notify('counter_ext_drift',
             CASE WHEN run IS NOT NULL THEN pg_catalog.json_build_object('run_id', run)
-                 ELSE pg_catalog.json_build_object('partitioned_table', parent::oid) END::text);
+                 ELSE pg_catalog.json_build_object('partitioned_table', parent::oid::bigint) END::text);
     END IF;
 END
 $$;
@@ -173,7 +173,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     run bigint := counter_internal.run_begin(kind, target, object_id,
-                      pg_catalog.jsonb_build_object('outcome', 'skipped', 'skipped', reason));
+                      pg_catalog.jsonb_build_object('outcome', 'skipped', 'skip_reason', reason));
 BEGIN
     UPDATE counter.job_runs x
     SET outcome = 'skipped', finished_at = pg_catalog.clock_timestamp(), message = reason, rows_affected = 0,

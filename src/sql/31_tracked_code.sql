@@ -733,7 +733,7 @@ BEGIN
     FROM (SELECT x.info FROM counter.job_runs x
           WHERE x.kind OPERATOR(pg_catalog.=) 'reconcile' AND x.object_id OPERATOR(pg_catalog.=) t.counter_id
           ORDER BY x.run_id DESC LIMIT 3) x
-    WHERE x.info ? 'skipped';
+    WHERE x.info ? 'skip_reason';
     IF skipped >= 3 THEN
         PERFORM counter_internal.alert(
             format('tracked counter "%s" was not reconciled: its last %s runs were skipped', t.name, skipped),

@@ -138,3 +138,24 @@ JOIN counter.job_runs r ON r.run_id OPERATOR(pg_catalog.=) j.running_run
 LEFT JOIN counter_internal.job_progress_entries() p ON p.run_id OPERATOR(pg_catalog.=) r.run_id
 LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) r.pid;
 COMMENT ON VIEW counter.running_jobs IS 'counter_ext jobs running now, with the progress their code reports';
+
+-- The runs that raised the alert (counter_internal.alert), as far as the
+-- reader may see them: a reconciliation's to the members of the counter's
+-- owner, a partition maintenance run's to the members of the table's owner,
+-- any other to the members of the role it ran as. A listener on channel
+-- counter_ext_drift reads the run its payload names here: no row means an
+-- alert it may not see, or a forged one (doc/security.md, "Alerts").
+CREATE OR REPLACE VIEW counter.alerts AS
+SELECT r.run_id, r.kind, r.target, r.started_at, r.finished_at, r.outcome, r.message, r.info
+FROM counter.job_runs r
+WHERE r.info OPERATOR(pg_catalog.@>) '{"alerted": true}'
+  AND pg_catalog.pg_has_role(coalesce(
+          CASE r.kind
+              WHEN 'reconcile' THEN (SELECT t.owner::oid FROM counter.tracked t
+                                     WHERE t.counter_id::bigint OPERATOR(pg_catalog.=) r.object_id)
+              WHEN 'partition_maintenance' THEN (SELECT c.relowner FROM counter.partitioned_tables p
+                                                 JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) p.parent
+                                                 WHERE p.job_target OPERATOR(pg_catalog.=) r.target)
+          END, r.run_as::oid), 'USAGE');
+COMMENT ON VIEW counter.alerts IS 'the runs that raised the alert (NOTIFY counter_ext_drift {"run_id": N}) the reader may see';
+GRANT SELECT ON counter.alerts TO PUBLIC;
