@@ -1,0 +1,165 @@
+-- The metrics surface (doc/monitoring.md): one view, counter.metrics, in the
+-- long format exporters want, one row per series: (metric, owner, object,
+-- kind, value). Names are stable and carry their unit; a *_total is a sum
+-- over the run record (counter.job_runs), which trimming can make smaller.
+-- Code only (a view), so the update from 1.4 includes this piece as it is.
+--
+-- Who sees what: a row naming a counter, rollup, table or job target is
+-- shown only to a member of its owner (pg_has_role(owner, 'USAGE'), as in
+-- counter.tracked_status; a superuser sees every one). The objects of the
+-- other owners are shown to a member of pg_monitor only folded into one
+-- series per (metric, owner[, job kind]) with object '*', its value the
+-- sum, max or min of the hidden objects' values (column agg below); other
+-- roles do not see them at all. So a monitoring role that owns nothing sees
+-- every number without a name, and a sum over all series counts each
+-- object once whoever reads it. Owner labels are role names, which
+-- pg_catalog.pg_roles shows to every role anyway.
+--
+-- The view reads the catalogs as its owner (the extension's), which is why
+-- it filters itself; security_barrier keeps a caller's own conditions from
+-- running before that filter. It reads no user table (partition bounds come
+-- from pg_class.relpartbound, as pg_get_expr prints them, rather than from
+-- counter.partition_bounds, which wants the right to read the table; a bound
+-- of MINVALUE or MAXVALUE is not counted): rows in a default
+-- partition are the statistics' estimate (pg_stat_all_tables.n_live_tup;
+-- counter.partition_status counts them exactly, as the owner), and the
+-- buffered figures come from counter.buffer_status(), which shows only the
+-- counters the caller may act for (nothing is folded for pg_monitor there).
+CREATE OR REPLACE VIEW counter.metrics WITH (security_barrier) AS
+WITH
+tracked_runs AS (
+    SELECT r.object_id, pg_catalog.count(*) AS runs, pg_catalog.max(r.finished_at) AS last_finished,
+           pg_catalog.sum((r.info ->> 'drift_positive')::numeric OPERATOR(pg_catalog.-)
+                          (r.info ->> 'drift_negative')::numeric) AS drift_total,
+           pg_catalog.sum((r.info ->> 'keys_corrected')::numeric) AS keys_corrected,
+           pg_catalog.sum((r.info ->> 'keys_verified')::numeric) AS keys_verified
+    FROM counter.job_runs r
+    WHERE r.kind OPERATOR(pg_catalog.=) 'reconcile' AND r.info ? 'watermark'
+      AND r.outcome OPERATOR(pg_catalog.<>) 'running'
+    GROUP BY r.object_id),
+tracked_last AS (
+    SELECT DISTINCT ON (r.object_id) r.object_id,
+           (r.info ->> 'drift_positive')::numeric OPERATOR(pg_catalog.-) (r.info ->> 'drift_negative')::numeric AS drift
+    FROM counter.job_runs r
+    WHERE r.kind OPERATOR(pg_catalog.=) 'reconcile' AND r.info ? 'watermark'
+      AND r.outcome OPERATOR(pg_catalog.<>) 'running' AND r.info ->> 'outcome' OPERATOR(pg_catalog.<>) 'running'
+    ORDER BY r.object_id, r.run_id DESC),
+rollup_runs AS (
+    SELECT r.object_id, pg_catalog.count(*) AS runs, pg_catalog.sum((r.info ->> 'rows')::numeric) AS rows_written,
+           pg_catalog.max(r.started_at) FILTER (WHERE r.info ->> 'outcome' OPERATOR(pg_catalog.=) 'succeeded')
+               AS last_ok
+    FROM counter.job_runs r
+    WHERE r.kind OPERATOR(pg_catalog.=) 'rollup_refresh' AND r.info ? 'outcome'
+    GROUP BY r.object_id),
+parts AS (
+    SELECT p.parent, k.relowner AS owner, pg_catalog.format('%I.%I', n.nspname, k.relname) AS object,
+           p.created_at, p.job_target
+    FROM counter.partitioned_tables p
+    JOIN pg_catalog.pg_class k ON k.oid OPERATOR(pg_catalog.=) p.parent
+    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) k.relnamespace),
+job_runs AS (
+    SELECT r.job_id, pg_catalog.count(*) AS runs,
+           pg_catalog.count(*) FILTER (WHERE r.outcome OPERATOR(pg_catalog.=) 'failed') AS failed,
+           pg_catalog.count(*) FILTER (WHERE r.outcome OPERATOR(pg_catalog.=) 'skipped') AS skipped,
+           coalesce(pg_catalog.sum(r.rows_affected), 0) AS rows_affected
+    FROM counter.job_runs r
+    WHERE r.job_id IS NOT NULL AND r.outcome OPERATOR(pg_catalog.<>) 'running'
+    GROUP BY r.job_id),
+series (metric, owner, object, kind, value, agg) AS (
+    -- tracked counters
+    SELECT m.metric, c.owner::oid, c.name, ''::text, m.value, m.agg
+    FROM counter.tracked c
+    LEFT JOIN tracked_runs t ON t.object_id OPERATOR(pg_catalog.=) c.counter_id
+    LEFT JOIN tracked_last l ON l.object_id OPERATOR(pg_catalog.=) c.counter_id
+    CROSS JOIN LATERAL (VALUES
+        ('counter_ext_tracked_drift', coalesce(l.drift, 0)::float8, 'sum'),
+        ('counter_ext_tracked_drift_total', coalesce(t.drift_total, 0)::float8, 'sum'),
+        ('counter_ext_tracked_keys_corrected_total', coalesce(t.keys_corrected, 0)::float8, 'sum'),
+        ('counter_ext_tracked_keys_verified_total', coalesce(t.keys_verified, 0)::float8, 'sum'),
+        ('counter_ext_tracked_reconcile_runs_total', coalesce(t.runs, 0)::float8, 'sum'),
+        ('counter_ext_tracked_last_reconcile_age_seconds',
+         extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(t.last_finished, c.created_at))::float8,
+         'max')) m(metric, value, agg)
+    UNION ALL
+    -- buffered counters (only those the caller may act for)
+    SELECT m.metric, c.owner::oid, c.name, '', m.value, 'sum'
+    FROM counter.buffer_status() b
+    JOIN counter.tracked c ON c.name OPERATOR(pg_catalog.=) b.counter
+    CROSS JOIN LATERAL (VALUES
+        ('counter_ext_buffered_pending', b.pending::float8),
+        ('counter_ext_buffered_entries', b.entries::float8),
+        ('counter_ext_buffered_overflows_total', b.overflows::float8)) m(metric, value)
+    UNION ALL
+    -- rollups
+    SELECT m.metric, r.owner::oid, r.name, '', m.value, m.agg
+    FROM counter.rollups r
+    LEFT JOIN (SELECT dd.rollup_id, pg_catalog.count(DISTINCT dd.hour) AS dirty_hours FROM counter.rollup_dirty dd
+               GROUP BY dd.rollup_id) d ON d.rollup_id OPERATOR(pg_catalog.=) r.rollup_id
+    LEFT JOIN rollup_runs x ON x.object_id OPERATOR(pg_catalog.=) r.rollup_id
+    CROSS JOIN LATERAL (VALUES
+        ('counter_ext_rollup_dirty_hours', coalesce(d.dirty_hours, 0)::float8, 'sum'),
+        ('counter_ext_rollup_refresh_lag_seconds',
+         CASE WHEN coalesce(d.dirty_hours, 0) OPERATOR(pg_catalog.=) 0 THEN 0::float8
+              ELSE extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(x.last_ok, r.created_at))::float8
+         END, 'max'),
+        ('counter_ext_rollup_last_refresh_age_seconds',
+         extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(x.last_ok, r.created_at))::float8, 'max'),
+        ('counter_ext_rollup_refreshes_total', coalesce(x.runs, 0)::float8, 'sum'),
+        ('counter_ext_rollup_rows_total', coalesce(x.rows_written, 0)::float8, 'sum')) m(metric, value, agg)
+    UNION ALL
+    -- managed partitioned tables
+    SELECT m.metric, p.owner, p.object, '', m.value, m.agg
+    FROM parts p
+    LEFT JOIN LATERAL (
+        SELECT pg_catalog.count(*) AS partitions,
+               pg_catalog.count(*) FILTER (WHERE b.lo OPERATOR(pg_catalog.>) pg_catalog.now()) AS ahead,
+               pg_catalog.max(b.hi) AS newest
+        FROM (SELECT v[1]::timestamptz AS lo, v[2]::timestamptz AS hi
+              FROM pg_catalog.pg_inherits i
+              JOIN pg_catalog.pg_class kp ON kp.oid OPERATOR(pg_catalog.=) i.inhrelid
+              CROSS JOIN LATERAL pg_catalog.regexp_match(pg_catalog.pg_get_expr(kp.relpartbound, kp.oid),
+                  '^FOR VALUES FROM \(''([^'']*)''\) TO \(''([^'']*)''\)$') v
+              WHERE i.inhparent OPERATOR(pg_catalog.=) p.parent) b) b ON true
+    LEFT JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid OPERATOR(pg_catalog.=) p.parent
+    LEFT JOIN pg_catalog.pg_stat_all_tables st ON st.relid OPERATOR(pg_catalog.=) pt.partdefid
+    LEFT JOIN LATERAL (
+        SELECT (x.info ->> 'finished_at')::timestamptz AS finished_at FROM counter.job_runs x
+        WHERE x.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
+          AND x.target OPERATOR(pg_catalog.=) coalesce(p.job_target, p.parent::text) AND x.info ? 'outcome'
+        ORDER BY x.run_id DESC LIMIT 1) lr ON true
+    CROSS JOIN LATERAL (VALUES
+        ('counter_ext_partition_partitions', coalesce(b.partitions, 0)::float8, 'sum'),
+        ('counter_ext_partition_partitions_ahead', coalesce(b.ahead, 0)::float8, 'min'),
+        ('counter_ext_partition_ahead_seconds',
+         coalesce(extract(epoch FROM b.newest OPERATOR(pg_catalog.-) pg_catalog.now()), 0)::float8, 'min'),
+        ('counter_ext_partition_default_rows', coalesce(st.n_live_tup, 0)::float8, 'sum'),
+        ('counter_ext_partition_last_maintenance_age_seconds',
+         extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(lr.finished_at, p.created_at))::float8,
+         'max')) m(metric, value, agg)
+    UNION ALL
+    -- jobs
+    SELECT m.metric, j.owner::oid, j.target, j.kind, m.value, 'sum'
+    FROM counter.jobs j
+    LEFT JOIN job_runs x ON x.job_id OPERATOR(pg_catalog.=) j.job_id
+    CROSS JOIN LATERAL (VALUES
+        ('counter_ext_job_failures', j.failures::float8),
+        ('counter_ext_job_enabled', CASE WHEN j.enabled THEN 1 ELSE 0 END::float8),
+        ('counter_ext_job_runs_total', coalesce(x.runs, 0)::float8),
+        ('counter_ext_job_failed_runs_total', coalesce(x.failed, 0)::float8),
+        ('counter_ext_job_skipped_runs_total', coalesce(x.skipped, 0)::float8),
+        ('counter_ext_job_rows_total', coalesce(x.rows_affected, 0)::float8)) m(metric, value)
+    WHERE j.owner IS NOT NULL)
+SELECT s.metric, s.owner::regrole::text AS owner, s.object, s.kind, s.value
+FROM series s
+WHERE pg_catalog.pg_has_role(s.owner, 'USAGE')
+UNION ALL
+SELECT s.metric, s.owner::regrole::text, '*', s.kind,
+       CASE s.agg WHEN 'max' THEN pg_catalog.max(s.value) WHEN 'min' THEN pg_catalog.min(s.value)
+                  ELSE pg_catalog.sum(s.value) END
+FROM series s
+WHERE NOT pg_catalog.pg_has_role(s.owner, 'USAGE') AND pg_catalog.pg_has_role('pg_monitor', 'USAGE')
+GROUP BY s.metric, s.owner, s.kind, s.agg;
+COMMENT ON VIEW counter.metrics IS
+    'one row per metric series (Prometheus long format): names only of the objects of roles the reader belongs to; '
+    'pg_monitor members see the others folded per owner (object ''*'')';
+GRANT SELECT ON counter.metrics TO PUBLIC;
