@@ -18,7 +18,8 @@ CREATE ROLE m_nobody LOGIN;
 GRANT CREATE ON SCHEMA public TO m_alice, m_bob;
 
 -- Each owner: an application-mode counter that was added 2 too many
--- (drift 2 found by the reconciliation), a deferred rollup with three dirty
+-- (drift 2 found by the reconciliation), a buffered counter with adds not
+-- yet flushed, a deferred rollup with three dirty
 -- hours (the rows before it was made, two after), a managed table with 3 rows in its default partition.
 CREATE FUNCTION public.m_setup(who text, extra int) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
@@ -30,6 +31,10 @@ BEGIN
                    who || '_ev');
     PERFORM counter.add(who || '_secret_counter', 'x'::text, 5 + extra, '2024-03-01 10:00+00');
     PERFORM counter.reconcile(who || '_secret_counter', '2024-03-02', all_keys => true);
+    PERFORM counter.track(who || '_secret_buffered', format('public.%I', who || '_ev')::regclass, 'k', 'at',
+                          mode => 'application', buffered => true);
+    PERFORM counter.add(who || '_secret_buffered', k::text, 1, '2024-03-01 10:00+00')
+    FROM unnest(ARRAY['p', 'q', 'r']) k;
     PERFORM counter.rollup_create(who || '_secret_rollup', format('public.%I', who || '_ev')::regclass, 'at', '{k}',
                                   mode => 'deferred');
     EXECUTE format('INSERT INTO public.%I (k, at) VALUES (''y'', ''2024-03-03 10:00+00''), (''y'', ''2024-03-03 11:00+00'')',
@@ -95,7 +100,8 @@ SET ROLE m_mon;
 SELECT * FROM public.m_seen;
 SELECT metric, owner, object, kind, value FROM counter.metrics
 WHERE metric IN ('counter_ext_tracked_drift', 'counter_ext_rollup_dirty_hours', 'counter_ext_partition_default_rows',
-                 'counter_ext_job_runs_total') ORDER BY 1, 2, 4;
+                 'counter_ext_job_runs_total', 'counter_ext_buffered_pending', 'counter_ext_buffered_overflows_total')
+ORDER BY 1, 2, 4;
 SELECT * FROM public.m_sums;
 -- a role with neither: nothing
 SET ROLE m_nobody;
@@ -122,7 +128,8 @@ DROP TABLE public.m_total;
 DROP FUNCTION public.m_setup(text, int);
 DROP TABLE public.m_alice_secret_parts, public.m_bob_secret_parts;
 SELECT counter.rollup_drop('m_alice_secret_rollup'), counter.rollup_drop('m_bob_secret_rollup');
-SELECT counter.untrack('m_alice_secret_counter'), counter.untrack('m_bob_secret_counter');
+SELECT counter.untrack('m_alice_secret_counter'), counter.untrack('m_bob_secret_counter'),
+       counter.untrack('m_alice_secret_buffered'), counter.untrack('m_bob_secret_buffered');
 DROP TABLE public.m_alice_ev, public.m_bob_ev;
 REVOKE CREATE ON SCHEMA public FROM m_alice, m_bob;
 DROP ROLE m_alice_friend, m_mon, m_nobody, m_alice, m_bob;

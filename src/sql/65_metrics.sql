@@ -23,8 +23,9 @@
 -- of MINVALUE or MAXVALUE is not counted): rows in a default
 -- partition are the statistics' estimate (pg_stat_all_tables.n_live_tup;
 -- counter.partition_status counts them exactly, as the owner), and the
--- buffered figures come from counter.buffer_status(), which shows only the
--- counters the caller may act for (nothing is folded for pg_monitor there).
+-- buffered figures come from counter.buffer_status() (the counters the
+-- caller may act for) and counter.buffer_totals() (for pg_monitor, the other
+-- owners' sums).
 CREATE OR REPLACE VIEW counter.metrics WITH (security_barrier) AS
 WITH
 tracked_runs AS (
@@ -81,14 +82,18 @@ series (metric, owner, object, kind, value, agg) AS (
          extract(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) coalesce(t.last_finished, c.created_at))::float8,
          'max')) m(metric, value, agg)
     UNION ALL
-    -- buffered counters (only those the caller may act for)
+    -- buffered counters (only those the caller may act for); overflows are
+    -- counted per owner (its share of the shared table): object ''
     SELECT m.metric, c.owner::oid, c.name, '', m.value, 'sum'
     FROM counter.buffer_status() b
     JOIN counter.tracked c ON c.name OPERATOR(pg_catalog.=) b.counter
     CROSS JOIN LATERAL (VALUES
         ('counter_ext_buffered_pending', b.pending::float8),
-        ('counter_ext_buffered_entries', b.entries::float8),
-        ('counter_ext_buffered_overflows_total', b.overflows::float8)) m(metric, value)
+        ('counter_ext_buffered_entries', b.entries::float8)) m(metric, value)
+    UNION ALL
+    SELECT DISTINCT 'counter_ext_buffered_overflows_total', c.owner::oid, '', '', b.overflows::float8, 'sum'
+    FROM counter.buffer_status() b
+    JOIN counter.tracked c ON c.name OPERATOR(pg_catalog.=) b.counter
     UNION ALL
     -- rollups
     SELECT m.metric, r.owner::oid, r.name, '', m.value, m.agg
@@ -158,7 +163,16 @@ SELECT s.metric, s.owner::regrole::text, '*', s.kind,
                   ELSE pg_catalog.sum(s.value) END
 FROM series s
 WHERE NOT pg_catalog.pg_has_role(s.owner, 'USAGE') AND pg_catalog.pg_has_role('pg_monitor', 'USAGE')
-GROUP BY s.metric, s.owner, s.kind, s.agg;
+GROUP BY s.metric, s.owner, s.kind, s.agg
+UNION ALL
+-- the buffered counters of the other owners, summed by buffer_totals (which
+-- returns rows to pg_monitor members only)
+SELECT m.metric, b.owner::text, '*', '', m.value
+FROM counter.buffer_totals() b
+CROSS JOIN LATERAL (VALUES
+    ('counter_ext_buffered_pending', b.pending::float8),
+    ('counter_ext_buffered_entries', b.entries::float8),
+    ('counter_ext_buffered_overflows_total', b.overflows::float8)) m(metric, value);
 COMMENT ON VIEW counter.metrics IS
     'one row per metric series (Prometheus long format): names only of the objects of roles the reader belongs to; '
     'pg_monitor members see the others folded per owner (object ''*'')';
