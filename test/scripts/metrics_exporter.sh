@@ -16,8 +16,11 @@
 #   - every PromQL expression of the dashboard returns data through
 #     prometheus's HTTP API, none an error.
 # Needs prometheus-sql-exporter, prometheus-postgres-exporter and
-# prometheus; installed when missing on the host (as root); in a chroot
-# without them (make test PG=17/18) it says so and passes.
+# prometheus; installed when missing on the host (as root, when apt has
+# them); where they are not and cannot be (not root, or a chroot of make test
+# PG=17/18 without them) it says so and passes. CE_METRICS_PNG=FILE also
+# draws the dashboard's panels from prometheus's data into FILE (matplotlib;
+# how doc/monitoring.png was made).
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 fail() { echo "FAILED: $*"; exit 1; }
@@ -29,6 +32,14 @@ if [ -n "${CE_SKIP_FORMAT:-}" ]; then
             { echo "metrics_exporter: skipped, $p is not installed in this chroot"; exit 0; }
     done
 else
+    # the host: installed when they can be (root, and Debian has them)
+    for p in "${pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+        if ! ce_is_root || ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+            echo "metrics_exporter: skipped, $p is not installed and cannot be installed here"
+            exit 0
+        fi
+    done
     ce_require_packages "${pkgs[@]}" || exit 1
 fi
 
@@ -214,7 +225,9 @@ YML
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/prometheus-data" \
     --web.listen-address="127.0.0.1:$pm_port" >"$work/prometheus.log" 2>&1 &
 pids+=($!)
-python3 - "$pm_port" "$CE_TOP/contrib/monitoring/grafana-dashboard.json" "${CE_METRICS_PNG:-}" <<'PY' ||
+py=python3
+[ -n "${CE_METRICS_PNG:-}" ] && py=/usr/bin/python3   # Debian's, with python3-matplotlib
+"$py" - "$pm_port" "$CE_TOP/contrib/monitoring/grafana-dashboard.json" "${CE_METRICS_PNG:-}" <<'PY' ||
 import json, sys, time, urllib.parse, urllib.request
 port, dashboard, png = sys.argv[1:]
 def query(expr, path="query", **extra):
