@@ -24,7 +24,7 @@
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 fail() { echo "FAILED: $*"; exit 1; }
-pkgs=(prometheus-sql-exporter prometheus-postgres-exporter prometheus)
+pkgs=(prometheus-sql-exporter prometheus-postgres-exporter prometheus curl)
 if [ -n "${CE_SKIP_FORMAT:-}" ]; then
     # a chroot of another major: only when they are there already
     for p in "${pkgs[@]}"; do
