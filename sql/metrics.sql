@@ -123,6 +123,18 @@ SELECT * FROM public.m_sums;
 RESET ROLE;
 REVOKE m_alice FROM m_mon;
 
+-- A refresh: the rollup's dirty hours and lag drop to 0, its refresh is counted
+-- with the rows it wrote, and its age is the time since that refresh
+-- (ages_right: the age equals now() - rollup_status.last_refresh_at).
+SET ROLE m_alice;
+SELECT counter.rollup_refresh_dirty('m_alice_secret_rollup') AS rows_written;
+SELECT metric, object, value FROM counter.metrics
+WHERE metric LIKE 'counter_ext_rollup_%' AND metric NOT LIKE '%age_seconds' ORDER BY 1;
+SELECT m.value = extract(epoch FROM now() - s.last_refresh_at) AS ages_right
+FROM counter.metrics m, counter.rollup_status s
+WHERE m.metric = 'counter_ext_rollup_last_refresh_age_seconds' AND s.rollup_id = counter.rollup_id('m_alice_secret_rollup');
+RESET ROLE;
+
 DROP VIEW public.m_seen, public.m_sums;
 DROP TABLE public.m_total;
 DROP FUNCTION public.m_setup(text, int);
