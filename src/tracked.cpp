@@ -28,6 +28,7 @@ extern "C" {
 #include "common/int.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "parser/parse_coerce.h"
 #include "utils/acl.h"
 #include "commands/trigger.h"
@@ -1563,6 +1564,56 @@ CE_FUNCTION(counter_buffer_status) {
 			    TimestampTzGetDatum(lp->repair_at),  Int64GetDatum(overflows)};
 			bool nulls[11] = {false, false, false,           false, false, false, lp->flushed_null,
 			                  false, false, lp->repair_null, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+		});
+	}
+	return (Datum)0;
+}
+
+// counter.buffer_totals(): for a member of pg_monitor, one row per owner of
+// buffered counters whose privileges the caller does not have, with the sums
+// of what buffer_status shows for them (the counters named by neither); for
+// other callers nothing. counter.metrics folds these into the series of
+// object '*' (doc/monitoring.md).
+CE_FUNCTION(counter_buffer_totals) {
+	struct Total {
+		Oid owner;
+		int64 counters;
+		int64 entries;
+		int64 pending;
+		int64 in_flight;
+		int64 overflows;
+	};
+	std::vector<Listed> listed = list_buffered();
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	bool monitor = ce::pg_guard([] { return has_privs_of_role(GetUserId(), ROLE_PG_MONITOR); });
+	if (!monitor)
+		return (Datum)0;
+	std::vector<Total> totals;
+	for (const Listed &l : listed) {
+		if (may_act_for(l.owner))
+			continue;
+		ce::buffer::Stats st = ce::buffer::stats(l.id);
+		Total *t = nullptr;
+		for (Total &x : totals)
+			if (x.owner == l.owner)
+				t = &x;
+		if (t == nullptr) {
+			totals.push_back(Total{l.owner, 0, 0, 0, 0, static_cast<int64>(ce::buffer::overflows(l.owner))});
+			t = &totals.back();
+		}
+		t->counters++;
+		t->entries += st.entries;
+		t->pending += st.pending;
+		t->in_flight += st.in_flight;
+	}
+	for (const Total &t : totals) {
+		const Total *tp = &t;
+		ce::pg_guard([rsinfo, tp] {
+			Datum out[6] = {ObjectIdGetDatum(tp->owner), Int64GetDatum(tp->counters),  Int64GetDatum(tp->entries),
+			                Int64GetDatum(tp->pending),  Int64GetDatum(tp->in_flight), Int64GetDatum(tp->overflows)};
+			bool nulls[6] = {false, false, false, false, false, false};
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 		});
 	}

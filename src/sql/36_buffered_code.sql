@@ -64,6 +64,16 @@ RETURNS TABLE (counter text, preloaded boolean, entries bigint, pending bigint, 
 LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_buffer_status';
 
+-- For a member of pg_monitor: per owner whose privileges the caller does not
+-- have, the sums of buffer_status over that owner's buffered counters, no
+-- name (counter.metrics, doc/monitoring.md). Nothing for other callers.
+CREATE OR REPLACE FUNCTION counter.buffer_totals()
+RETURNS TABLE (owner regrole, counters bigint, entries bigint, pending bigint, in_flight bigint, overflows bigint)
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_buffer_totals';
+COMMENT ON FUNCTION counter.buffer_totals() IS
+    'for pg_monitor members: buffered counters of the owners the caller does not belong to, summed per owner';
+
 CREATE OR REPLACE VIEW counter.buffered AS SELECT * FROM counter.buffer_status();
 COMMENT ON VIEW counter.buffered IS
     'buffered counters: whether the library is preloaded, what the shared table holds, flushes, repairs';

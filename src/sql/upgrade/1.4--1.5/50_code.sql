@@ -6,5 +6,6 @@
 --@include src/sql/41_partition_code.sql
 --@include src/sql/51_rollup_code.sql
 --@include src/sql/60_worker.sql
+--@include src/sql/65_metrics.sql
 --@include src/sql/70_dump.sql
 --@include src/sql/80_drop.sql
