@@ -349,8 +349,8 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));
 	// the bound of the run record per role (one place: counter_internal.run_trim)
-	spi_run("SELECT counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole)", 0, nullptr, nullptr, nullptr, false,
-	        SPI_OK_SELECT, "trimming the owner's run history");
+	spi_run("SELECT counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole)", 0, nullptr,
+	        nullptr, nullptr, false, SPI_OK_SELECT, "trimming the owner's run history");
 	Oid types2[2] = {INT8OID, INT8OID};
 	Datum values2[2] = {Int64GetDatum(job_id), Int64GetDatum(out->run_id)};
 	spi_run("UPDATE counter.jobs SET running_run = $2 WHERE job_id = $1", 2, types2, values2, nullptr, false,
@@ -364,10 +364,11 @@ void record(const Claim *c, const Outcome *o) {
 		Datum values[3] = {Int64GetDatum(c->run_id), Int64GetDatum(o->rows), Int64GetDatum(c->job_id)};
 		const char nulls[4] = {' ', o->rows_null ? 'n' : ' ', ' ', '\0'};
 		// a run whose work could not be done says so (counter_internal.run_skipped)
-		spi_run("UPDATE counter.job_runs SET outcome = CASE WHEN info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,"
-		        " message = coalesce(message, info ->> 'skip_reason'), finished_at = clock_timestamp(),"
-		        " rows_affected = $2 WHERE run_id = $1",
-		        2, types, values, nulls, false, SPI_OK_UPDATE, "recording a run");
+		spi_run(
+		    "UPDATE counter.job_runs SET outcome = CASE WHEN info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,"
+		    " message = coalesce(message, info ->> 'skip_reason'), finished_at = clock_timestamp(),"
+		    " rows_affected = $2 WHERE run_id = $1",
+		    2, types, values, nulls, false, SPI_OK_UPDATE, "recording a run");
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = 0, next_run = clock_timestamp() + j.run_every"
 		        " WHERE j.job_id = $1 AND j.running_run = $2",

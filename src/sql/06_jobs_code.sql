@@ -4,7 +4,7 @@
 -- is.
 
 -- One line per job with its latest run.
-CREATE OR REPLACE VIEW counter.job_status AS
+CREATE OR REPLACE VIEW counter.job_status WITH (security_barrier) AS
 SELECT j.job_id, j.kind, j.target, j.enabled, j.run_every, j.next_run, j.failures,
        j.running_run IS NOT NULL AS running,
        r.started_at AS last_started, r.finished_at AS last_finished, r.outcome AS last_outcome,

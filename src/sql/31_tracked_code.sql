@@ -8,7 +8,7 @@
 -- (info), in the columns the table counter.tracked_runs had up to 1.2.
 -- Each role sees the runs of the counters it owns (or belongs to the owner
 -- of).
-CREATE OR REPLACE VIEW counter.tracked_runs AS
+CREATE OR REPLACE VIEW counter.tracked_runs WITH (security_barrier) AS
 SELECT r.run_id, r.object_id::integer AS counter_id, r.started_at,
        (r.info ->> 'finished_at')::timestamptz AS finished_at, (r.info ->> 'watermark')::timestamptz AS watermark,
        (r.info ->> 'all_keys')::boolean AS all_keys, (r.info ->> 'keys_checked')::bigint AS keys_checked,
@@ -1100,7 +1100,7 @@ $fn$;
 COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
     'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
 
-CREATE OR REPLACE VIEW counter.tracked_history AS
+CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,
        r.outcome, r.keys_busy, r.keys_verified, r.backfill, r.alerted
@@ -1108,7 +1108,7 @@ FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
 COMMENT ON VIEW counter.tracked_history IS 'reconciliation runs of every tracked counter, with their drift';
 
-CREATE OR REPLACE VIEW counter.tracked_drift AS
+CREATE OR REPLACE VIEW counter.tracked_drift WITH (security_barrier) AS
 SELECT c.name AS counter, count(r.run_id) AS runs, max(r.started_at) AS last_run,
        coalesce(sum(r.keys_corrected), 0) AS keys_corrected, coalesce(sum(r.drift_positive), 0) AS drift_positive,
        coalesce(sum(r.drift_negative), 0) AS drift_negative, coalesce(max(r.max_abs_drift), 0) AS max_abs_drift,
@@ -1120,7 +1120,7 @@ WHERE pg_catalog.pg_has_role(c.owner, 'USAGE')
 GROUP BY c.counter_id, c.name;
 COMMENT ON VIEW counter.tracked_drift IS 'per tracked counter: runs and total drift found';
 
-CREATE OR REPLACE VIEW counter.tracked_key_drift_history AS
+CREATE OR REPLACE VIEW counter.tracked_key_drift_history WITH (security_barrier) AS
 SELECT c.name AS counter, r.run_id, r.started_at, k.key, k.cached, k.truth, k.drift
 FROM counter.tracked_key_drift k JOIN counter.tracked_runs r USING (run_id) JOIN counter.tracked c USING (counter_id)
 WHERE pg_catalog.pg_has_role(c.owner, 'USAGE');
@@ -1193,7 +1193,7 @@ $fn$;
 -- owner_not_followed: the role its table now belongs to, when
 -- counter.follow_owners could not give the counter to it (80_drop.sql); such
 -- a counter is shown to members of that role too.
-CREATE OR REPLACE VIEW counter.tracked_status AS
+CREATE OR REPLACE VIEW counter.tracked_status WITH (security_barrier) AS
 SELECT c.name AS counter, c.source, c.mode, c.last_watermark, c.full_pending, c.triggers_off, c.verify_every,
        c.verify_started AS verify_cycle_started, c.verify_after AS verify_cursor, c.last_verified,
        c.last_verified IS NULL OR c.last_verified < pg_catalog.now() - c.verify_every AS verify_overdue,

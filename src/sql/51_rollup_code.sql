@@ -1068,7 +1068,7 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- The last refresh of each rollup, from the one run record (the table of
 -- that name up to 1.2); each role sees its rollups' rows.
-CREATE OR REPLACE VIEW counter.rollup_status AS
+CREATE OR REPLACE VIEW counter.rollup_status WITH (security_barrier) AS
 SELECT r.rollup_id, x.started_at AS last_refresh_at, x.info ->> 'outcome' AS last_outcome,
        (x.info ->> 'finished_at')::timestamptz OPERATOR(pg_catalog.-) x.started_at AS last_duration,
        (x.info ->> 'rows')::bigint AS last_rows, x.info ->> 'error' AS last_error
@@ -1082,7 +1082,7 @@ WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
 COMMENT ON VIEW counter.rollup_status IS 'outcome of the last refresh of each rollup';
 GRANT SELECT ON counter.rollup_status TO PUBLIC;
 
-CREATE OR REPLACE VIEW counter.rollup_state AS
+CREATE OR REPLACE VIEW counter.rollup_state WITH (security_barrier) AS
 SELECT r.name,
        r.mode,
        r.source,

@@ -120,7 +120,7 @@ AS 'MODULE_PATHNAME', 'counter_job_progress_entries';
 -- The jobs running now: who runs them, since when, and how far they are
 -- (phase, done of total, rate, time left: what the job's code reported with
 -- counter.job_progress; NULL until it does, and without the preload).
-CREATE OR REPLACE VIEW counter.running_jobs AS
+CREATE OR REPLACE VIEW counter.running_jobs WITH (security_barrier) AS
 SELECT j.job_id, j.kind, j.target, j.owner, r.run_id, r.runner, r.pid, r.started_at,
        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.started_at AS running_for,
        p.phase, p.done, p.total,
@@ -145,7 +145,7 @@ COMMENT ON VIEW counter.running_jobs IS 'counter_ext jobs running now, with the 
 -- any other to the members of the role it ran as. A listener on channel
 -- counter_ext_drift reads the run its payload names here: no row means an
 -- alert it may not see, or a forged one (doc/security.md, "Alerts").
-CREATE OR REPLACE VIEW counter.alerts AS
+CREATE OR REPLACE VIEW counter.alerts WITH (security_barrier) AS
 SELECT r.run_id, r.kind, r.target, r.started_at, r.finished_at, r.outcome, r.message, r.info
 FROM counter.job_runs r
 WHERE r.info OPERATOR(pg_catalog.@>) '{"alerted": true}'
