@@ -1,5 +1,5 @@
 # Chroots with another PostgreSQL major, for the suite (test/versions.sh) and
-# the package test (test/deb_test.sh). Source it; do not run it.
+# the package test (test/deb/build.sh, test/deb/test.sh). Source it; do not run it.
 #
 # A chroot is a debootstrap --variant=minbase of the Debian suite that ships
 # the major, with that major's packages installed. It lives under
@@ -62,6 +62,22 @@ ce_chroot_packages() {
         "postgresql-$1-cron g++ make libboost-dev python3 procps iproute2 debhelper postgresql-server-dev-all"
 }
 
+# The chroots of the Debian packages (test/deb/): NAME SUITE PACKAGES..., as
+# ce_chroot_ensure and ce_chroot_cached take them. The build's (17, 18; 15
+# builds on the machine) is the suite's test chroot plus build-essential
+# (dpkg-buildpackage wants it); the install test's is minbase plus
+# postgresql-N only.
+ce_deb_build_chroot() {
+    local suite
+    suite=$(ce_suite_of "$1") || return 1
+    echo "pg$1-$suite-deb $suite $(ce_chroot_packages "$1") build-essential"
+}
+ce_deb_test_chroot() {
+    local suite
+    suite=$(ce_suite_of "$1") || return 1
+    echo "clean-pg$1-$suite $suite postgresql-$1"
+}
+
 # ce_in_chroot DIR COMMAND...: runs COMMAND (as root) inside the chroot DIR,
 # in a mount namespace of its own with /proc and /dev/shm mounted.
 ce_in_chroot() {
@@ -121,6 +137,15 @@ ce_chroot_make() {
     ce_in_chroot "$dir" apt-get clean >/dev/null 2>&1
 }
 
+# ce_chroot_cached NAME SUITE PACKAGES...: true when the cached chroot NAME
+# is complete and holds exactly SUITE with PACKAGES (ce_chroot_ensure would
+# use it as it is, without making it).
+ce_chroot_cached() {
+    local name=$1 suite=$2; shift 2
+    local dir=$CE_CHROOT_CACHE/$name
+    [ -f "$dir/.counter_ext-ready" ] && [ "$(cat "$dir/.counter_ext-ready")" = "$suite (with updates) $*" ]
+}
+
 # ce_chroot_ensure NAME SUITE PACKAGES...: prints the directory of the cached
 # chroot NAME, making it first when it is missing, half-made, or holds another
 # package list. One maker at a time per chroot (flock).
@@ -130,9 +155,7 @@ ce_chroot_ensure() {
     mkdir -p "$CE_CHROOT_CACHE" || return 1
     (
         flock 9 || exit 1
-        if [ -f "$dir/.counter_ext-ready" ] && [ "$(cat "$dir/.counter_ext-ready")" = "$want" ]; then
-            exit 0
-        fi
+        ce_chroot_cached "$name" "$suite" "$@" && exit 0
         start=$SECONDS
         ce_chroot_make "$dir.new" "$suite" "$@" || { rm -rf "$dir.new"; exit 1; }
         echo "$want" >"$dir.new/.counter_ext-ready"

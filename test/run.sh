@@ -162,8 +162,15 @@ if [ ${#script_files[@]} -gt 0 ]; then
         start=$SECONDS
         timeout --signal=TERM --kill-after=30 1200 bash ${CE_TRACE:+-x} "$f" >"$out/script-$t.txt" 2>&1
         st=$?
-        if [ $st -eq 0 ]; then
+        # A script that runs nothing exits 77 and says why on "not run:"
+        # lines; a script that ran only part says so on the same lines.
+        if [ $st -eq 77 ]; then
+            echo "$f ... not run ($((SECONDS - start)) s)"
+            grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
+            continue
+        elif [ $st -eq 0 ]; then
             echo "$f ... ok ($((SECONDS - start)) s)"
+            grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
         else
             echo "$f ... FAILED (exit $st, $((SECONDS - start)) s)"
             tail -40 "$out/script-$t.txt"

@@ -47,10 +47,8 @@ for major in "${majors[@]}"; do
         [ "$major" = 15 ] && pattern='postgresql-15-counter-ext_*.deb'
         found=$(cd "$work" && ls $pattern 2>/dev/null | sed "s|^|$work/|") || true
     else
-        suite=$(ce_suite_of "$major")
         # shellcheck disable=SC2046
-        # the suite's test chroot plus build-essential (dpkg-buildpackage wants it)
-        dir=$(ce_chroot_ensure "pg$major-$suite-deb" "$suite" $(ce_chroot_packages "$major") build-essential) || exit 1
+        dir=$(ce_chroot_ensure $(ce_deb_build_chroot "$major")) || exit 1
         work=$(mktemp -d "$dir/tmp/counter_ext.deb.XXXXXX") || exit 1
         ce_copy_tree "$work/src" || exit 1
         ce_in_chroot "$dir" /bin/bash -c "$(declare -f build_here); build_here \"\$1\"" build "${work#"$dir"}/src" ||
