@@ -77,12 +77,17 @@ struct State {
 };
 static_assert(sizeof(State) == 64, "a state header is one cache line");
 
-State *state_new(MemoryContext context, int precision) {
-	char *raw = static_cast<char *>(MemoryContextAllocZero(context, sizeof(State) + 63));
-	State *st = reinterpret_cast<State *>(TYPEALIGN(64, raw));
+// Sets up a zeroed State.
+void state_init(State *st, MemoryContext context, int precision) {
 	st->context = context;
 	st->precision = static_cast<uint8>(precision);
 	st->width = hll::sparse_bits;
+}
+
+State *state_new(MemoryContext context, int precision) {
+	char *raw = static_cast<char *>(MemoryContextAllocZero(context, sizeof(State) + 63));
+	State *st = reinterpret_cast<State *>(TYPEALIGN(64, raw));
+	state_init(st, context, precision);
 	return st;
 }
 
@@ -987,22 +992,23 @@ CE_FUNCTION(counter_hll_count_final) {
 // combine function, so Citus pushes them down for any grouping
 // (worker_partial_agg ships the partial sketch as text, coord_combine_agg
 // combines; doc/citus.md). Row by row the state is an expanded object around
-// the same State as the internal aggregates, in a memory context under the
-// aggregate context, changed in place; its bytes (state_to_varlena) are made
-// only when PostgreSQL or Citus needs them.
+// the same State as the internal aggregates (in ce::aggregate_state_context),
+// changed in place; its bytes (state_to_varlena) are made only when
+// PostgreSQL or Citus needs them.
 
 namespace {
-struct HllObject {
+// One allocation, the state on the cache line after the header.
+struct alignas(64) HllObject {
 	ExpandedObjectHeader hdr;
-	State *st;
 	bytea *flat; // the bytes of st, made on demand; nullptr once st changes
+	State st;
 };
 
 Size hll_object_flat_size(ExpandedObjectHeader *eoh) {
 	HllObject *e = reinterpret_cast<HllObject *>(eoh);
 	if (e->flat == nullptr) {
 		MemoryContext old = MemoryContextSwitchTo(e->hdr.eoh_context);
-		e->flat = state_to_varlena(e->st);
+		e->flat = state_to_varlena(&e->st);
 		MemoryContextSwitchTo(old);
 	}
 	return VARSIZE(e->flat);
@@ -1025,18 +1031,19 @@ inline HllObject *hll_object_of(Datum d) {
 	return eoh->eoh_methods == &hll_object_methods ? reinterpret_cast<HllObject *>(eoh) : nullptr;
 }
 
-HllObject *hll_object_new(MemoryContext agg, int precision) {
-	MemoryContext cxt = AllocSetContextCreate(agg, "counter.hll state", ALLOCSET_SMALL_SIZES);
-	HllObject *e = static_cast<HllObject *>(MemoryContextAllocZero(cxt, sizeof(HllObject)));
+HllObject *hll_object_new(FunctionCallInfo fcinfo, int precision, const char *function) {
+	MemoryContext cxt = ce::aggregate_state_context(fcinfo, function);
+	char *raw = static_cast<char *>(MemoryContextAllocZero(cxt, sizeof(HllObject) + 63));
+	HllObject *e = reinterpret_cast<HllObject *>(TYPEALIGN(64, raw));
 	EOH_init_header(&e->hdr, &hll_object_methods, cxt);
-	e->st = state_new(cxt, precision);
+	state_init(&e->st, cxt, precision);
 	return e;
 }
 
 // The object to change in place: the read-write one the aggregate passes
 // back, else a new one holding argument 'argno' (NULL: empty, at the
 // default precision).
-HllObject *hll_object_arg(FunctionCallInfo fcinfo, int argno, const char *name) {
+HllObject *hll_object_arg(FunctionCallInfo fcinfo, int argno, const char *function) {
 	if (likely(!PG_ARGISNULL(argno))) {
 		Datum d = PG_GETARG_DATUM(argno);
 		if (likely(VARATT_IS_EXTERNAL_EXPANDED_RW(DatumGetPointer(d)))) {
@@ -1050,25 +1057,24 @@ HllObject *hll_object_arg(FunctionCallInfo fcinfo, int argno, const char *name) 
 			}
 		}
 	}
-	MemoryContext agg = agg_context(fcinfo, name);
 	if (PG_ARGISNULL(argno))
-		return hll_object_new(agg, default_precision());
+		return hll_object_new(fcinfo, default_precision(), function);
 	HllObject *other = hll_object_of(PG_GETARG_DATUM(argno));
 	if (other != nullptr) {
-		HllObject *e = hll_object_new(agg, other->st->precision);
-		state_merge_state(e->st, other->st);
+		HllObject *e = hll_object_new(fcinfo, other->st.precision, function);
+		state_merge_state(&e->st, &other->st);
 		return e;
 	}
 	Bytes b = arg_bytes(fcinfo, argno);
 	hll::Header h = hll::parse_header(b.data, b.len);
-	HllObject *e = hll_object_new(agg, h.precision);
-	state_merge_bytes(e->st, b.data, b.len, false);
+	HllObject *e = hll_object_new(fcinfo, h.precision, function);
+	state_merge_bytes(&e->st, b.data, b.len, false);
 	return e;
 }
 
 template <Kind K>
 Datum count_trans(FunctionCallInfo fcinfo) {
-	HllObject *e = hll_object_arg(fcinfo, 0, "hll_count_trans");
+	HllObject *e = hll_object_arg(fcinfo, 0, "counter.hll_count_trans");
 	if (likely(!PG_ARGISNULL(1))) {
 		Datum d = PG_GETARG_DATUM(1);
 		uint64 h;
@@ -1090,7 +1096,7 @@ Datum count_trans(FunctionCallInfo fcinfo) {
 				h = hash_value(&hs, d);
 			}
 		}
-		state_add_hash(e->st, h);
+		state_add_hash(&e->st, h);
 	}
 	return EOHPGetRWDatum(&e->hdr);
 }
@@ -1119,28 +1125,28 @@ CE_FUNCTION(counter_hll_count_combine) {
 	if (PG_ARGISNULL(1)) {
 		if (PG_ARGISNULL(0))
 			PG_RETURN_NULL();
-		return EOHPGetRWDatum(&hll_object_arg(fcinfo, 0, "hll_count_combine")->hdr);
+		return EOHPGetRWDatum(&hll_object_arg(fcinfo, 0, "counter.hll_count_combine")->hdr);
 	}
 	HllObject *a = nullptr;
 	if (!PG_ARGISNULL(0)) {
-		a = hll_object_arg(fcinfo, 0, "hll_count_combine");
+		a = hll_object_arg(fcinfo, 0, "counter.hll_count_combine");
 	} else {
 		HllObject *other = hll_object_of(PG_GETARG_DATUM(1));
 		int p;
 		if (other != nullptr) {
-			p = other->st->precision;
+			p = other->st.precision;
 		} else {
 			Bytes bytes = arg_bytes(fcinfo, 1);
 			p = hll::parse_header(bytes.data, bytes.len).precision;
 		}
-		a = hll_object_new(agg_context(fcinfo, "hll_count_combine"), p);
+		a = hll_object_new(fcinfo, p, "counter.hll_count_combine");
 	}
 	HllObject *b = hll_object_of(PG_GETARG_DATUM(1));
 	if (b != nullptr) {
-		state_merge_state(a->st, b->st);
+		state_merge_state(&a->st, &b->st);
 	} else {
 		Bytes bytes = arg_bytes(fcinfo, 1);
-		state_merge_bytes(a->st, bytes.data, bytes.len, false);
+		state_merge_bytes(&a->st, bytes.data, bytes.len, false);
 	}
 	return EOHPGetRWDatum(&a->hdr);
 }
@@ -1150,7 +1156,7 @@ CE_FUNCTION(counter_hll_count_final_sketch) {
 	if (PG_ARGISNULL(0))
 		PG_RETURN_INT64(0);
 	HllObject *e = hll_object_of(PG_GETARG_DATUM(0));
-	State *st = e != nullptr ? e->st : state_from_arg(fcinfo, 0);
+	State *st = e != nullptr ? &e->st : state_from_arg(fcinfo, 0);
 	PG_RETURN_INT64(static_cast<int64>(std::llround(state_estimate(st))));
 }
 

@@ -141,8 +141,8 @@ MergeState *agg_arg(FunctionCallInfo fcinfo, int argno) {
 //
 // A real type with text I/O and a combine function, so Citus pushes the
 // aggregate down for any grouping (doc/citus.md). Row by row it is an
-// expanded object around a MergeState, in a memory context under the
-// aggregate context, merged in place; its bytes are the canonical encoding,
+// expanded object around a MergeState (in ce::aggregate_state_context),
+// merged in place; its bytes are the canonical encoding,
 // written only when PostgreSQL or Citus needs them.
 
 struct PnObject {
@@ -191,9 +191,8 @@ PnObject *pn_object_arg(FunctionCallInfo fcinfo, int argno) {
 		if (likely(e != nullptr))
 			return e;
 	}
-	MemoryContext agg = agg_context(fcinfo, "counter.pncounter_merge_trans");
-	PnObject *e = ce::pg_guard([agg] {
-		MemoryContext cxt = AllocSetContextCreate(agg, "counter.pncounter state", ALLOCSET_SMALL_SIZES);
+	MemoryContext cxt = ce::aggregate_state_context(fcinfo, "counter.pncounter_merge_trans");
+	PnObject *e = ce::pg_guard([cxt] {
 		PnObject *obj = static_cast<PnObject *>(MemoryContextAllocZero(cxt, sizeof(PnObject)));
 		EOH_init_header(&obj->hdr, &pn_object_methods, cxt);
 		return obj;

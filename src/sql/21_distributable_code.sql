@@ -24,23 +24,23 @@ CREATE OR REPLACE FUNCTION counter.hll_count_final(counter.hll) RETURNS bigint
 LANGUAGE c IMMUTABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'counter_hll_count_final_sketch';
 
 CREATE OR REPLACE AGGREGATE counter.hll_count_distinct(smallint) (
-    SFUNC = counter.hll_count_trans, STYPE = counter.hll, FINALFUNC = counter.hll_count_final,
+    SFUNC = counter.hll_count_trans, STYPE = counter.hll, SSPACE = 1024, FINALFUNC = counter.hll_count_final,
     COMBINEFUNC = counter.hll_count_combine, PARALLEL = SAFE
 );
 CREATE OR REPLACE AGGREGATE counter.hll_count_distinct(integer) (
-    SFUNC = counter.hll_count_trans, STYPE = counter.hll, FINALFUNC = counter.hll_count_final,
+    SFUNC = counter.hll_count_trans, STYPE = counter.hll, SSPACE = 1024, FINALFUNC = counter.hll_count_final,
     COMBINEFUNC = counter.hll_count_combine, PARALLEL = SAFE
 );
 CREATE OR REPLACE AGGREGATE counter.hll_count_distinct(bigint) (
-    SFUNC = counter.hll_count_trans, STYPE = counter.hll, FINALFUNC = counter.hll_count_final,
+    SFUNC = counter.hll_count_trans, STYPE = counter.hll, SSPACE = 1024, FINALFUNC = counter.hll_count_final,
     COMBINEFUNC = counter.hll_count_combine, PARALLEL = SAFE
 );
 CREATE OR REPLACE AGGREGATE counter.hll_count_distinct(text) (
-    SFUNC = counter.hll_count_trans, STYPE = counter.hll, FINALFUNC = counter.hll_count_final,
+    SFUNC = counter.hll_count_trans, STYPE = counter.hll, SSPACE = 1024, FINALFUNC = counter.hll_count_final,
     COMBINEFUNC = counter.hll_count_combine, PARALLEL = SAFE
 );
 CREATE OR REPLACE AGGREGATE counter.hll_count_distinct(uuid) (
-    SFUNC = counter.hll_count_trans, STYPE = counter.hll, FINALFUNC = counter.hll_count_final,
+    SFUNC = counter.hll_count_trans, STYPE = counter.hll, SSPACE = 1024, FINALFUNC = counter.hll_count_final,
     COMBINEFUNC = counter.hll_count_combine, PARALLEL = SAFE
 );
 COMMENT ON AGGREGATE counter.hll_count_distinct(smallint) IS
