@@ -22,7 +22,7 @@ else
 fi
 CE_CITUS_SKIP=
 # What building Citus needs (its README; --without-libcurl).
-CE_CITUS_BUILD_PACKAGES=(liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libpam0g-dev autoconf flex bison
+CE_CITUS_BUILD_PACKAGES=(patch liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libpam0g-dev autoconf flex bison
     libreadline-dev zlib1g-dev libssl-dev libxslt1-dev)
 
 ce_citus_installed() {
@@ -61,6 +61,7 @@ ce_citus_prepare() {
     fi
     if [ -z "${CITUS_SRC:-}" ]; then
         CE_CITUS_SKIP="Citus is not installed for PostgreSQL $CE_PG_MAJOR and no source tarball was given (CITUS_SRC)"
+        [ -n "${CE_CITUS_WHY_NOT:-}" ] && CE_CITUS_SKIP="$CE_CITUS_SKIP: $CE_CITUS_WHY_NOT"
         return 77
     fi
     if [ ! -r "$CITUS_SRC" ]; then
