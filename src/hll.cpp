@@ -1033,8 +1033,11 @@ inline HllObject *hll_object_of(Datum d) {
 
 HllObject *hll_object_new(FunctionCallInfo fcinfo, int precision, const char *function) {
 	MemoryContext cxt = ce::aggregate_state_context(fcinfo, function);
-	char *raw = static_cast<char *>(MemoryContextAllocZero(cxt, sizeof(HllObject) + 63));
-	HllObject *e = reinterpret_cast<HllObject *>(TYPEALIGN(64, raw));
+	// 128-aligned: the header line and the state line are one aligned pair,
+	// which the processor fetches together (one miss per row in a GROUP BY
+	// over many groups, not two).
+	char *raw = static_cast<char *>(MemoryContextAllocZero(cxt, sizeof(HllObject) + 127));
+	HllObject *e = reinterpret_cast<HllObject *>(TYPEALIGN(128, raw));
 	EOH_init_header(&e->hdr, &hll_object_methods, cxt);
 	state_init(&e->st, cxt, precision);
 	return e;

@@ -22,7 +22,7 @@ else
 fi
 CE_CITUS_SKIP=
 # What building Citus needs (its README; --without-libcurl).
-CE_CITUS_BUILD_PACKAGES=(patch liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libpam0g-dev autoconf flex bison
+CE_CITUS_BUILD_PACKAGES=(patch libicu-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libpam0g-dev autoconf flex bison
     libreadline-dev zlib1g-dev libssl-dev libxslt1-dev)
 
 ce_citus_installed() {
@@ -48,7 +48,7 @@ ce_citus_build() {
             ./configure --without-libcurl PG_CONFIG="$CE_PG_CONFIG" &&
             nice -n 10 make -j2 &&
             make install DESTDIR="$dir/root"
-    ) >>"$dir/build.log" 2>&1 || { tail -30 "$dir/build.log" >&2; return 1; }
+    ) >>"$dir/build.log" 2>&1 || { grep -E "error|Error" "$dir/build.log" | tail -15 >&2; return 1; }
     echo "$key" >"$dir/key"
 }
 
