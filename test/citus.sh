@@ -21,9 +21,10 @@ else
     CE_CITUS_CACHE=${CE_CITUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/counter_ext-citus}
 fi
 CE_CITUS_SKIP=
-# What building Citus needs (its README; --without-libcurl).
-CE_CITUS_BUILD_PACKAGES=(patch libicu-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libpam0g-dev autoconf flex bison
-    libreadline-dev zlib1g-dev libssl-dev libxslt1-dev)
+# What building Citus needs (--without-libcurl; citus.so links libpq and
+# OpenSSL only, so the server's -lselinux / -lpam need no -dev package).
+CE_CITUS_BUILD_PACKAGES=(patch libicu-dev liblz4-dev libzstd-dev libkrb5-dev flex bison libreadline-dev zlib1g-dev
+    libssl-dev libxslt1-dev libnuma-dev)
 
 ce_citus_installed() {
     [ -f "/usr/lib/postgresql/$CE_PG_MAJOR/lib/citus.so" ] &&
@@ -43,9 +44,17 @@ ce_citus_build() {
         (cd "$dir/src/$name" && patch -p1 <"$CITUS_PATCH") >"$dir/build.log" 2>&1 || return 1
     fi
     ce_log "building $name for PostgreSQL $CE_PG_MAJOR in $dir (once; log: $dir/build.log)"
+    # Without libcurl (Citus's usage statistics), unless the server's headers
+    # define HAVE_LIBCURL (Debian's PostgreSQL 18, for OAuth): then Citus
+    # compiles its curl code whatever configure says, so it must link libcurl.
+    local curl=--without-libcurl
+    if grep -q '^#define HAVE_LIBCURL 1' "$("$CE_PG_CONFIG" --includedir-server)/pg_config.h"; then
+        curl=
+        ce_require_packages libcurl4-openssl-dev || return 1
+    fi
     (
         cd "$dir/src/$name" &&
-            ./configure --without-libcurl PG_CONFIG="$CE_PG_CONFIG" &&
+            ./configure ${curl:+"$curl"} PG_CONFIG="$CE_PG_CONFIG" &&
             nice -n 10 make -j2 &&
             make install DESTDIR="$dir/root"
     ) >>"$dir/build.log" 2>&1 || { grep -E "error|Error" "$dir/build.log" | tail -15 >&2; return 1; }
@@ -93,7 +102,8 @@ ce_citus_cluster_start() {
     local db=${CE_CITUS_DB:-postgres} n p
     for n in citus_coord citus_w1 citus_w2; do
         ce_cluster_start "$n" "shared_preload_libraries = 'citus,counter_ext'" "counter_ext.enabled = off" \
-            "max_connections = 200" "max_prepared_transactions = 200" "citus.shard_replication_factor = 1" "$@" || return 1
+            "max_connections = 200" "max_prepared_transactions = 200" "citus.shard_replication_factor = 1" \
+            "citus.enable_statistics_collection = off" "$@" || return 1
         p="CE_${n}_PORT"
         if [ "$db" != postgres ]; then
             "$CE_PGBIN/createdb" -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" "$db" || return 1

@@ -44,7 +44,7 @@ citus_for() {
     case $1 in
     15) tarball=citus-13.2.2.tar.gz patch=citus-13.2.2-pg15.20.patch ;; # 15.20 exports have_createdb_privilege
     17) tarball=citus-13.2.2.tar.gz ;;                                  # its copy of it is for 15 only
-    18) citus_why="no Citus build for PostgreSQL 18 here yet: Citus 14.0.1's build dependencies (libselinux1-dev, libkrb5-dev, libpam0g-dev) do not install in the sid chroot today" ;;
+    18) tarball=citus-14.0.1.tar.gz ;;                                  # with libcurl (test/citus.sh)
     esac
     citus_src= citus_patch=
     if [ -z "$tarball" ]; then

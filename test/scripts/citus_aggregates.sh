@@ -89,12 +89,13 @@ n=$(grep -c '^SELECT' "$work/citus.out")
 echo "ok: ${#queries[@]} aggregate queries byte-identical to one node, coordinator aggregation disabled"
 
 # Where the work runs: the generic path ships partial states from the
-# workers; postgresql-hll's names give hll_add_agg on the workers and
+# workers (as text, or in binary: the types' send / receive); postgresql-hll's names give hll_add_agg on the workers and
 # hll_union_agg on the coordinator.
 explain() { coord -tA -c "SET citus.coordinator_aggregation_strategy = 'disabled'" -c "EXPLAIN (VERBOSE, COSTS OFF) $1"; }
 for a in "counter.hll_count_distinct(v)" "counter.hll_count_distinct(s)" "counter.pncounter_merge_agg(pn)"; do
     explain "SELECT g, $a FROM ev GROUP BY g" >"$work/plan.txt"
-    grep -q "worker_partial_agg" "$work/plan.txt" && grep -q "coord_combine_agg" "$work/plan.txt" ||
+    # Citus 14 ships the states in binary (worker_binary_partial_agg).
+    grep -Eq "worker_(binary_)?partial_agg" "$work/plan.txt" && grep -Eq "coord_(binary_)?combine_agg" "$work/plan.txt" ||
         { cat "$work/plan.txt"; fail "$a is not pushed down through worker_partial_agg / coord_combine_agg"; }
 done
 explain "SELECT g, counter.hll_add_agg(v) FROM ev GROUP BY g" >"$work/plan.txt"
