@@ -343,6 +343,78 @@ FROM (SELECT hll_union('\x0132012cde97', hll_add_agg(g, 18)) AS n FROM generate_
      generate_series(1, 250000) g
 GROUP BY n;
 
+-- ---- hll_count_distinct over smallint, integer, bigint, text, uuid: a
+-- counter.hll state with a combine function (what Citus pushes down). The
+-- counts are those of the sketch of the same values; NULLs are skipped; no
+-- rows count 0; other types keep the anyelement form.
+CREATE TABLE cd AS
+SELECT g, (g % 300)::smallint AS si, (g * 7919) % 5003 AS i4, (g::bigint * 1000003) % 40009 AS i8,
+       md5((g % 3001)::text) AS t, md5((g % 2500)::text)::uuid AS u
+FROM generate_series(1, 20000) g;
+INSERT INTO cd VALUES (0, NULL, NULL, NULL, NULL, NULL);
+SELECT hll_count_distinct(si) AS si, hll_count_distinct(i4) AS i4, hll_count_distinct(i8) AS i8,
+       hll_count_distinct(t) AS t, hll_count_distinct(u) AS u FROM cd;
+SELECT hll_count_distinct(si) = round(#hll_add_agg(si)) AS si, hll_count_distinct(i4) = round(#hll_add_agg(i4)) AS i4,
+       hll_count_distinct(i8) = round(#hll_add_agg(i8)) AS i8, hll_count_distinct(t) = round(#hll_add_agg(t)) AS t,
+       hll_count_distinct(u) = round(#hll_add_agg(u)) AS u
+FROM cd;
+SELECT count(*) AS groups, bool_and(c = round(e)) AS all_agree
+FROM (SELECT g % 37, hll_count_distinct(i4) AS c, #hll_add_agg(i4) AS e FROM cd GROUP BY 1) x;
+SELECT hll_count_distinct(i4) AS none, hll_count_distinct(t) AS none_text FROM cd WHERE g < 0;
+SELECT hll_count_distinct(i4) AS only_nulls FROM cd WHERE g = 0;
+-- which form each type gets: no ambiguity for the types around them
+SELECT p.oid::regprocedure AS aggregate, t.typname AS state
+FROM pg_aggregate a JOIN pg_proc p ON p.oid = a.aggfnoid JOIN pg_type t ON t.oid = a.aggtranstype
+WHERE p.proname = 'hll_count_distinct' ORDER BY 1::text;
+SELECT hll_count_distinct(t::varchar) = hll_count_distinct(t) AS varchar_as_text,
+       hll_count_distinct(t::name) = hll_count_distinct(t) AS name_as_text,
+       hll_count_distinct(i4::numeric) AS numeric_anyelement, hll_count_distinct(DATE '2020-01-01' + si) AS date_anyelement
+FROM cd;
+SELECT hll_count_distinct('a') AS unknown_literal_is_text;
+-- the default precision applies, as for hll_add_agg
+SET counter_ext.hll_default_precision = 10;
+SELECT hll_count_distinct(i4) = round(#hll_add_agg(i4, 10)) AS default_precision_10 FROM cd;
+RESET counter_ext.hll_default_precision;
+-- parallel partial aggregates combine to the same counts
+CREATE TABLE cd_big AS SELECT g % 50 AS k, g AS v, md5(g::text) AS t FROM generate_series(1, 60000) g;
+ALTER TABLE cd_big SET (parallel_workers = 2);
+ANALYZE cd_big;
+CREATE TABLE cd_serial AS SELECT k, hll_count_distinct(v) AS v, hll_count_distinct(t) AS t FROM cd_big GROUP BY k;
+SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2; SET enable_hashagg = off;
+SELECT count(*) AS groups, bool_and(s.v = p.v AND s.t = p.t) AS parallel_agrees
+FROM cd_serial s JOIN (SELECT k, hll_count_distinct(v) AS v, hll_count_distinct(t) AS t FROM cd_big GROUP BY k) p USING (k);
+SELECT hll_count_distinct(v) = (SELECT round(#hll_add_agg(v)) FROM cd_big) AS parallel_whole FROM cd_big;
+RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
+RESET max_parallel_workers_per_gather; RESET enable_hashagg;
+-- in a window with a moving frame (the aggregate restarts)
+SELECT bool_and(w = (SELECT hll_count_distinct(i4) FROM cd c2 WHERE c2.g BETWEEN c1.g - 2 AND c1.g)) AS window_agrees
+FROM (SELECT g, hll_count_distinct(i4) OVER (ORDER BY g ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS w FROM cd WHERE g < 200) c1;
+-- its support functions are for the aggregate only; the final one reads any sketch
+SELECT hll_count_trans(NULL, 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_count_combine(hll_empty(), hll_add(hll_empty(), 1));
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_count_combine(NULL, NULL) IS NULL AS null_combine;
+SELECT hll_count_final(hll_add(hll_add(hll_empty(), 1), 2)) AS two, hll_count_final(NULL) AS zero;
+SELECT hll_count_final('\x01'::bytea::hll);
+\echo :LAST_ERROR_SQLSTATE
+-- as a role with no privileges: the aggregates work, the support functions
+-- still refuse outside an aggregate, and malformed bytes are refused
+CREATE ROLE hll_nobody;
+GRANT USAGE ON SCHEMA public TO hll_nobody;
+GRANT SELECT ON cd TO hll_nobody;
+SET ROLE hll_nobody;
+SELECT hll_count_distinct(i4) = round(#hll_add_agg(i4)) AS as_nobody FROM cd;
+SELECT hll_count_trans(hll_empty(), 'x'::text);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hll_count_distinct(x) FROM (VALUES ('\x0102'::bytea::hll::text)) v(x);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP TABLE cd, cd_big, cd_serial;
+REVOKE USAGE ON SCHEMA public FROM hll_nobody;
+DROP ROLE hll_nobody;
+
 -- Leave the database as it was found: other test files create the extension.
 SET client_min_messages = warning;
 DROP EXTENSION counter_ext CASCADE;

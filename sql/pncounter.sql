@@ -265,6 +265,63 @@ UPDATE page_views SET views = views OPERATOR(counter.||) '{"site_b":[7,1]}' WHER
 SELECT page, views, views::bigint AS value FROM page_views ORDER BY page;
 DROP TABLE page_views;
 
+-- The IMMUTABLE steps (node given, never the setting): the same states as
+-- the STABLE forms, usable where only IMMUTABLE functions are (a generated
+-- column here; a distributed UPDATE or upsert on Citus).
+SELECT counter.pncounter_increment_at(NULL, 'site_a', 5) OPERATOR(counter.=) counter.pncounter_increment(NULL, 5, 'site_a') AS same_increment,
+       counter.pncounter_decrement_at('{"site_a":[5,0]}', 'site_a', 2)
+           OPERATOR(counter.=) counter.pncounter_decrement('{"site_a":[5,0]}', 2, 'site_a') AS same_decrement;
+SELECT counter.pncounter_increment_at(counter.pncounter_decrement_at(NULL, 'b'), 'a', 3) AS two_nodes;
+SELECT counter.pncounter_increment_at(NULL, NULL, 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.pncounter_decrement_at(NULL, 'a', 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.pncounter_increment_at(NULL, 'a', NULL);
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE pn_gen (n int, c counter.pncounter GENERATED ALWAYS AS (counter.pncounter_increment_at(NULL, 'gen', n)) STORED);
+INSERT INTO pn_gen VALUES (3), (4);
+SELECT n, c FROM pn_gen ORDER BY n;
+DROP TABLE pn_gen;
+CREATE TABLE pn_gen (n int, c counter.pncounter GENERATED ALWAYS AS (counter.pncounter_increment(NULL, n, 'gen')) STORED);
+\echo :LAST_ERROR_SQLSTATE
+
+-- The merge aggregate keeps a counter.pncounter state (what Citus pushes
+-- down): NULLs skipped, NULL over no states, the same bytes in parallel, in
+-- a window, and for a role with no privileges.
+CREATE TABLE pn_many AS
+SELECT g % 10 AS grp, counter.pncounter_increment_at(NULL, 'n' || (g % 4), g % 6 + 1) AS c FROM generate_series(1, 5000) g;
+INSERT INTO pn_many VALUES (1, NULL), (11, NULL);
+SELECT grp, counter.pncounter_merge_agg(c) FROM pn_many GROUP BY grp ORDER BY grp;
+SELECT counter.pncounter_merge_agg(c) IS NULL AS no_rows FROM pn_many WHERE false;
+SELECT counter.pncounter_merge_agg(c ORDER BY grp DESC) AS ordered FROM pn_many;
+ALTER TABLE pn_many SET (parallel_workers = 2);
+ANALYZE pn_many;
+CREATE TABLE pn_serial AS SELECT grp, counter.pncounter_merge_agg(c) AS m FROM pn_many GROUP BY grp;
+SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+SET max_parallel_workers_per_gather = 2; SET enable_hashagg = off;
+SELECT count(*) AS groups, bool_and(s.m::text IS NOT DISTINCT FROM p.m::text) AS parallel_agrees
+FROM pn_serial s JOIN (SELECT grp, counter.pncounter_merge_agg(c) AS m FROM pn_many GROUP BY grp) p USING (grp);
+RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
+RESET max_parallel_workers_per_gather; RESET enable_hashagg;
+CREATE TABLE pn_win AS SELECT row_number() OVER (ORDER BY grp, c::text) AS i, c FROM pn_many WHERE c IS NOT NULL LIMIT 300;
+SELECT bool_and(w OPERATOR(counter.=) (SELECT counter.pncounter_merge_agg(c) FROM pn_win p2 WHERE p2.i BETWEEN p1.i - 3 AND p1.i)) AS window_agrees
+FROM (SELECT i, counter.pncounter_merge_agg(c) OVER (ORDER BY i ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS w FROM pn_win) p1;
+SELECT counter.pncounter_merge_trans('{"a":[1,0]}', '{"b":[2,0]}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter.pncounter_merge_trans(NULL, NULL) IS NULL AS null_merge;
+SELECT counter.pncounter_merge_final('{"a":[1,0]}') AS final_is_identity;
+CREATE ROLE pn_nobody;
+GRANT SELECT ON pn_many, pn_serial TO pn_nobody;
+SET ROLE pn_nobody;
+SELECT counter.pncounter_merge_agg(c) OPERATOR(counter.=) (SELECT m FROM (SELECT counter.pncounter_merge_agg(m) AS m FROM pn_serial) x) AS as_nobody
+FROM pn_many;
+SELECT counter.pncounter_increment_at(NULL, 'nobody', 2) AS nobody_step;
+SELECT counter.pncounter_merge_trans('{"a":[1,0]}', '{"b":[2,0]}');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP TABLE pn_many, pn_serial, pn_win;
+DROP ROLE pn_nobody;
+
 -- The objects carry the right markings.
 SELECT p.proname, p.provolatile, p.proparallel, p.proisstrict
 FROM pg_proc p WHERE p.pronamespace = 'counter'::regnamespace AND p.proname LIKE 'pncounter%'

@@ -10,6 +10,7 @@
 extern "C" {
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
+#include "utils/expandeddatum.h"
 #include "utils/tuplestore.h"
 }
 
@@ -62,15 +63,22 @@ std::string node_arg(FunctionCallInfo fcinfo, int argno) {
 	return setting;
 }
 
-Datum add_step(FunctionCallInfo fcinfo, bool decrement) {
-	ce::require_arg(fcinfo, 1, "amount");
-	int64 amount = PG_GETARG_INT64(1);
+// The argument positions of an increment: (c, amount, node) for the STABLE
+// forms, (c, node, amount) for the IMMUTABLE _at forms.
+struct StepArgs {
+	int amount;
+	int node;
+};
+
+Datum add_step(FunctionCallInfo fcinfo, bool decrement, StepArgs args = {1, 2}) {
+	ce::require_arg(fcinfo, args.amount, "amount");
+	int64 amount = PG_GETARG_INT64(args.amount);
 	if (amount <= 0)
 		throw ce::Error(ce::sqlstate::invalid_parameter_value, "the amount must be positive",
 		                ce::format("The amount was %lld.", static_cast<long long>(amount)),
 		                decrement ? "To add, use counter.pncounter_increment."
 		                          : "To subtract, use counter.pncounter_decrement.");
-	std::string node = node_arg(fcinfo, 2);
+	std::string node = node_arg(fcinfo, args.node);
 	// A NULL state is the empty counter, so a new row's column may start NULL.
 	pn::State s = PG_ARGISNULL(0) ? pn::State() : state_arg(fcinfo, 0);
 	pn::add(s, node, static_cast<std::uint64_t>(amount), decrement);
@@ -129,6 +137,71 @@ MergeState *agg_arg(FunctionCallInfo fcinfo, int argno) {
 	return PG_ARGISNULL(argno) ? nullptr : reinterpret_cast<MergeState *>(PG_GETARG_POINTER(argno));
 }
 
+// --- pncounter_merge_agg's state: an expanded counter.pncounter -------------
+//
+// A real type with text I/O and a combine function, so Citus pushes the
+// aggregate down for any grouping (doc/citus.md). Row by row it is an
+// expanded object around a MergeState (in ce::aggregate_state_context),
+// merged in place; its bytes are the canonical encoding,
+// written only when PostgreSQL or Citus needs them.
+
+struct PnObject {
+	ExpandedObjectHeader hdr;
+	MergeState st;
+};
+
+// Called by PostgreSQL (no C++ objects, no PostgreSQL calls).
+Size pn_object_flat_size(ExpandedObjectHeader *eoh) {
+	const PnObject *e = reinterpret_cast<const PnObject *>(eoh);
+	return VARHDRSZ + pn::encoded_size(e->st.entries, e->st.count);
+}
+
+void pn_object_flatten(ExpandedObjectHeader *eoh, void *result, Size allocated_size) {
+	const PnObject *e = reinterpret_cast<const PnObject *>(eoh);
+	SET_VARSIZE(result, allocated_size);
+	pn::encode(e->st.entries, e->st.count, reinterpret_cast<unsigned char *>(VARDATA(result)));
+}
+
+const ExpandedObjectMethods pn_object_methods = {pn_object_flat_size, pn_object_flatten};
+
+// Ours, read-write or read-only (a final function gets it read-only).
+inline PnObject *pn_object_of(Datum d) {
+	if (!VARATT_IS_EXTERNAL_EXPANDED(DatumGetPointer(d)))
+		return nullptr;
+	ExpandedObjectHeader *eoh = DatumGetEOHP(d);
+	return eoh->eoh_methods == &pn_object_methods ? reinterpret_cast<PnObject *>(eoh) : nullptr;
+}
+
+// Adds argument 'argno' (a state, ours or flat) into e.
+void pn_object_absorb(FunctionCallInfo fcinfo, PnObject *e, int argno) {
+	const PnObject *other = pn_object_of(PG_GETARG_DATUM(argno));
+	if (other != nullptr) {
+		agg_absorb(e->hdr.eoh_context, &e->st, other->st.entries, other->st.count);
+	} else {
+		pn::State in = state_arg(fcinfo, argno);
+		agg_absorb(e->hdr.eoh_context, &e->st, in.data(), in.size());
+	}
+}
+
+// The object to merge into: the read-write one the aggregate passes back,
+// else a new one holding argument 'argno' (NULL: empty).
+PnObject *pn_object_arg(FunctionCallInfo fcinfo, int argno) {
+	if (likely(!PG_ARGISNULL(argno) && VARATT_IS_EXTERNAL_EXPANDED_RW(DatumGetPointer(PG_GETARG_DATUM(argno))))) {
+		PnObject *e = pn_object_of(PG_GETARG_DATUM(argno));
+		if (likely(e != nullptr))
+			return e;
+	}
+	MemoryContext cxt = ce::aggregate_state_context(fcinfo, "counter.pncounter_merge_trans");
+	PnObject *e = ce::pg_guard([cxt] {
+		PnObject *obj = static_cast<PnObject *>(MemoryContextAllocZero(cxt, sizeof(PnObject)));
+		EOH_init_header(&obj->hdr, &pn_object_methods, cxt);
+		return obj;
+	});
+	if (!PG_ARGISNULL(argno))
+		pn_object_absorb(fcinfo, e, argno);
+	return e;
+}
+
 } // namespace
 
 // --- type I/O ---------------------------------------------------------------
@@ -182,6 +255,28 @@ CE_FUNCTION(counter_pncounter_increment) {
 // counter.pncounter_decrement(c, amount, node)
 CE_FUNCTION(counter_pncounter_decrement) {
 	return add_step(fcinfo, true);
+}
+
+// counter.pncounter_increment_at(c, node, amount) and _decrement_at: the node
+// is an argument, never the setting, so the result depends on the arguments
+// only (IMMUTABLE: usable in a distributed UPDATE or upsert).
+namespace {
+Datum add_step_at(FunctionCallInfo fcinfo, bool decrement) {
+	if (PG_ARGISNULL(1))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "the node must not be NULL",
+		                decrement ? "counter.pncounter_decrement_at counts for the node it is given."
+		                          : "counter.pncounter_increment_at counts for the node it is given.",
+		                "Pass the node id, e.g. 'site_a'; the forms without _at default to counter_ext.node_id.");
+	return add_step(fcinfo, decrement, {2, 1});
+}
+} // namespace
+
+CE_FUNCTION(counter_pncounter_increment_at) {
+	return add_step_at(fcinfo, false);
+}
+
+CE_FUNCTION(counter_pncounter_decrement_at) {
+	return add_step_at(fcinfo, true);
 }
 
 // counter.pncounter_value(c): sum of increments minus sum of decrements.
@@ -302,6 +397,28 @@ CE_FUNCTION(counter_pncounter_agg_deserialize) {
 CE_FUNCTION(counter_pncounter_agg_final) {
 	const MergeState *st = reinterpret_cast<const MergeState *>(PG_GETARG_POINTER(0));
 	return PointerGetDatum(encode_varlena(st->entries, st->count));
+}
+
+// counter.pncounter_merge_trans(counter.pncounter, counter.pncounter): the
+// transition and combine function of pncounter_merge_agg: b merged into a,
+// NULLs skipped (NULL until the first state).
+CE_FUNCTION(counter_pncounter_merge_trans) {
+	if (PG_ARGISNULL(1)) {
+		if (PG_ARGISNULL(0))
+			PG_RETURN_NULL();
+		return PG_GETARG_DATUM(0);
+	}
+	PnObject *e = pn_object_arg(fcinfo, 0);
+	pn_object_absorb(fcinfo, e, 1);
+	return EOHPGetRWDatum(&e->hdr);
+}
+
+// counter.pncounter_merge_final(counter.pncounter): the state as plain bytes.
+CE_FUNCTION(counter_pncounter_merge_final) {
+	const PnObject *e = pn_object_of(PG_GETARG_DATUM(0));
+	if (e == nullptr)
+		return PG_GETARG_DATUM(0);
+	return PointerGetDatum(encode_varlena(e->st.entries, e->st.count));
 }
 
 // --- test-only entry points (the suite creates them in schema counter_test) --

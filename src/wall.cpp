@@ -43,6 +43,22 @@ void require_arg(FunctionCallInfo fcinfo, int argno, const char *what) {
 		throw Error(sqlstate::null_value_not_allowed, format("%s must not be NULL", what));
 }
 
+namespace {
+const char aggregate_states_name[] = "counter_ext aggregate states";
+}
+
+MemoryContext aggregate_state_context(FunctionCallInfo fcinfo, const char *function) {
+	MemoryContext agg = nullptr;
+	if (!AggCheckCallContext(fcinfo, &agg))
+		throw Error(sqlstate::feature_not_supported, format("%s called in a non-aggregate context", function),
+		            "It is a support function of an aggregate.", "Call the aggregate instead.");
+	for (MemoryContext c = agg->firstchild; c != nullptr; c = c->nextchild)
+		if (c->name == aggregate_states_name)
+			return c;
+	return pg_guard(
+	    [agg] { return AllocSetContextCreateInternal(agg, aggregate_states_name, ALLOCSET_DEFAULT_SIZES); });
+}
+
 namespace detail {
 
 Caught caught;

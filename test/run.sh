@@ -7,7 +7,10 @@
 # then scans the server logs for crashes. Last line: "N passed, N failed".
 #
 # Environment: CE_ONLY=regex runs only the test files whose name matches;
-# CE_KEEP_LOGS=dir keeps the server logs there.
+# CE_KEEP_LOGS=dir keeps the server logs there; CITUS_SRC (and CITUS_PATCH)
+# give a Citus source tarball for the test/scripts/citus_*.sh tests when
+# Citus is not installed (test/citus.sh); without either they are skipped
+# with one line saying why, and not counted as passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source test/lib.sh
@@ -15,6 +18,7 @@ source test/lib.sh
 passed=0
 failed=0
 failures=()
+skip_line=  # tests not run, and why: printed, never counted as passed
 out=$CE_TOP/build/test-output
 only=${CE_ONLY:-.}
 
@@ -25,6 +29,7 @@ finish() {
     if [ ${#failures[@]} -gt 0 ]; then
         echo "failed: ${failures[*]}"
     fi
+    [ -n "$skip_line" ] && echo "$skip_line"
     echo "$passed passed, $failed failed"
     if [ "$failed" -gt 0 ] || [ "$rc" -ne 0 ]; then exit 1; fi
     exit 0
@@ -151,10 +156,34 @@ if [ ${#tap_files[@]} -gt 0 ]; then
 fi
 
 script_files=()
+citus_names=()
 for f in test/scripts/*.sh; do
     [ -e "$f" ] || continue
-    wanted "$(basename "$f" .sh)" && script_files+=("$f")
+    t=$(basename "$f" .sh)
+    wanted "$t" || continue
+    [[ $t == citus_* ]] && citus_names+=("$t")
+    script_files+=("$f")
 done
+# The Citus scripts need Citus (installed, or built once from CITUS_SRC:
+# test/citus.sh). Without it they are skipped, with one line saying why.
+if [ ${#citus_names[@]} -gt 0 ]; then
+    source test/citus.sh
+    ce_citus_prepare
+    st=$?
+    if [ $st -ne 0 ]; then
+        kept=()
+        for f in "${script_files[@]}"; do [[ $(basename "$f") == citus_* ]] || kept+=("$f"); done
+        script_files=("${kept[@]}")
+        if [ $st -eq 77 ]; then
+            skip_line="skipped (not counted as passed): ${citus_names[*]}: $CE_CITUS_SKIP"
+        else
+            echo "Citus ($CITUS_SRC) could not be built for PostgreSQL $CE_PG_MAJOR: the Citus tests fail"
+            for t in "${citus_names[@]}"; do record "script/$t" 1; done
+        fi
+    else
+        export CE_CITUS_READY=1
+    fi
+fi
 if [ ${#script_files[@]} -gt 0 ]; then
     echo "== scripts"
     for f in "${script_files[@]}"; do

@@ -30,6 +30,36 @@ done
 [ ${#majors[@]} -gt 0 ] || ce_die "usage: test/versions.sh 15|17|18|all ..."
 ce_is_root || ce_die "PG=${majors[*]} needs root (debootstrap, chroot, mount); as another user only 'make test' (PostgreSQL 15) runs"
 
+# Citus for the test/scripts/citus_*.sh tests (test/citus.sh), per major:
+# the vendored source tarballs beside the repository (CI clones it with
+# shared/ beside it: ../shared/vendor; CE_CITUS_VENDOR overrides), built once
+# per major into a cache and reused. A major with no tarball here runs
+# without Citus: run.sh prints one line saying the Citus tests were skipped.
+citus_vendor=${CE_CITUS_VENDOR:-$CE_TOP/../shared/vendor}
+# citus_for MAJOR: sets citus_src and citus_patch (empty: none), and
+# citus_why (why a major runs without Citus).
+citus_for() {
+    local tarball= patch=
+    citus_why=
+    case $1 in
+    15) tarball=citus-13.2.2.tar.gz patch=citus-13.2.2-pg15.20.patch ;; # 15.20 exports have_createdb_privilege
+    17) tarball=citus-13.2.2.tar.gz ;;                                  # its copy of it is for 15 only
+    18) tarball=citus-14.0.1.tar.gz ;;                                  # with libcurl (test/citus.sh)
+    esac
+    citus_src= citus_patch=
+    if [ -z "$tarball" ]; then
+        return 0
+    elif [ ! -r "$citus_vendor/$tarball" ]; then
+        citus_why="$citus_vendor/$tarball is not there"
+        return 0
+    fi
+    citus_src=$(cd "$citus_vendor" && pwd)/$tarball
+    if [ -n "$patch" ]; then
+        [ -r "$citus_vendor/$patch" ] || { citus_src=; return 0; }
+        citus_patch=$(cd "$citus_vendor" && pwd)/$patch
+    fi
+}
+
 summary=()
 total_passed=0
 total_failed=0
@@ -40,8 +70,10 @@ run_one() {
     mkdir -p "$CE_TOP/build"
     local start=$SECONDS
     echo "=== PostgreSQL $major"
+    citus_for "$major"
     if [ "$major" = 15 ]; then
-        CE_PG_MAJOR=15 bash test/run.sh 2>&1 | tee "$log"
+        CE_PG_MAJOR=15 CITUS_SRC=${CITUS_SRC:-$citus_src} CITUS_PATCH=${CITUS_PATCH:-$citus_patch} \
+            CE_CITUS_WHY_NOT=$citus_why bash test/run.sh 2>&1 | tee "$log"
     else
         run_in_chroot "$major" 2>&1 | tee "$log"
     fi
@@ -60,9 +92,16 @@ run_in_chroot() {
     work=$(mktemp -d "$dir/tmp/counter_ext.tree.XXXXXX") || return 1
     chmod 755 "$work"
     ce_copy_tree "$work" || { echo "0 passed, 1 failed"; return 1; }
-    local inner=${work#"$dir"}
-    ce_in_chroot "$dir" /bin/bash -c 'cd "$1" && CE_PG_MAJOR=$2 CE_SKIP_FORMAT=1 CE_ONLY=$3 CE_KEEP_LOGS=$4 bash test/run.sh' \
-        run "$inner" "$major" "${CE_ONLY:-.}" "${CE_KEEP_LOGS:+$inner/build/kept-logs}"
+    local inner=${work#"$dir"} src= patch=
+    # The Citus tarball (and patch) go in with the copy of the tree.
+    if [ -n "$citus_src" ]; then
+        mkdir -p "$work/build/citus-vendor" && cp "$citus_src" ${citus_patch:+"$citus_patch"} "$work/build/citus-vendor/" &&
+            src=$inner/build/citus-vendor/$(basename "$citus_src") &&
+            patch=${citus_patch:+$inner/build/citus-vendor/$(basename "$citus_patch")}
+    fi
+    ce_in_chroot "$dir" /bin/bash -c 'cd "$1" && CE_PG_MAJOR=$2 CE_SKIP_FORMAT=1 CE_ONLY=$3 CE_KEEP_LOGS=$4 \
+        CITUS_SRC=$5 CITUS_PATCH=$6 CE_CITUS_WHY_NOT=$7 bash test/run.sh' \
+        run "$inner" "$major" "${CE_ONLY:-.}" "${CE_KEEP_LOGS:+$inner/build/kept-logs}" "$src" "$patch" "$citus_why"
     rc=$?
     rm -rf "$CE_TOP/build/test-output-pg$major"
     cp -a "$work/build/test-output" "$CE_TOP/build/test-output-pg$major" 2>/dev/null
@@ -82,7 +121,8 @@ for major in "${majors[@]}"; do
     fi
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))
-    summary+=("PostgreSQL $major: $p passed, $f failed ($elapsed s)")
+    skipped=$(grep -m1 '^skipped (not counted as passed): ' "$CE_TOP/build/versions-pg$major.log" | sed 's/^skipped (not counted as passed): //')
+    summary+=("PostgreSQL $major: $p passed, $f failed ($elapsed s)${skipped:+; skipped: $skipped}")
 done
 
 echo "==="

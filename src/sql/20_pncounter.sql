@@ -142,8 +142,9 @@ DEFAULT FOR TYPE counter.pncounter USING hash AS
     FUNCTION 1 counter.pncounter_hash(counter.pncounter),
     FUNCTION 2 counter.pncounter_hash_extended(counter.pncounter, bigint);
 
--- The merge aggregate. The state lives in the aggregate context; partial
--- states travel between parallel workers as the canonical bytes.
+-- The merge aggregate of 1.4 had an internal state; these functions served
+-- it and stay for the 1.4 install script. 1.5's pncounter_merge_agg is in
+-- 21_distributable_code.sql.
 CREATE FUNCTION counter.pncounter_agg_trans(internal, counter.pncounter)
 RETURNS internal
 LANGUAGE c IMMUTABLE PARALLEL SAFE
@@ -168,15 +169,3 @@ CREATE FUNCTION counter.pncounter_agg_final(internal)
 RETURNS counter.pncounter
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_pncounter_agg_final';
-
-CREATE AGGREGATE counter.pncounter_merge_agg(counter.pncounter) (
-    SFUNC = counter.pncounter_agg_trans,
-    STYPE = internal,
-    FINALFUNC = counter.pncounter_agg_final,
-    COMBINEFUNC = counter.pncounter_agg_combine,
-    SERIALFUNC = counter.pncounter_agg_serialize,
-    DESERIALFUNC = counter.pncounter_agg_deserialize,
-    PARALLEL = SAFE
-);
-COMMENT ON AGGREGATE counter.pncounter_merge_agg(counter.pncounter) IS
-    'merge of all non-NULL states (NULL when there are none)';

@@ -117,6 +117,16 @@ inline void check_for_interrupts() {
 // Throws ce::Error unless the argument is non-NULL (for non-STRICT functions).
 void require_arg(FunctionCallInfo fcinfo, int argno, const char *what);
 
+// The memory context for a new expanded-object transition state (aggregates
+// whose state is a real type changed in place: hll.cpp, pncounter.cpp). One
+// child of the aggregate context holds every such state of that context:
+// PostgreSQL and Citus adopt an expanded state only when its context is a
+// child of the aggregate context, and a child per group would make hash
+// aggregation's memory accounting (which walks the children) quadratic. The
+// states go with the aggregate context, never one by one. Throws 0A000
+// outside an aggregate.
+MemoryContext aggregate_state_context(FunctionCallInfo fcinfo, const char *function);
+
 } // namespace ce
 
 // Defines the SQL-callable C function 'name'. The body is C++ and runs inside

@@ -1,0 +1,133 @@
+# Citus for the tests: a real cluster (coordinator + 2 workers on loopback
+# ports) for the test/scripts/citus_*.sh scripts. Source it after test/lib.sh;
+# do not run it. See doc/citus.md.
+#
+# Citus comes from one of two places:
+#   - installed for the PostgreSQL under test (citus.so and citus.control in
+#     the system directories: ce_build_and_stage copies them into the stage);
+#   - a source tarball given as CITUS_SRC=/path/citus-X.Y.Z.tar.gz (with
+#     CITUS_PATCH=/path/fix.patch when that version needs a build fix for the
+#     server's minor), built once into CE_CITUS_CACHE/<version>-pg<major>
+#     (default /var/cache/counter_ext-citus as root) and reused by later runs;
+#     each run installs the cached build into its stage. The sources are
+#     third-party (AGPL): they are unpacked in the cache, never in this tree.
+# When neither is there, ce_citus_prepare returns 77 with the reason in
+# CE_CITUS_SKIP: the Citus tests are skipped (test/run.sh prints one line and
+# does not count them as passed).
+
+if ce_is_root; then
+    CE_CITUS_CACHE=${CE_CITUS_CACHE:-/var/cache/counter_ext-citus}
+else
+    CE_CITUS_CACHE=${CE_CITUS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/counter_ext-citus}
+fi
+CE_CITUS_SKIP=
+# What building Citus needs (--without-libcurl; citus.so links libpq and
+# OpenSSL only, so the server's -lselinux / -lpam need no -dev package).
+CE_CITUS_BUILD_PACKAGES=(patch libicu-dev liblz4-dev libzstd-dev libkrb5-dev flex bison libreadline-dev zlib1g-dev
+    libssl-dev libxslt1-dev libnuma-dev)
+
+ce_citus_installed() {
+    [ -f "/usr/lib/postgresql/$CE_PG_MAJOR/lib/citus.so" ] &&
+        [ -f "/usr/share/postgresql/$CE_PG_MAJOR/extension/citus.control" ]
+}
+
+# ce_citus_build DIR: unpacks CITUS_SRC (+ CITUS_PATCH) in DIR/src, builds it
+# and installs it into DIR/root (a DESTDIR). DIR/key records what was built.
+ce_citus_build() {
+    local dir=$1 key=$2 name
+    rm -rf "$dir/src" "$dir/root" "$dir/key"
+    mkdir -p "$dir/src" "$dir/root" || return 1
+    tar -xzf "$CITUS_SRC" -C "$dir/src" || return 1
+    name=$(ls "$dir/src")
+    [ "$(echo "$name" | wc -l)" -eq 1 ] || { ce_log "unexpected layout in $CITUS_SRC"; return 1; }
+    if [ -n "${CITUS_PATCH:-}" ]; then
+        (cd "$dir/src/$name" && patch -p1 <"$CITUS_PATCH") >"$dir/build.log" 2>&1 || return 1
+    fi
+    ce_log "building $name for PostgreSQL $CE_PG_MAJOR in $dir (once; log: $dir/build.log)"
+    # Without libcurl (Citus's usage statistics), unless the server's headers
+    # define HAVE_LIBCURL (Debian's PostgreSQL 18, for OAuth): then Citus
+    # compiles its curl code whatever configure says, so it must link libcurl.
+    local curl=--without-libcurl
+    if grep -q '^#define HAVE_LIBCURL 1' "$("$CE_PG_CONFIG" --includedir-server)/pg_config.h"; then
+        curl=
+        ce_require_packages libcurl4-openssl-dev || return 1
+    fi
+    (
+        cd "$dir/src/$name" &&
+            ./configure ${curl:+"$curl"} PG_CONFIG="$CE_PG_CONFIG" &&
+            nice -n 10 make -j2 &&
+            make install DESTDIR="$dir/root"
+    ) >>"$dir/build.log" 2>&1 || { grep -E "error|Error" "$dir/build.log" | tail -15 >&2; return 1; }
+    echo "$key" >"$dir/key"
+}
+
+# ce_citus_prepare: makes Citus loadable by the staged server (call after
+# ce_build_and_stage). 0: ready; 77: not available (CE_CITUS_SKIP says why);
+# other: a given tarball failed to build (a failure, not a skip).
+ce_citus_prepare() {
+    if ce_citus_installed; then
+        return 0
+    fi
+    if [ -z "${CITUS_SRC:-}" ]; then
+        CE_CITUS_SKIP="Citus is not installed for PostgreSQL $CE_PG_MAJOR and no source tarball was given (CITUS_SRC)"
+        [ -n "${CE_CITUS_WHY_NOT:-}" ] && CE_CITUS_SKIP="$CE_CITUS_SKIP: $CE_CITUS_WHY_NOT"
+        return 77
+    fi
+    if [ ! -r "$CITUS_SRC" ]; then
+        CE_CITUS_SKIP="CITUS_SRC=$CITUS_SRC cannot be read"
+        return 77
+    fi
+    ce_require_packages "${CE_CITUS_BUILD_PACKAGES[@]}" || return 1
+    local version dir key
+    version=$(basename "$CITUS_SRC" .tar.gz)
+    version=${version#citus-}
+    dir=$CE_CITUS_CACHE/$version-pg$CE_PG_MAJOR
+    key="$(sha256sum <"$CITUS_SRC" | cut -c1-16) ${CITUS_PATCH:+$(sha256sum <"$CITUS_PATCH" | cut -c1-16)} $("$CE_PG_CONFIG" --version)"
+    mkdir -p "$dir" || return 1
+    (
+        # One build at a time per cache folder; later runs reuse it.
+        flock 9 || exit 1
+        [ -f "$dir/key" ] && [ "$(cat "$dir/key")" = "$key" ] && exit 0
+        ce_citus_build "$dir" "$key"
+    ) 9>"$dir/.lock" || return 1
+    cp -a "$dir/root/usr/." "$CE_STAGE/usr/" || return 1
+    chmod -R a+rX "$CE_STAGE/usr" 2>/dev/null || true
+}
+
+# ce_citus_cluster_start: starts the clusters citus_coord, citus_w1 and
+# citus_w2 with citus and counter_ext preloaded, creates both extensions in
+# DB (default postgres) on each, and registers the workers on the
+# coordinator. Extra postgresql.conf lines may be given.
+ce_citus_cluster_start() {
+    local db=${CE_CITUS_DB:-postgres} n p
+    for n in citus_coord citus_w1 citus_w2; do
+        ce_cluster_start "$n" "shared_preload_libraries = 'citus,counter_ext'" "counter_ext.enabled = off" \
+            "max_connections = 200" "max_prepared_transactions = 200" "citus.shard_replication_factor = 1" \
+            "citus.enable_statistics_collection = off" "$@" || return 1
+        p="CE_${n}_PORT"
+        if [ "$db" != postgres ]; then
+            "$CE_PGBIN/createdb" -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" "$db" || return 1
+        fi
+        ce_psql -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -d "$db" \
+            -c "CREATE EXTENSION citus; CREATE EXTENSION counter_ext;" || return 1
+    done
+    ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d "$db" -c "
+        SELECT pg_catalog.citus_set_coordinator_host('127.0.0.1', $CE_citus_coord_PORT);
+        SELECT pg_catalog.citus_add_node('127.0.0.1', $CE_citus_w1_PORT);
+        SELECT pg_catalog.citus_add_node('127.0.0.1', $CE_citus_w2_PORT);" >/dev/null || return 1
+}
+
+# For a script run by hand (not through test/run.sh): builds and stages this
+# tree and Citus, or prints the skip line and exits 77.
+ce_citus_script_setup() {
+    if [ -z "${CE_CITUS_READY:-}" ]; then
+        ce_build_and_stage || exit 1
+        ce_citus_prepare
+        local st=$?
+        if [ $st -eq 77 ]; then
+            echo "skipped: $CE_CITUS_SKIP"
+            exit 77
+        fi
+        [ $st -eq 0 ] || exit 1
+    fi
+}
