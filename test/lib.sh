@@ -308,6 +308,7 @@ ce_bench_beside_release() {
     ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
     ce_build_and_stage || exit 1
     work=$(mktemp -d)
+    chmod 755 "$work" # the server's owner reaches REF's stage in it
     trap 'ce_cluster_stop_all; rm -rf "$work"' EXIT INT TERM
     mkdir "$work/ref"
     git -C "$CE_TOP" archive "$ref" | tar -x -C "$work/ref"
