@@ -18,7 +18,7 @@
 # Needs prometheus-sql-exporter, prometheus-postgres-exporter and
 # prometheus; installed when missing on the host (as root, when apt has
 # them); where they are not and cannot be (not root, or a chroot of make test
-# PG=17/18 without them) it says so and passes. CE_METRICS_PNG=FILE also
+# PG=17/18 without them) it is not run, and says why (exit 77, test/run.sh). CE_METRICS_PNG=FILE also
 # draws the dashboard's panels from prometheus's data into FILE (matplotlib;
 # how doc/monitoring.png was made).
 set -uo pipefail
@@ -29,15 +29,15 @@ if [ -n "${CE_SKIP_FORMAT:-}" ]; then
     # a chroot of another major: only when they are there already
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-            { echo "metrics_exporter: skipped, $p is not installed in this chroot"; exit 0; }
+            { echo "not run: $p is not installed in this chroot"; exit 77; }
     done
 else
     # the host: installed when they can be (root, and Debian has them)
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
         if ! ce_is_root || ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-            echo "metrics_exporter: skipped, $p is not installed and cannot be installed here"
-            exit 0
+            echo "not run: $p is not installed and cannot be installed here"
+            exit 77
         fi
     done
     ce_require_packages "${pkgs[@]}" || exit 1
