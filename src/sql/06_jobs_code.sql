@@ -124,6 +124,36 @@ BEGIN
 END
 $$;
 
+-- Citus (doc/citus.md): what counter_ext cannot serve on a table Citus
+-- distributes (a distributed or reference table, or a partition of one) is
+-- refused when it is made, before anything is written, so that no write to
+-- the table ever fails because counter_ext is there: triggers are copied to
+-- the shards, where the counter's or rollup's catalog is not (1.4: every
+-- INSERT failed on the workers). 'what' names the refused configuration.
+CREATE OR REPLACE FUNCTION counter_internal.citus_refuse(source regclass, what text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    distributed boolean;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) ANY ($1))'
+        INTO distributed
+        USING ARRAY(SELECT a.relid FROM pg_catalog.pg_partition_ancestors(source) a
+                    UNION ALL SELECT source);
+    IF distributed THEN
+        RAISE EXCEPTION '% on %, a table Citus distributes, is not supported yet', what, source
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not: every write to the table would fail.',
+                  HINT = 'On a distributed table use an application-mode counter without a filter (counter.add), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+    END IF;
+END
+$$;
+
 -- run_end: the feature's last part of run 'run' (and when it ended); a
 -- direct call's row is finished here too (a job's by the worker, after the
 -- job's procedure returns: rows_affected, outcome, the error whole). error,

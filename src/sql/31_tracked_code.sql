@@ -438,6 +438,11 @@ BEGIN
     IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) name) THEN
         RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
     END IF;
+    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        PERFORM counter_internal.citus_refuse(source, 'a trigger-mode tracked counter');
+    ELSIF filter IS NOT NULL THEN
+        PERFORM counter_internal.citus_refuse(source, 'a tracked counter with a filter');
+    END IF;
 
     SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
     FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
@@ -481,12 +486,6 @@ BEGIN
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
         replicated, buffered, max_future)
     RETURNING * INTO t;
-    -- the rows already there are a backfill for its first runs (30_tracked.sql)
-    UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
-            format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
-                   time_column), true) AS x(n bigint))
-    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
-    RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
     delta_t := counter_internal.tracked_table(t, 'delta');
@@ -498,6 +497,14 @@ BEGIN
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
+    -- the rows already there are a backfill for its first runs (30_tracked.sql);
+    -- counted after the functions are made (on Citus a function made after a
+    -- parallel read of a distributed table in the same transaction fails)
+    UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
+            format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
+                   time_column), true) AS x(n bigint))
+    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO t;
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN

@@ -710,6 +710,8 @@ BEGIN
     IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
         RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
+    -- both modes put a trigger on the source (rollup_trigger)
+    PERFORM counter_internal.citus_refuse(source, 'a rollup');
     SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
     INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
     WHERE c.oid = source;
