@@ -118,10 +118,14 @@ ce_build_and_stage() {
     (cd "$CE_TOP" && make -s -j2 PG_CONFIG="$CE_PG_CONFIG" >&2) || return 1
     ce_stage_reachable || return 1
     export CE_STAGE CE_PGBIN
+    local libdir=/usr/lib/postgresql/$CE_PG_MAJOR share=/usr/share/postgresql/$CE_PG_MAJOR
+    # The scripts of this tree only: one left by an older tree (a full
+    # install script of a version that now installs through its updates)
+    # would change what CREATE EXTENSION ... VERSION runs.
     if ce_is_root; then
+        rm -f "$share"/extension/counter_ext--*.sql
         (cd "$CE_TOP" && make -s install PG_CONFIG="$CE_PG_CONFIG" >/dev/null) || return 1
     fi
-    local libdir=/usr/lib/postgresql/$CE_PG_MAJOR share=/usr/share/postgresql/$CE_PG_MAJOR
     local stamp
     stamp=$(stat -c %Y "$libdir/bin/postgres")
     if [ ! -f "$CE_STAGE/.stamp" ] || [ "$(cat "$CE_STAGE/.stamp")" != "$stamp" ]; then
@@ -136,6 +140,7 @@ ce_build_and_stage() {
     cp -alf "$share/extension/." "$CE_STAGE$share/extension/" 2>/dev/null ||
         cp -af "$share/extension/." "$CE_STAGE$share/extension/"
     cp -alf "$libdir/lib/." "$CE_STAGE$libdir/lib/" 2>/dev/null || cp -af "$libdir/lib/." "$CE_STAGE$libdir/lib/"
+    rm -f "$CE_STAGE$share"/extension/counter_ext--*.sql
     (cd "$CE_TOP" && make -s install PG_CONFIG="$CE_PG_CONFIG" DESTDIR="$CE_STAGE" >/dev/null) || return 1
     chmod -R a+rX "$CE_STAGE" 2>/dev/null || true
 }

@@ -68,8 +68,13 @@ SELECT line FROM lines ORDER BY line COLLATE "C";
 SQL
 )
 
-for released in "$CE_TOP"/src/sql/released/counter_ext--*.sql; do
-    old=$(basename "$released" .sql); old=${old#counter_ext--}
+# Every released version: those with a frozen install script, and those
+# PostgreSQL installs as an older one plus the frozen updates (from 1.5 on).
+released_versions=$(
+    for f in "$CE_TOP"/src/sql/released/counter_ext--*.sql; do v=$(basename "$f" .sql); echo "${v#counter_ext--}"; done
+    for f in "$CE_TOP"/src/sql/upgrade/counter_ext--*--*.sql; do v=$(basename "$f" .sql); echo "${v##*--}"; done
+)
+for old in $(printf '%s\n' $released_versions | sort -u -V); do
     ce_log "upgrade from $old to $current"
     ce_psql -q -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS upgraded" -c "DROP DATABASE IF EXISTS fresh" \
         -c "CREATE DATABASE upgraded" -c "CREATE DATABASE fresh"

@@ -1,5 +1,0 @@
--- ---- issue 21: aggregates Citus pushes down, IMMUTABLE PN-counter steps.
--- hll_count_distinct gains overloads for the usual key types and
--- pncounter_merge_agg a counter.pncounter state (CREATE OR REPLACE AGGREGATE
--- keeps the views that use it).
---@include src/sql/21_distributable_code.sql
