@@ -10,7 +10,8 @@ The conventions (doc/index.md, "Documentation that runs"):
 - A ```sql norun: REASON block is shown but not run; the reason is required.
 - Output shown for a statement: the `-- ` comment lines right after it, in
   psql's aligned format (a header, a `---+---` line, the rows, optionally the
-  `(N rows)` footer). `...` in a shown line matches any text; a line that is
+  `(N rows)` footer); rows are written `--  ` plus the row, as psql
+  prints them with a leading space, so a `-- comment` below ends them. `...` in a shown line matches any text; a line that is
   only `...` matches any number of rows. Widths and spacing are not compared.
 - Messages shown right after a statement (`-- WARNING:`, `-- NOTICE:`,
   `-- ERROR:`, `-- DETAIL:`, `-- HINT:`, continuation lines indented) must be
@@ -151,7 +152,10 @@ def parse_tail(tail):
             i += 2
             while i < len(lines):
                 s = lines[i].strip()
-                if s == "" or MSG_RE.match(s):
+                # rows start with psql's space (`--  value`): a comment
+                # written `-- text` below a result ends it
+                if s == "" or MSG_RE.match(s) or not (lines[i].startswith(" ") or FOOTER_RE.match(s)
+                                                      or s == "..."):
                     break
                 table.append(s)
                 i += 1
