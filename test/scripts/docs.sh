@@ -45,6 +45,12 @@ for page in "${pages[@]}"; do
         echo "  $page ... FAILED"
         failed=1
     fi
+    # Roles belong to the cluster: the page's go with its database, so the
+    # next page starts as fresh as a new cluster.
+    ce_psql -d postgres -c "DROP DATABASE $db" >/dev/null || exit 1
+    for r in $(ce_psql -d postgres -At -c "SELECT rolname FROM pg_roles WHERE oid > 16383 AND rolname <> 'postgres'"); do
+        ce_psql -d postgres -c "DROP ROLE \"$r\"" >/dev/null || exit 1
+    done
 done
 
 if [ -n "${CE_DOCS_PAGES:-}" ]; then
