@@ -193,7 +193,7 @@ def server_messages(err):
     msgs = []
     for raw in err.split("\n"):
         line = re.sub(r"^psql:[^:]*:\d+: ", "", raw)
-        if MSG_RE.match(line):
+        if MSG_RE.match(line) or re.match(r"^(CONTEXT|QUERY|LINE \d+|STATEMENT):", line):
             msgs.append(line.strip())
         elif msgs and line.strip() and not line.startswith("@@"):
             msgs[-1] += " " + line.strip()
