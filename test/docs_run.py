@@ -127,8 +127,6 @@ def uncomment(line):
 def parse_tail(tail):
     """What a statement's tail shows: (table lines or None, messages, sqlstate)."""
     lines = [uncomment(t) for t in tail]
-    if lines and tail[0] and not tail[0].startswith("-- ") and tail[0] != "--":
-        pass
     msgs, table, sqlstate = [], None, None
     i = 0
     while i < len(lines):
