@@ -192,6 +192,57 @@ BEGIN
 END
 $$;
 
+-- Called by the library (src/citus.cpp) while Citus's
+-- create_distributed_table or create_reference_table makes rel a table
+-- Citus distributes (rel is in pg_dist_partition then): refuses it when
+-- counter_ext serves it in a way that does not work there (what
+-- counter_internal.citus_refuse refuses at track / rollup_create, and a
+-- rollup's own table, which its source's trigger writes with a statement
+-- Citus cannot run), before the shards are made; the error rolls the whole
+-- call back. A table Citus only adds to its metadata (a Citus local table)
+-- is not refused. Reads the catalog only.
+-- (VOLATILE: it reads the pg_dist_partition row Citus has just written.)
+CREATE OR REPLACE FUNCTION counter_internal.citus_distribution_check(rel regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    citus_local boolean;
+    what text;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE 'SELECT p.partmethod OPERATOR(pg_catalog.=) ''n'' AND p.repmodel OPERATOR(pg_catalog.=) ''s'' '
+            'AND p.colocationid OPERATOR(pg_catalog.=) 0 '
+            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO citus_local USING rel;
+    IF citus_local IS NOT FALSE THEN
+        RETURN;
+    END IF;
+    SELECT x.what INTO what FROM (
+        SELECT 1 AS o, format('the trigger-mode tracked counter %L', c.name) AS what FROM counter.tracked c
+        WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.mode OPERATOR(pg_catalog.=) 'trigger'
+        UNION ALL
+        SELECT 2, format('the tracked counter %L, which has a filter', c.name) FROM counter.tracked c
+        WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.filter IS NOT NULL
+        UNION ALL
+        SELECT 3, format('the rollup %L (its source)', r.name) FROM counter.rollups r
+        WHERE r.source::oid OPERATOR(pg_catalog.=) rel::oid
+        UNION ALL
+        SELECT 4, format('the rollup %L (its table)', r.name) FROM counter.rollups r
+        WHERE r.rollup_table::oid OPERATOR(pg_catalog.=) rel::oid
+        ORDER BY 1 LIMIT 1) x;
+    IF what IS NOT NULL THEN
+        RAISE EXCEPTION 'Citus cannot distribute %: it serves %, which does not work on a table Citus distributes yet', rel, what
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not, or write the distributed table with a statement Citus cannot run: every write would fail.',
+                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a distributed table use an application-mode counter without a filter, and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
+    END IF;
+END
+$$;
+
 -- The event trigger counter_citus_triggers (on CREATE TRIGGER; on every
 -- node, with Citus loaded): a trigger of counter_ext (a tracked counter's or
 -- a rollup's) made on a table that is not the source of its counter or
