@@ -129,7 +129,7 @@ SQL
 maintain 2026-07-14 | coord -tA >"$work/maintain.txt" 2>&1 || { cat "$work/maintain.txt"; fail "maintenance failed on Citus"; }
 maintain 2026-07-14 | grep -v citus | single -tA >/dev/null 2>&1 || fail "maintenance failed on one node"
 grep -q "issuing INSERT INTO public.ev_p2026071300_[0-9]* .*SELECT .* FROM ONLY public.ev_default_[0-9]* " "$work/maintain.txt" ||
-    { grep -i "insert\|delete" "$work/maintain.txt" | head -20; fail "the drain's INSERT ... SELECT was not pushed down to the shards"; }
+    { grep -i "insert\|delete" "$work/maintain.txt" | head -20 || true; fail "the drain's INSERT ... SELECT was not pushed down to the shards"; }
 grep -q "issuing DELETE FROM ONLY public.ev_default_[0-9]* " "$work/maintain.txt" ||
     fail "the drain's DELETE was not pushed down to the shards"
 echo "ok: the drain's INSERT ... SELECT and DELETE run on the shards"
