@@ -1,6 +1,7 @@
 // Library entry: _PG_init and the functions that describe the build.
 #include "counter_ext/wall.hpp"
 #include "counter_ext/buffer.hpp"
+#include "counter_ext/citus.hpp"
 #include "counter_ext/guc.hpp"
 #include "counter_ext/hll.hpp"
 #include "counter_ext/owner.hpp"
@@ -59,6 +60,7 @@ static void init_cpp() {
 	ce::buffer::init();
 	if (process_shared_preload_libraries_in_progress)
 		ce::install_older_sql_hook();
+	ce::install_citus_hook();
 	MarkGUCPrefixReserved("counter_ext");
 }
 

@@ -130,8 +130,11 @@ $$;
 -- the table ever fails because counter_ext is there: triggers are copied to
 -- the shards, where the counter's or rollup's catalog is not (1.4: every
 -- INSERT failed on the workers). 'what' names the refused configuration.
-CREATE OR REPLACE FUNCTION counter_internal.citus_refuse(source regclass, what text)
-RETURNS void
+-- True when Citus distributes source: it (or a table it is a partition of)
+-- is a distributed or reference table (in pg_dist_partition). False without
+-- Citus.
+CREATE OR REPLACE FUNCTION counter_internal.citus_distributed(source regclass)
+RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -139,18 +142,200 @@ DECLARE
     distributed boolean;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
-        RETURN;
+        RETURN false;
     END IF;
     EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) ANY ($1))'
         INTO distributed
         USING ARRAY(SELECT a.relid FROM pg_catalog.pg_partition_ancestors(source) a
                     UNION ALL SELECT source);
-    IF distributed THEN
+    RETURN distributed;
+END
+$$;
+
+-- Runs a DDL command on this node only: with Citus loaded, its propagation
+-- to the other nodes is off for the command (counter_ext's own objects of
+-- the coordinator, such as a counter's batch function, which runs only
+-- there). Citus refuses to propagate a function's DDL after a parallel
+-- distributed operation in the transaction (untrack after an INSERT into a
+-- distributed table: doc/citus.md); a function it never propagated is made
+-- and dropped here whatever the transaction did before.
+CREATE OR REPLACE FUNCTION counter_internal.citus_local_ddl(command text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    was text := pg_catalog.current_setting('citus.enable_ddl_propagation', true);
+BEGIN
+    IF was IS NULL OR pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        EXECUTE command;
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+    EXECUTE command;
+    PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', was, true);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION counter_internal.citus_refuse(source regclass, what text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF counter_internal.citus_distributed(source) THEN
         RAISE EXCEPTION '% on %, a table Citus distributes, is not supported yet', what, source
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not: every write to the table would fail.',
                   HINT = 'On a distributed table use an application-mode counter without a filter (counter.add), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
+END
+$$;
+
+-- Called by the library (src/citus.cpp) while Citus's
+-- create_distributed_table or create_reference_table makes rel a table
+-- Citus distributes (rel is in pg_dist_partition then): refuses it when
+-- counter_ext serves it in a way that does not work there (what
+-- counter_internal.citus_refuse refuses at track / rollup_create, and a
+-- rollup's own table, which its source's trigger writes with a statement
+-- Citus cannot run), before the shards are made; the error rolls the whole
+-- call back. A table Citus only adds to its metadata (a Citus local table)
+-- is not refused. Reads the catalog only.
+-- (VOLATILE: it reads the pg_dist_partition row Citus has just written.)
+CREATE OR REPLACE FUNCTION counter_internal.citus_distribution_check(rel regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    citus_local boolean;
+    what text;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE 'SELECT p.partmethod OPERATOR(pg_catalog.=) ''n'' AND p.repmodel OPERATOR(pg_catalog.=) ''s'' '
+            'AND p.colocationid OPERATOR(pg_catalog.=) 0 '
+            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO citus_local USING rel;
+    IF citus_local IS NOT FALSE THEN
+        RETURN;
+    END IF;
+    SELECT x.what INTO what FROM (
+        SELECT 1 AS o, format('the trigger-mode tracked counter %L', c.name) AS what FROM counter.tracked c
+        WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.mode OPERATOR(pg_catalog.=) 'trigger'
+        UNION ALL
+        SELECT 2, format('the tracked counter %L, which has a filter', c.name) FROM counter.tracked c
+        WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.filter IS NOT NULL
+        UNION ALL
+        SELECT 3, format('the rollup %L (its source)', r.name) FROM counter.rollups r
+        WHERE r.source::oid OPERATOR(pg_catalog.=) rel::oid
+        UNION ALL
+        SELECT 4, format('the rollup %L (its table)', r.name) FROM counter.rollups r
+        WHERE r.rollup_table::oid OPERATOR(pg_catalog.=) rel::oid
+        ORDER BY 1 LIMIT 1) x;
+    IF what IS NOT NULL THEN
+        RAISE EXCEPTION 'Citus cannot distribute %: it serves %, which does not work on a table Citus distributes yet', rel, what
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not, or write the distributed table with a statement Citus cannot run: every write would fail.',
+                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a distributed table use an application-mode counter without a filter, and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
+    END IF;
+END
+$$;
+
+-- The event trigger counter_citus_triggers (on CREATE TRIGGER; on every
+-- node, with Citus loaded): a trigger of counter_ext (a tracked counter's or
+-- a rollup's) made on a table that is not the source of its counter or
+-- rollup in this database's catalog is refused. Citus copies a table's
+-- triggers to every shard (create_distributed_table, create_reference_table
+-- with citus.enable_unsafe_triggers on) and to the table it makes again
+-- (undistribute_table, alter_distributed_table), where counter_ext's catalog
+-- does not name them: every write would then fail there (the trigger
+-- refuses to count into nothing). Refused when made instead, on the worker
+-- or here, the whole call is rolled back (doc/citus.md). Reads the catalog
+-- only.
+CREATE OR REPLACE FUNCTION counter_internal.citus_trigger_check()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+    registered boolean;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname,
+                    pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1,
+                        pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS arg
+             FROM pg_catalog.pg_event_trigger_ddl_commands() d
+             JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) d.objid
+             JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
+               AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
+               AND p.proname IN ('tracked_fold', 'rollup_trigger') AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
+        IF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
+            registered := EXISTS (SELECT FROM counter.tracked c
+                                  WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
+                                    AND c.source::oid OPERATOR(pg_catalog.=) g.tgrelid);
+        ELSE
+            registered := EXISTS (SELECT FROM counter.rollups r
+                                  WHERE r.rollup_id::text OPERATOR(pg_catalog.=) g.arg
+                                    AND r.source::oid OPERATOR(pg_catalog.=) g.tgrelid);
+        END IF;
+        IF NOT registered THEN
+            RAISE EXCEPTION 'trigger % of counter_ext on % is refused: % is not the source of its %',
+                    g.tgname, g.rel, g.rel, CASE g.proname WHEN 'tracked_fold' THEN 'tracked counter' ELSE 'rollup' END
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = 'Citus copies a table''s triggers to its shards (create_distributed_table, create_reference_table) and to the table it makes again (undistribute_table, alter_distributed_table); counter_ext''s catalog does not name the copy, so every write to it would fail.',
+                      HINT = 'Untrack the trigger-mode counter (counter.untrack) or drop the rollup (counter.rollup_drop) before the call, and make it again after if it is supported there (doc/citus.md).';
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The event trigger counter_citus_conversion (on DROP TABLE; it fires
+-- before counter_ext's forget_dropped triggers): Citus's undistribute_table,
+-- alter_distributed_table and alter_table_set_access_method make a table
+-- again under a new name, drop the old one and rename the new one; counter_ext
+-- would forget the counters, rollups and partition maintenance of the
+-- dropped table (the new one has another OID) and an application's
+-- counter.add would then fail. Such a call on a table counter_ext serves is
+-- refused instead, and rolled back whole. Citus's conversion is recognized
+-- by the setting it turns off for its length
+-- (citus.enable_local_reference_table_foreign_keys); a DROP TABLE made with
+-- that setting off by hand is refused too (the hint says so).
+CREATE OR REPLACE FUNCTION counter_internal.citus_conversion_check()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    IF pg_catalog.current_setting('citus.enable_local_reference_table_foreign_keys', true) IS DISTINCT FROM 'off' THEN
+        RETURN;
+    END IF;
+    FOR g IN SELECT d.object_identity, x.what
+             FROM pg_catalog.pg_event_trigger_dropped_objects() d
+             CROSS JOIN LATERAL (
+                 SELECT 'tracked counter ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal(c.name) AS what
+                 FROM counter.tracked c WHERE c.source::oid OPERATOR(pg_catalog.=) d.objid
+                 UNION ALL
+                 SELECT 'rollup ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal(r.name) FROM counter.rollups r
+                 WHERE d.objid IN (r.source::oid, r.rollup_table::oid)
+                 UNION ALL
+                 SELECT 'partition maintenance' FROM counter.partitioned_tables p
+                 WHERE p.parent::oid OPERATOR(pg_catalog.=) d.objid) x
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND d.objsubid OPERATOR(pg_catalog.=) 0 AND d.object_type IN ('table', 'partitioned table')
+             LIMIT 1 LOOP
+        RAISE EXCEPTION 'table % serves counter_ext (%): Citus cannot make it again under another name', g.object_identity, g.what
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'undistribute_table, alter_distributed_table and alter_table_set_access_method copy the table, drop it and rename the copy; counter_ext would forget what it keeps for the dropped table.',
+                  HINT = 'Remove it first (counter.untrack, counter.rollup_drop, counter.partition_unmanage), make the call, and set it up again (doc/citus.md). A DROP TABLE made with citus.enable_local_reference_table_foreign_keys off is refused too: RESET it.';
+    END LOOP;
 END
 $$;
 

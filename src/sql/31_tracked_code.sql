@@ -259,19 +259,20 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
                          ' + interval ''1 second'' * %1$s',
                          pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
              ELSE '''infinity''::timestamptz' END);
+    -- on this node only (Citus: not propagated to the workers; it runs here)
     IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
-        EXECUTE format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch);
+        PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch));
     END IF;
-    EXECUTE format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
+    PERFORM counter_internal.citus_local_ddl(format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
                    ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
                    ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
                    -- plans made for each batch's arrays (a generic plan takes
                    -- every unnest for 10 rows and joins 1,000 keys in loops)
-                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body);
-    EXECUTE format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
-                   fn_batch, t.owner);
-    EXECUTE format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
-                   fn_batch);
+                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body));
+    PERFORM counter_internal.citus_local_ddl(format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
+                   fn_batch, t.owner));
+    PERFORM counter_internal.citus_local_ddl(format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
+                   fn_batch));
     IF t.filter IS NOT NULL THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        t.owner);
@@ -574,8 +575,10 @@ BEGIN
             EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
         END LOOP;
     END IF;
-    EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
-                   format('tracked_%s_batch', t.counter_id));
+    -- on this node only (Citus: after a parallel distributed operation in
+    -- this transaction it refuses to propagate a function's DDL)
+    PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
+                   format('tracked_%s_batch', t.counter_id)));
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                    counter_internal.tracked_table(t, 'delta'));
     IF t.buffered THEN

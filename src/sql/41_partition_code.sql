@@ -138,6 +138,36 @@ AS $$
                         UNION ALL SELECT counter.partition_default(partition_published.parent)))
 $$;
 
+-- Citus (doc/citus.md): the distribution column of parent when Citus
+-- hash-distributes it, NULL when Citus does not distribute it. Raises for a
+-- table Citus holds in another way (a reference, single-shard or local
+-- table with metadata), whose default partition is not drained.
+CREATE OR REPLACE FUNCTION counter_internal.partition_citus_column(parent regclass)
+RETURNS name
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    col name;
+    method "char";
+BEGIN
+    IF NOT counter_internal.citus_distributed(parent) THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE 'SELECT p.partmethod, CASE WHEN p.partmethod OPERATOR(pg_catalog.=) ''h'' '
+            'THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END '
+            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO method, col USING parent;
+    IF col IS NULL THEN
+        RAISE EXCEPTION 'the default partition of %, a table Citus holds but does not hash-distribute (method %), is not drained',
+                parent, coalesce(method::text, 'none')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Drain it by hand, or hash-distribute the table (create_distributed_table).';
+    END IF;
+    RETURN col;
+END
+$$;
+
 -- Creates, as the parent's owner, the standalone table that becomes the
 -- partition [lo, hi): the parent's columns, defaults, constraints and indexes
 -- (LIKE ... INCLUDING ALL, so ATTACH adopts the indexes instead of building
@@ -160,6 +190,7 @@ DECLARE
     tname name;
     t regclass;
     g record;
+    dist_col name;
 BEGIN
     SELECT * INTO STRICT cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_make_table.parent;
     SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) partition_make_table.parent;
@@ -180,6 +211,14 @@ BEGIN
     IF how = 'bounded' THEN
         PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL, ADD CONSTRAINT counter_ext_bounds CHECK (%I >= %L AND %I < %L)',
                        t, cfg.control, cfg.control, lo, cfg.control, hi));
+        -- Citus: rows are moved into it shard by shard (colocated with the
+        -- parent, so the move is pushed down), then it is attached. (A
+        -- standalone table is distributed by the ATTACH itself.)
+        dist_col := counter_internal.partition_citus_column(parent);
+        IF dist_col IS NOT NULL THEN
+            PERFORM counter_internal.partition_exec(parent, format(
+                'SELECT pg_catalog.create_distributed_table(%L, %L, colocate_with => %L)', t, dist_col, parent));
+        END IF;
     END IF;
     -- PostgreSQL does not copy a parent's privileges to new partitions.
     IF rel.relacl IS NOT NULL THEN
@@ -216,6 +255,7 @@ DECLARE
     cols text := counter_internal.partition_column_list(parent);
     old_role text := current_setting('session_replication_role');
     n bigint;
+    deleted bigint;
 BEGIN
     IF (SELECT r.rolsuper FROM pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) counter_internal.partition_owner(parent)) THEN
         PERFORM set_config('session_replication_role', 'replica', true);
@@ -229,13 +269,36 @@ BEGIN
     -- the row triggers of replicated counters and rollups fire in replica
     -- mode: they are told that this is a move (src/source.cpp)
     PERFORM counter_internal.rows_moving(true);
-    n := counter_internal.partition_exec(parent,
-        format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
-               '%2$s %3$s)) RETURNING %4$s) '
-               'INSERT INTO %5$s (%4$s) OVERRIDING SYSTEM VALUE SELECT %4$s FROM moved',
-               from_rel,
-               CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
-               CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel));
+    IF counter_internal.citus_distributed(parent) THEN
+        -- Citus plans no DELETE by ctid of a distributed table: the rows of
+        -- the range are copied, then deleted by the same range, each
+        -- statement pushed down to the shards (from_rel and to_rel are
+        -- colocated). The caller holds from_rel in ACCESS EXCLUSIVE mode, so
+        -- both statements see the same rows; a whole range only (no batches).
+        IF max_rows IS NOT NULL THEN
+            RAISE EXCEPTION 'rows of a table Citus distributes are moved a whole range at a time'
+                USING ERRCODE = 'feature_not_supported';
+        END IF;
+        n := counter_internal.partition_exec(parent,
+            format('INSERT INTO %1$s (%2$s) OVERRIDING SYSTEM VALUE SELECT %2$s FROM ONLY %3$s %4$s', to_rel, cols, from_rel,
+                   CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END));
+        deleted := counter_internal.partition_exec(parent,
+            format('DELETE FROM ONLY %1$s %2$s', from_rel,
+                   CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END));
+        IF deleted OPERATOR(pg_catalog.<>) n THEN
+            RAISE EXCEPTION 'moving rows of % out of %: % rows copied but % deleted', parent, from_rel, n, deleted
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Another session wrote to the default partition during the move; the next run retries.';
+        END IF;
+    ELSE
+        n := counter_internal.partition_exec(parent,
+            format('WITH moved AS (DELETE FROM ONLY %1$s WHERE ctid = ANY (ARRAY(SELECT ctid FROM ONLY %1$s '
+                   '%2$s %3$s)) RETURNING %4$s) '
+                   'INSERT INTO %5$s (%4$s) OVERRIDING SYSTEM VALUE SELECT %4$s FROM moved',
+                   from_rel,
+                   CASE WHEN lo IS NULL THEN '' ELSE format('WHERE %1$I >= %2$L AND %1$I < %3$L', ctl, lo, hi) END,
+                   CASE WHEN max_rows IS NULL THEN '' ELSE format('LIMIT %s', max_rows) END, cols, to_rel));
+    END IF;
     PERFORM counter_internal.rows_moving(false);
     PERFORM set_config('session_replication_role', old_role, true);
     RETURN n;
@@ -349,6 +412,7 @@ DECLARE
     scan_lo timestamptz;
     drain_locked boolean;
     k bigint;
+    whole_slots boolean; -- Citus: each slot drained whole, no staged batches
 BEGIN
     created := 0; dropped := 0; moved := 0; status := 'done'; skipped := '[]';
     as_of := coalesce(as_of, now());
@@ -363,6 +427,7 @@ BEGIN
     PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) OPERATOR(pg_catalog.*) 1000)::bigint::text, true);
     step := counter.partition_interval_seconds(cfg.part_interval);
     d := counter.partition_default(parent);
+    whole_slots := counter_internal.citus_distributed(parent);
     cur := counter.partition_slot(as_of, step);
     upto := cur OPERATOR(pg_catalog.+) make_interval(secs => step OPERATOR(pg_catalog.*) cfg.premake);
     cutoff := CASE WHEN cfg.retention IS NOT NULL THEN as_of OPERATOR(pg_catalog.-) cfg.retention END;
@@ -485,6 +550,9 @@ BEGIN
                     SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
                         format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
                                d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1), true) AS x(n bigint);
+                    IF whole_slots THEN
+                        n := least(n, cfg.batch_rows); -- drained whole, under lock
+                    END IF;
                     IF n > cfg.batch_rows AND i > 1 THEN
                         EXIT; -- the next step stages it
                     END IF;

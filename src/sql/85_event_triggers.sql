@@ -16,3 +16,9 @@ CREATE EVENT TRIGGER counter_partition_follow_rename ON ddl_command_end
 CREATE EVENT TRIGGER counter_follow_owner ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE')
     EXECUTE FUNCTION counter_internal.follow_owner();
+CREATE EVENT TRIGGER counter_citus_conversion ON sql_drop
+    WHEN TAG IN ('DROP TABLE')
+    EXECUTE FUNCTION counter_internal.citus_conversion_check();
+CREATE EVENT TRIGGER counter_citus_triggers ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER')
+    EXECUTE FUNCTION counter_internal.citus_trigger_check();

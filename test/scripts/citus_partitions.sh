@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Issue 21 items 6 and 7, through a real Citus cluster (coordinator + 2
+# workers, test/citus.sh), as an unprivileged owner, compared with the same
+# data and the same calls on one node:
+# - counter.partition_manage / partition_maintain on a hash-distributed
+#   partitioned table: premade partitions are distributed and colocated with
+#   the parent; the default partition is drained by range (INSERT ... SELECT
+#   and DELETE pushed down to the shards: checked in Citus's remote command
+#   log), a slot larger than batch_rows too; a slot whose drain fails (it
+#   overlaps a partition made by hand) is skipped while the other slots are
+#   created, drained and dropped by retention; after the hand-made partition
+#   goes, the next run drains it. Partitions present, rows per partition,
+#   rows left in the default partition and the run's record equal one node's;
+#   no row lost or doubled. With retention dropping the partitions, and with
+#   retention_keep_table (detached).
+# - item 7: counter.untrack, counter.rollup_drop, counter.partition_unmanage
+#   (and counter.track) in a transaction after a parallel multi-shard INSERT.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source test/lib.sh
+source test/citus.sh
+ce_citus_script_setup
+
+work=$(mktemp -d)
+trap 'ce_cluster_stop_all; rm -rf "$work"' EXIT
+ce_citus_cluster_start
+ce_cluster_start single "counter_ext.enabled = off"
+ce_psql -h 127.0.0.1 -p "$CE_single_PORT" -U "$(ce_owner_name)" -d postgres -q -c "CREATE EXTENSION counter_ext"
+su_coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d postgres "$@"; }
+su_single() { ce_psql -h 127.0.0.1 -p "$CE_single_PORT" -U "$(ce_owner_name)" -d postgres "$@"; }
+coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ev_owner -d postgres "$@"; }
+single() { ce_psql -h 127.0.0.1 -p "$CE_single_PORT" -U ev_owner -d postgres "$@"; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# The owner: no superuser, no membership; CREATE on public only. (Citus
+# propagates the role to the workers.)
+for n in su_coord su_single; do
+    $n -q -c "CREATE ROLE ev_owner LOGIN" -c "GRANT CREATE ON SCHEMA public TO ev_owner"
+done
+
+# Two tables on each side: ev (retention drops) and evk (retention detaches).
+setup() { # setup TABLE KEEP DISTRIBUTE
+    local dist=
+    [ "$3" = yes ] && dist="SELECT create_distributed_table('$1', 'k', shard_count := 4);"
+    cat <<SQL
+CREATE TABLE $1 (id bigint, k bigint NOT NULL, at timestamptz NOT NULL, note text) PARTITION BY RANGE (at);
+$dist
+SELECT counter.partition_manage('$1', 'at', '1 day', premake => 2, retention => '3 days',
+                                retention_keep_table => $2, batch_rows => 10, as_of => '2026-07-10');
+-- 50 rows for the 13th (more than batch_rows: staged on one node, whole on
+-- Citus), 30 for the 14th (a hand-made partition overlaps its slot: its
+-- drain fails), 5 for the 15th; 7 in a premade partition
+INSERT INTO $1 SELECT g, g % 7, '2026-07-13 10:00+00'::timestamptz + g * interval '1 minute', 'a' FROM generate_series(1, 50) g;
+INSERT INTO $1 SELECT g, g % 7, '2026-07-14 06:00+00', NULL FROM generate_series(51, 80) g;
+INSERT INTO $1 SELECT g, g % 7, '2026-07-15 06:00+00', 'c' FROM generate_series(81, 85) g;
+INSERT INTO $1 SELECT g, g % 7, '2026-07-11 06:00+00', 'd' FROM generate_series(86, 92) g;
+CREATE TABLE ${1}_hand PARTITION OF $1 FOR VALUES FROM ('2026-07-14 12:00+00') TO ('2026-07-15 00:00+00');
+SQL
+}
+for t in ev:false evk:true; do
+    setup "${t%%:*}" "${t#*:}" yes | coord -q >/dev/null
+    setup "${t%%:*}" "${t#*:}" no | single -q >/dev/null
+done
+
+# What a side holds: each table's partitions (the default last) with their
+# rows, the sum of the rows, and the last run's record.
+state() {
+    cat <<'SQL'
+SET client_min_messages = error;
+CREATE FUNCTION pg_temp.rows_of(t regclass) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM ONLY %s', t) INTO n;
+    RETURN n;
+END $$;
+SELECT string_agg(format('%s:%s', b.partition, pg_temp.rows_of(b.partition)), ' ' ORDER BY b.is_default, b.lo)
+FROM counter.partition_bounds('ev') b;
+SELECT string_agg(format('%s:%s', b.partition, pg_temp.rows_of(b.partition)), ' ' ORDER BY b.is_default, b.lo)
+FROM counter.partition_bounds('evk') b;
+SELECT (SELECT count(*) FROM ev) || ' ' || (SELECT count(DISTINCT id) FROM ev) || ' '
+    || (SELECT count(*) FROM evk) || ' ' || (SELECT count(DISTINCT id) FROM evk);
+SELECT string_agg(format('%s %s %s %s %s %s', s.parent, s.last_outcome, s.last_created, s.last_dropped,
+                         s.last_moved, s.last_skipped), ' | ' ORDER BY s.parent::text)
+FROM counter.partition_status s;
+-- the detached partitions of evk, kept as tables
+SELECT string_agg(format('%s:%s', c.relname, c.relispartition), ' ' ORDER BY c.relname)
+FROM pg_class c WHERE c.relname LIKE 'evk_p%' AND c.relkind = 'r';
+SQL
+}
+compare() { # compare WHAT
+    state | coord -tA >"$work/coord.txt" 2>&1 || { cat "$work/coord.txt"; fail "$1: reading Citus's state"; }
+    state | single -tA >"$work/single.txt" 2>&1 || { cat "$work/single.txt"; fail "$1: reading one node's state"; }
+    if ! diff "$work/single.txt" "$work/coord.txt" >"$work/diff.txt"; then
+        cat "$work/diff.txt"
+        fail "$1: Citus differs from one node (< one node, > Citus)"
+    fi
+    echo "ok: $1: equal to one node: $(grep -v '^SET$\|^CREATE FUNCTION$' "$work/coord.txt" | head -3 | tr '\n' ' ')"
+}
+
+# Every partition of a distributed managed table is distributed and colocated
+# with its parent (partitions Citus made at an ATTACH, and those drained).
+colocated() {
+    local got
+    got=$(su_coord -tA -c "
+        SELECT count(*) FROM pg_inherits i
+        JOIN pg_dist_partition pp ON pp.logicalrelid = i.inhparent
+        LEFT JOIN pg_dist_partition pc ON pc.logicalrelid = i.inhrelid
+        WHERE i.inhparent IN ('ev'::regclass, 'evk'::regclass)
+          AND (pc.logicalrelid IS NULL OR pc.colocationid <> pp.colocationid OR pc.partmethod <> 'h')")
+    [ "$got" = 0 ] || fail "$1: $got partitions not distributed and colocated with their parent"
+    echo "ok: $1: every partition distributed and colocated with its parent"
+}
+colocated "after partition_manage"
+compare "after partition_manage"
+
+# Maintenance as of the 14th: creates the 16th, drains the 13th (50 rows,
+# more than batch_rows) and the 15th, skips the 14th (its drain fails), drops
+# (or detaches) the 10th. The pushed-down move is in Citus's log of the
+# commands it sends: INSERT into a shard of the new partition, selecting
+# from the colocated shard of the default partition, on a worker.
+maintain() { # maintain AS_OF
+    cat <<SQL
+SET citus.log_remote_commands = on;
+SET client_min_messages = log;
+SELECT outcome FROM counter.partition_maintain('ev', as_of => '$1');
+SELECT outcome FROM counter.partition_maintain('evk', as_of => '$1');
+SQL
+}
+maintain 2026-07-14 | coord -tA >"$work/maintain.txt" 2>&1 || { cat "$work/maintain.txt"; fail "maintenance failed on Citus"; }
+maintain 2026-07-14 | grep -v citus | single -tA >/dev/null 2>&1 || fail "maintenance failed on one node"
+grep -q "issuing INSERT INTO public.ev_p2026071300_[0-9]* .*SELECT .* FROM ONLY public.ev_default_[0-9]* " "$work/maintain.txt" ||
+    { grep -i "insert\|delete" "$work/maintain.txt" | head -20 || true; fail "the drain's INSERT ... SELECT was not pushed down to the shards"; }
+grep -q "issuing DELETE FROM ONLY public.ev_default_[0-9]* " "$work/maintain.txt" ||
+    fail "the drain's DELETE was not pushed down to the shards"
+echo "ok: the drain's INSERT ... SELECT and DELETE run on the shards"
+grep -q "^error$" "$work/maintain.txt" || fail "the run with a slot that cannot be drained is not reported as an error"
+colocated "after the first maintenance"
+compare "a failed drain of one slot, the others created, drained and dropped"
+got=$(coord -tA -c "SELECT count(*) FROM ONLY ev_default" -c "SELECT count(*) FROM ev_p2026071600" \
+    -c "SELECT count(*) FROM pg_class WHERE relname = 'ev_p2026071000'")
+[ "$(echo $got)" = "30 0 0" ] || fail "after the first maintenance: default rows, the 16th, the 10th: $got"
+
+# The hand-made partition goes (its rows are none): the next run drains the 14th.
+for n in coord single; do $n -q -c "DROP TABLE ev_hand; DROP TABLE evk_hand"; done
+maintain 2026-07-14 | coord -tA >"$work/maintain.txt" 2>&1 || { cat "$work/maintain.txt"; fail "maintenance failed on Citus"; }
+maintain 2026-07-14 | grep -v citus | single -tA >/dev/null 2>&1 || fail "maintenance failed on one node"
+colocated "after the second maintenance"
+compare "the 14th drained once its slot is free"
+got=$(coord -tA -c "SELECT (SELECT count(*) FROM ONLY ev_default) + (SELECT count(*) FROM ONLY evk_default)")
+[ "$got" = 0 ] || fail "$got rows left in the default partitions"
+got=$(coord -tA -c "SELECT count(*) || ' ' || count(DISTINCT id) FROM ev WHERE id BETWEEN 51 AND 80")
+[ "$got" = "30 30" ] || fail "the drained rows of the 14th: $got"
+echo "ok: every row drained once: nothing lost, nothing doubled"
+
+# Later: retention drops the partitions of the 11th and 12th; writes work.
+maintain 2026-07-16 | coord -tA >/dev/null 2>&1 || fail "maintenance failed on Citus"
+maintain 2026-07-16 | grep -v citus | single -tA >/dev/null 2>&1 || fail "maintenance failed on one node"
+for n in coord single; do
+    $n -q -c "INSERT INTO ev SELECT g, g % 7, '2026-07-17 01:00+00', 'e' FROM generate_series(200, 260) g" \
+        -c "INSERT INTO evk SELECT g, g % 7, '2026-07-18 01:00+00', 'e' FROM generate_series(200, 260) g"
+done
+colocated "after retention"
+compare "retention, then writes into the premade partitions"
+
+# Item 7: in one transaction after a parallel multi-shard INSERT, untrack,
+# rollup_drop, partition_unmanage (and track) work, and leave nothing.
+coord -q <<'SQL'
+CREATE TABLE clicks (id bigint, link_id bigint NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON clicks (at);
+SELECT create_distributed_table('clicks', 'link_id', shard_count := 4);
+SELECT counter.track('app', 'clicks', 'link_id', 'at', mode => 'application');
+CREATE TABLE loc (id bigint, g bigint NOT NULL, at timestamptz NOT NULL);
+SELECT counter.rollup_create('r_loc', 'loc', 'at', '{g}');
+SQL
+out=$(coord -tA -v ON_ERROR_STOP=1 2>&1 <<'SQL'
+BEGIN;
+INSERT INTO clicks SELECT g, g % 17, '2026-07-01 10:00+00' FROM generate_series(1, 500) g;
+UPDATE clicks SET id = id + 1;
+SELECT counter.untrack('app');
+SELECT counter.rollup_drop('r_loc');
+SELECT counter.partition_unmanage('ev');
+SELECT counter.track('app2', 'clicks', 'link_id', 'at', mode => 'application') > 0;
+COMMIT;
+SELECT (SELECT string_agg(name, ',') FROM counter.tracked) || ' '
+    || (SELECT count(*) FROM counter.rollups) || ' '
+    || (SELECT string_agg(parent::text, ',') FROM counter.partitioned_tables);
+SQL
+) || fail "untrack / rollup_drop / partition_unmanage after a parallel distributed operation: $out"
+[ "$(echo "$out" | tail -1)" = "app2 0 evk" ] || fail "after the transaction: $out"
+for p in "$CE_citus_w1_PORT" "$CE_citus_w2_PORT"; do
+    got=$(ce_psql -h 127.0.0.1 -p "$p" -U "$(ce_owner_name)" -d postgres -tA \
+        -c "SELECT count(*) FROM pg_proc WHERE proname ~ '^tracked_[0-9]+_batch$'")
+    [ "$got" = 0 ] || fail "a counter's batch function was made on a worker"
+done
+coord -q -c "INSERT INTO clicks VALUES (1000, 3, '2026-07-01 11:00+00')" -c "INSERT INTO loc VALUES (1, 1, now())" \
+    -c "INSERT INTO ev VALUES (1, 1, '2026-07-17 02:00+00')"
+echo "ok: untrack, rollup_drop, partition_unmanage and track in a transaction after a parallel distributed operation"
