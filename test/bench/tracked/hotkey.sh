@@ -12,7 +12,8 @@
 # each run's ratio to SELECT 1 and the load average beside it: on a shared
 # machine the absolute figures are loaded, the ratios less so. Afterwards
 # every add is checked counted once (value = committed pgbench transactions).
-#   CE_BENCH_SECONDS=5 CE_BENCH_ROUNDS=1 bash test/bench/tracked/hotkey.sh
+#   bash test/bench/tracked/hotkey.sh       (~12 minutes: 3 rounds x 3 client counts x 5 runs x 15 s)
+#   CE_BENCH_SECONDS=5 CE_BENCH_ROUNDS=1 bash test/bench/tracked/hotkey.sh   (a short check)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
