@@ -14,6 +14,7 @@
 // (added, not yet published) as busy, so it never installs a truth that
 // counts rows whose amounts are still on their way.
 #include "counter_ext/buffer.hpp"
+#include "counter_ext/compat.hpp"
 #include "counter_ext/wall.hpp"
 
 extern "C" {
@@ -34,6 +35,7 @@ extern "C" {
 }
 
 #include <cstring>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -85,12 +87,34 @@ struct Written {
 	TransactionId xid;
 };
 
+// A hot key (doc/reference/tracked.md, "A hot key"): what adders write to
+// an entry is spread over 'stripes' lanes, one cache line each, and a
+// backend writes only the lane of its stripe (its process number modulo
+// stripes), so backends adding to one key meet on one line only when they
+// share a stripe. A lane holds, for each bucket slot of the entry:
+//   pending    published amounts no flush has claimed (int64, two's
+//              complement, saturating);
+//   pins       transactions of this stripe that added to the slot and have
+//              not ended;
+//   publishes  publications in 'pending' (see Written), held at UINT32_MAX
+//              rather than wrapping to 0.
+// A slot's pending amount, pins and publications are the sums over lanes.
+constexpr int stripes = 8; // a power of 2
+constexpr size_t line_bytes = 64;
+
+struct Lane {
+	pg_atomic_uint64 pending[bucket_slots];
+	pg_atomic_uint32 pins[bucket_slots];
+	pg_atomic_uint32 publishes[bucket_slots];
+};
+static_assert(sizeof(Lane) <= line_bytes, "a lane is one cache line");
+
+// The bucket of a slot no add may take: set when a flush frees the slot.
+constexpr int64 no_bucket = PG_INT64_MIN;
+
 struct Slot {
 	bool used;
-	int64 bucket;
-	pg_atomic_uint32 pins;
-	pg_atomic_uint64 pending;   // int64, two's complement
-	pg_atomic_uint64 publishes; // publications in 'pending' (see Written)
+	int64 bucket; // no_bucket when not used
 	bool inflight_active;
 	int64 inflight;
 	uint64 inflight_publishes;
@@ -101,8 +125,16 @@ struct Slot {
 struct Entry {
 	EntryKey key; // first: dynahash copies and compares it
 	int share;    // the share this entry counts against
+	// Which life of this memory the entry is (unique, never 0; 0 once it is
+	// removed): a backend's cached pointer to it is good while it matches.
+	pg_atomic_uint64 gen;
 	Slot slots[bucket_slots];
+	char lane_space[(stripes + 1) * line_bytes]; // stripes lanes, line-aligned
 };
+
+Lane *lanes(Entry *e) {
+	return reinterpret_cast<Lane *>(TYPEALIGN(line_bytes, e->lane_space));
+}
 
 // A (database, owner) share. Assigned under the share lock (exclusive);
 // 'entries' moves by atomics, and a share is given to another owner only
@@ -118,9 +150,10 @@ struct Shared {
 	TimestampTz epoch;
 	pg_atomic_uint64 overflows; // adds that found no share at all
 	pg_atomic_uint32 common_used;
-	uint32 reserve; // entries each share has for itself
-	uint32 common;  // entries beyond the reserves
-	uint32 cap;     // entries one share may hold
+	pg_atomic_uint64 next_gen; // the next entry's gen
+	uint32 reserve;            // entries each share has for itself
+	uint32 common;             // entries beyond the reserves
+	uint32 cap;                // entries one share may hold
 	LWLockPadded *locks;
 	Share shares[owner_slots];
 };
@@ -141,7 +174,8 @@ void shmem_request() {
 	if (prev_shmem_request_hook != nullptr)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(table_size());
-	RequestNamedLWLockTranche("counter_ext buffer", partitions + 1); // the last: the share lock
+	// the partitions, the share lock, the stripe locks
+	RequestNamedLWLockTranche("counter_ext buffer", partitions + 1 + stripes);
 }
 
 void shmem_startup() {
@@ -154,6 +188,7 @@ void shmem_startup() {
 		shared->epoch = GetCurrentTimestamp();
 		pg_atomic_init_u64(&shared->overflows, 0);
 		pg_atomic_init_u32(&shared->common_used, 0);
+		pg_atomic_init_u64(&shared->next_gen, 1);
 		auto n = static_cast<uint32>(ce::buffer::buffer_entries);
 		shared->reserve = n / (4 * owner_slots);
 		shared->common = n - shared->reserve * owner_slots;
@@ -186,6 +221,28 @@ LWLock *lock_of(uint32 hash) {
 
 LWLock *share_lock() {
 	return &shared->locks[partitions].lock;
+}
+
+// The lock of a stripe: an adder of the stripe holds it shared to use an
+// entry it found before without a partition lock; removing an entry or
+// giving a used slot to another bucket holds every stripe lock exclusive
+// (after the partition locks).
+LWLock *stripe_lock(int stripe) {
+	return &shared->locks[partitions + 1 + stripe].lock;
+}
+
+int my_stripe() {
+	return static_cast<int>(static_cast<unsigned>(ce::compat::my_proc_number()) % stripes);
+}
+
+void lock_stripes() {
+	for (int i = 0; i < stripes; i++)
+		LWLockAcquire(stripe_lock(i), LW_EXCLUSIVE);
+}
+
+void unlock_stripes() {
+	for (int i = stripes - 1; i >= 0; i--)
+		LWLockRelease(stripe_lock(i));
 }
 
 // One more entry for share i, within its reserve, or within its cap and
@@ -283,13 +340,51 @@ void make_key(EntryKey *k, int32 counter, const Image &image) {
 	memcpy(k->image, image.bytes, image.len);
 }
 
-int64 pending_of(Slot &s) {
-	return static_cast<int64>(pg_atomic_read_u64(&s.pending));
+// A slot's sums over the lanes.
+int64 pending_of(Entry *e, int slot) {
+	Lane *l = lanes(e);
+	int64 sum = 0;
+	for (int i = 0; i < stripes; i++)
+		sum = ce::buffer::saturating_add(sum, static_cast<int64>(pg_atomic_read_u64(&l[i].pending[slot])));
+	return sum;
 }
 
-bool slot_empty(Slot &s) {
-	return pg_atomic_read_u32(&s.pins) == 0 && pg_atomic_read_u64(&s.publishes) == 0 && pending_of(s) == 0 &&
-	       !s.inflight_active && !s.written[0].active && !s.written[1].active;
+uint32 pins_of(Entry *e, int slot) {
+	Lane *l = lanes(e);
+	uint32 sum = 0;
+	for (int i = 0; i < stripes; i++)
+		sum += pg_atomic_read_u32(&l[i].pins[slot]);
+	return sum;
+}
+
+uint64 publishes_of(Entry *e, int slot) {
+	Lane *l = lanes(e);
+	uint64 sum = 0;
+	for (int i = 0; i < stripes; i++)
+		sum += pg_atomic_read_u32(&l[i].publishes[slot]);
+	return sum;
+}
+
+// One more publication in a lane, held at UINT32_MAX (only "not 0" is read).
+void add_publishes(pg_atomic_uint32 *p, uint64 n) noexcept {
+	uint32 old = pg_atomic_read_u32(p);
+	for (;;) {
+		uint64 next = static_cast<uint64>(old) + n;
+		if (next > PG_UINT32_MAX)
+			next = PG_UINT32_MAX;
+		if (next == old || pg_atomic_compare_exchange_u32(p, &old, static_cast<uint32>(next)))
+			return;
+	}
+}
+
+// pins first: an add that has unpinned has published
+bool slot_empty(Entry *e, int slot) {
+	Slot &s = e->slots[slot];
+	if (pins_of(e, slot) != 0)
+		return false;
+	pg_read_barrier();
+	return publishes_of(e, slot) == 0 && pending_of(e, slot) == 0 && !s.inflight_active && !s.written[0].active &&
+	       !s.written[1].active;
 }
 
 // Whether a table read with 'snapshot' sees what transaction xid wrote.
@@ -315,8 +410,9 @@ void add_pending(pg_atomic_uint64 *pending, int64 v) noexcept {
 }
 
 // What a read with 'snapshot' adds from one slot (its partition is locked).
-int64 slot_amount(Slot &s, Snapshot snapshot) {
-	int64 sum = pending_of(s);
+int64 slot_amount(Entry *e, int slot, Snapshot snapshot) {
+	Slot &s = e->slots[slot];
+	int64 sum = pending_of(e, slot);
 	if (s.inflight_active && !sees(s.inflight_xid, snapshot))
 		sum = ce::buffer::saturating_add(sum, s.inflight);
 	for (Written &w : s.written)
@@ -341,8 +437,9 @@ void trim_written(Slot &s, TransactionId horizon) {
 // This transaction's adds and claims.
 
 struct LocalAdd {
-	Entry *entry = nullptr; // pinned while set
+	Entry *entry = nullptr; // pinned while set (in the lane of stripe)
 	int slot = 0;
+	int stripe = 0;
 	int32 counter = 0;
 	int64 bucket = 0;
 	Image key{};
@@ -416,6 +513,7 @@ public:
 		}
 		a.entry = nullptr;
 		a.slot = 0;
+		a.stripe = 0;
 		a.counter = counter;
 		a.bucket = bucket;
 		a.key = key;
@@ -464,7 +562,7 @@ std::vector<Claim> *claims = nullptr;
 
 void unpin(LocalAdd &a) noexcept {
 	if (a.entry != nullptr)
-		pg_atomic_fetch_sub_u32(&a.entry->slots[a.slot].pins, 1);
+		pg_atomic_fetch_sub_u32(&lanes(a.entry)[a.stripe].pins[a.slot], 1);
 	a.entry = nullptr;
 }
 
@@ -478,8 +576,9 @@ void publish_all() noexcept {
 		for (auto &l : a.levels)
 			sum = ce::buffer::saturating_add(sum, l.second);
 		if (a.entry != nullptr && sum != 0) {
-			add_pending(&a.entry->slots[a.slot].pending, sum);
-			pg_atomic_fetch_add_u64(&a.entry->slots[a.slot].publishes, 1);
+			Lane &l = lanes(a.entry)[a.stripe];
+			add_pending(&l.pending[a.slot], sum);
+			add_publishes(&l.publishes[a.slot], 1);
 		}
 		unpin(a);
 	}
@@ -521,8 +620,9 @@ void claim_aborted(const Claim &c) noexcept {
 	LWLock *lock = lock_of(c.hash);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	Slot &s = c.entry->slots[c.slot];
-	add_pending(&s.pending, s.inflight);
-	pg_atomic_fetch_add_u64(&s.publishes, s.inflight_publishes > 0 ? s.inflight_publishes : 1);
+	Lane &l = lanes(c.entry)[0];
+	add_pending(&l.pending[c.slot], s.inflight);
+	add_publishes(&l.publishes[c.slot], s.inflight_publishes > 0 ? s.inflight_publishes : 1);
 	s.inflight_active = false;
 	s.inflight = 0;
 	s.inflight_publishes = 0;
@@ -648,17 +748,92 @@ void shmem_startup_entry() {
 	ce::boundary(shmem_startup);
 }
 
+// Where this backend found each (counter, key, bucket) lately: the entry,
+// its gen then, the slot. An add of a key found here pins its slot holding
+// only its stripe's lock, shared (no partition lock, no table lookup): while
+// it is held no entry is removed and no used slot changes bucket, so an
+// entry whose gen still matches is the entry of that key, and a slot whose
+// bucket still matches is the slot of that bucket. A miss, or an entry gone
+// since, takes the partition lock as the first add does.
+struct Cached {
+	Entry *entry;
+	uint64 gen;
+	uint32 hash;
+	int32 counter;
+	int slot;
+	int64 bucket;
+	uint16 len;
+	char image[max_key_bytes];
+};
+constexpr uint32 cache_size = 256; // a power of 2; 256 recent keys
+Cached *cache = nullptr;
+
+Cached *cached(uint32 hash, int64 bucket) {
+	if (cache == nullptr)
+		return nullptr;
+	Cached &c = cache[(hash ^ static_cast<uint32>(bucket >> 20)) & (cache_size - 1)];
+	return &c;
+}
+
+void remember(const EntryKey &k, uint32 hash, int64 bucket, Entry *e, int slot) noexcept {
+	if (cache == nullptr) {
+		cache = new (std::nothrow) Cached[cache_size];
+		if (cache == nullptr)
+			return;
+		for (uint32 i = 0; i < cache_size; i++)
+			cache[i].entry = nullptr;
+	}
+	Cached *c = cached(hash, bucket);
+	c->entry = e;
+	c->gen = pg_atomic_read_u64(&e->gen);
+	c->hash = hash;
+	c->counter = k.counter;
+	c->slot = slot;
+	c->bucket = bucket;
+	c->len = k.len;
+	memcpy(c->image, k.image, k.len);
+}
+
+// The hot path: pins the slot of a (counter, key, bucket) this backend
+// found before, in this backend's lane. False when it is not cached or has
+// gone since (nothing pinned then). Never raises.
+bool pin_cached(const EntryKey &k, uint32 hash, int64 bucket, int stripe, Entry **entry_out, int *slot_out) {
+	Cached *c = cached(hash, bucket);
+	if (c == nullptr || c->entry == nullptr || c->hash != hash || c->counter != k.counter || c->bucket != bucket ||
+	    c->len != k.len || memcmp(c->image, k.image, k.len) != 0)
+		return false;
+	LWLock *lock = stripe_lock(stripe);
+	LWLockAcquire(lock, LW_SHARED);
+	Entry *e = c->entry;
+	bool ok =
+	    pg_atomic_read_u64(&e->gen) == c->gen && *static_cast<volatile int64 *>(&e->slots[c->slot].bucket) == bucket;
+	if (ok)
+		pg_atomic_fetch_add_u32(&lanes(e)[stripe].pins[c->slot], 1);
+	LWLockRelease(lock);
+	if (!ok) {
+		c->entry = nullptr;
+		return false;
+	}
+	*entry_out = e;
+	*slot_out = c->slot;
+	return true;
+}
+
 // Finds (or makes, taking an entry from the owner's share) the entry and a
-// slot for 'bucket' and pins it. Owns nothing; never raises.
-bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, Entry **entry_out, int *slot_out) {
+// slot for 'bucket' and pins it in the lane of 'stripe'. Owns nothing;
+// never raises.
+bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, int stripe, Entry **entry_out, int *slot_out) {
 	uint32 hash = get_hash_value(table, &k);
+	if (pin_cached(k, hash, bucket, stripe, entry_out, slot_out))
+		return true;
 	LWLock *lock = lock_of(hash);
 	LWLockAcquire(lock, LW_SHARED);
 	auto *e = static_cast<Entry *>(hash_search_with_hash_value(table, &k, hash, HASH_FIND, nullptr));
 	if (e != nullptr) {
 		for (int i = 0; i < bucket_slots; i++) {
 			if (e->slots[i].used && e->slots[i].bucket == bucket) {
-				pg_atomic_fetch_add_u32(&e->slots[i].pins, 1);
+				pg_atomic_fetch_add_u32(&lanes(e)[stripe].pins[i], 1);
+				remember(k, hash, bucket, e, i);
 				LWLockRelease(lock);
 				*entry_out = e;
 				*slot_out = i;
@@ -694,19 +869,27 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, Entry **entry_out, int
 	if (share >= 0 && found) // made by another backend meanwhile
 		share_give_back(share);
 	if (share >= 0 && !found) {
+		// No backend uses this memory now: a pointer cached from an earlier
+		// life sees its gen differ (0 since the removal) and touches nothing.
 		e->share = share;
 		for (Slot &s : e->slots) {
 			s.used = false;
-			s.bucket = 0;
-			pg_atomic_init_u32(&s.pins, 0);
-			pg_atomic_init_u64(&s.pending, 0);
-			pg_atomic_init_u64(&s.publishes, 0);
+			s.bucket = no_bucket;
 			s.inflight_active = false;
 			s.inflight = 0;
 			s.inflight_publishes = 0;
 			s.inflight_xid = InvalidTransactionId;
 			s.written[0] = s.written[1] = Written{false, 0, InvalidTransactionId};
 		}
+		Lane *l = lanes(e);
+		for (int i = 0; i < stripes; i++)
+			for (int j = 0; j < bucket_slots; j++) {
+				pg_atomic_init_u64(&l[i].pending[j], 0);
+				pg_atomic_init_u32(&l[i].pins[j], 0);
+				pg_atomic_init_u32(&l[i].publishes[j], 0);
+			}
+		pg_write_barrier();
+		pg_atomic_write_u64(&e->gen, pg_atomic_fetch_add_u64(&shared->next_gen, 1));
 	}
 	int chosen = -1;
 	for (int i = 0; i < bucket_slots && chosen < 0; i++)
@@ -714,10 +897,32 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, Entry **entry_out, int
 			chosen = i;
 	for (int i = 0; i < bucket_slots && chosen < 0; i++) {
 		Slot &s = e->slots[i];
-		if (!s.used || slot_empty(s)) {
+		if (!s.used) {
 			s.used = true;
-			s.bucket = bucket;
+			*static_cast<volatile int64 *>(&s.bucket) = bucket;
 			chosen = i;
+		}
+	}
+	if (chosen < 0) {
+		// a used slot with nothing left in it: giving it another bucket
+		// holds the stripe locks, so that no adder pins it for the old one
+		lock_stripes();
+		for (int i = 0; i < bucket_slots && chosen < 0; i++) {
+			Slot &s = e->slots[i];
+			if (slot_empty(e, i)) {
+				*static_cast<volatile int64 *>(&s.bucket) = bucket;
+				chosen = i;
+			}
+		}
+		if (chosen >= 0)
+			pg_atomic_fetch_add_u32(&lanes(e)[stripe].pins[chosen], 1);
+		unlock_stripes();
+		if (chosen >= 0) {
+			remember(k, hash, bucket, e, chosen);
+			LWLockRelease(lock);
+			*entry_out = e;
+			*slot_out = chosen;
+			return true;
 		}
 	}
 	if (chosen < 0) {
@@ -725,7 +930,8 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, Entry **entry_out, int
 		LWLockRelease(lock);
 		return false;
 	}
-	pg_atomic_fetch_add_u32(&e->slots[chosen].pins, 1);
+	pg_atomic_fetch_add_u32(&lanes(e)[stripe].pins[chosen], 1);
+	remember(k, hash, bucket, e, chosen);
 	LWLockRelease(lock);
 	*entry_out = e;
 	*slot_out = chosen;
@@ -893,12 +1099,14 @@ bool add(int32 counter, Oid owner, const Image &key, int64 bucket, int64 delta) 
 	make_key(&k, counter, key);
 	Entry *e = nullptr;
 	int slot = 0;
-	if (!pin_slot(k, owner, bucket, &e, &slot)) {
+	int stripe = my_stripe();
+	if (!pin_slot(k, owner, bucket, stripe, &e, &slot)) {
 		local_adds->pop();
 		return false;
 	}
 	a.entry = e;
 	a.slot = slot;
+	a.stripe = stripe;
 	return true;
 }
 
@@ -909,9 +1117,9 @@ int64 amount(int32 counter, const Image &key, Snapshot snapshot) {
 	LWLock *lock;
 	Entry *e = find_shared(counter, key, &lock);
 	if (e != nullptr)
-		for (Slot &s : e->slots)
-			if (s.used)
-				sum = ce::buffer::saturating_add(sum, slot_amount(s, snapshot));
+		for (int i = 0; i < bucket_slots; i++)
+			if (e->slots[i].used)
+				sum = ce::buffer::saturating_add(sum, slot_amount(e, i, snapshot));
 	LWLockRelease(lock);
 	return sum;
 }
@@ -938,10 +1146,11 @@ std::vector<Amount> amounts(int32 counter, Snapshot snapshot) {
 			}
 		bool full = false;
 		scan_counter(counter, [&out, &full, snapshot](Entry *e) {
-			for (Slot &s : e->slots) {
+			for (int i = 0; i < bucket_slots; i++) {
+				Slot &s = e->slots[i];
 				if (!s.used)
 					continue;
-				int64 v = slot_amount(s, snapshot);
+				int64 v = slot_amount(e, i, snapshot);
 				if (v == 0)
 					continue;
 				if (out.size() == out.capacity()) {
@@ -969,11 +1178,15 @@ bool busy(int32 counter, const Image &key, int64 before, Snapshot snapshot) {
 	Entry *e = find_shared(counter, key, &lock);
 	bool result = false;
 	if (e != nullptr) {
-		for (Slot &s : e->slots) {
+		for (int i = 0; i < bucket_slots; i++) {
+			Slot &s = e->slots[i];
 			if (!s.used || s.bucket >= before)
 				continue;
 			// pins first: an add that has unpinned has published
-			if (pg_atomic_read_u32(&s.pins) != 0 || pg_atomic_read_u64(&s.publishes) != 0 || pending_of(s) != 0 ||
+			if (pins_of(e, i) != 0)
+				result = true;
+			pg_read_barrier();
+			if (publishes_of(e, i) != 0 || pending_of(e, i) != 0 ||
 			    (s.inflight_active && !sees(s.inflight_xid, snapshot)))
 				result = true;
 			for (Written &w : s.written)
@@ -1004,8 +1217,10 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 	TransactionId xid = pg_guard([] { return GetTopTransactionId(); });
 	TransactionId horizon = pg_guard([] { return GetOldestNonRemovableTransactionId(nullptr); });
 	int level = GetCurrentTransactionNestLevel();
-	// Nothing below may throw or raise: every claim is recorded.
+	// Nothing below may throw or raise: every claim is recorded. The stripe
+	// locks keep adders of cached entries out while entries are removed.
 	lock_all(LW_EXCLUSIVE);
+	lock_stripes();
 	HASH_SEQ_STATUS scan;
 	hash_seq_init(&scan, table);
 	Entry *e;
@@ -1021,8 +1236,13 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 				// amount first, publications second: a publisher adds in
 				// that order, so a claim never takes a publication without
 				// its amount (the reverse only leaves a mark with 0)
-				int64 v = static_cast<int64>(pg_atomic_exchange_u64(&s.pending, 0));
-				uint64 published = pg_atomic_exchange_u64(&s.publishes, 0);
+				Lane *l = lanes(e);
+				int64 v = 0;
+				for (int j = 0; j < stripes; j++)
+					v = ce::buffer::saturating_add(v, static_cast<int64>(pg_atomic_exchange_u64(&l[j].pending[i], 0)));
+				uint64 published = 0;
+				for (int j = 0; j < stripes; j++)
+					published += pg_atomic_exchange_u32(&l[j].publishes[i], 0);
 				if (v != 0 || published != 0) {
 					s.inflight_active = true;
 					s.inflight = v;
@@ -1039,16 +1259,20 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 					}
 				}
 			}
-			if (slot_empty(s))
+			if (slot_empty(e, i)) {
 				s.used = false;
-			else
+				*static_cast<volatile int64 *>(&s.bucket) = no_bucket;
+			} else {
 				in_use = true;
+			}
 		}
 		if (!in_use) {
+			pg_atomic_write_u64(&e->gen, 0);
 			share_give_back(e->share);
 			hash_search(table, &e->key, HASH_REMOVE, nullptr);
 		}
 	}
+	unlock_stripes();
 	unlock_all();
 	return out;
 }
@@ -1067,12 +1291,13 @@ Stats stats(int32 counter) {
 		return st;
 	scan_counter(counter, [&st](Entry *e) {
 		st.entries++;
-		for (Slot &s : e->slots) {
+		for (int i = 0; i < bucket_slots; i++) {
+			Slot &s = e->slots[i];
 			if (!s.used)
 				continue;
-			st.pending = ce::buffer::saturating_add(st.pending, pending_of(s));
+			st.pending = ce::buffer::saturating_add(st.pending, pending_of(e, i));
 			st.in_flight = ce::buffer::saturating_add(st.in_flight, s.inflight_active ? s.inflight : 0);
-			st.pinned += pg_atomic_read_u32(&s.pins);
+			st.pinned += pins_of(e, i);
 		}
 	});
 	return st;

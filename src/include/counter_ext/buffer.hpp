@@ -20,6 +20,10 @@
 //             that a read whose snapshot does not yet see the flush still
 //             counts them from here.
 // A slot is freed, and an entry removed, only when all of that is zero.
+// Pins, pending amounts and publication counts are spread over 8 lanes of
+// the entry, one cache line each, and a backend writes only its stripe's
+// lane (process number modulo 8): the adders of one hot key do not all
+// write one line. Whatever reads them sums the lanes.
 //
 // Shares: every entry counts against the share of (its database, the
 // owner of its counter). Each share has a reserve no one else can take (a
@@ -29,10 +33,14 @@
 // before a partition lock, never while one is held) assigns shares; counts
 // move by atomics, and a share with entries is never given to another owner.
 //
-// Lock order: partition locks in ascending order; nothing else is taken
-// while one is held. Adders take one partition lock shared (exclusive to
-// make an entry or a slot), publishing is lock-free (atomics), a flush takes
-// every partition exclusive for its claim.
+// Lock order: partition locks in ascending order, then stripe locks in
+// ascending order; nothing else is taken while one is held. An adder of a
+// key its backend found before (a per-backend cache of entries, checked by
+// the entry's gen) holds only its stripe's lock, shared; other adds take one
+// partition lock shared (exclusive to make an entry or a slot), publishing is
+// lock-free (atomics), a flush takes every partition and then every stripe
+// lock exclusive for its claim (removing entries), and giving a used slot to
+// another bucket takes every stripe lock under the partition's.
 #pragma once
 
 #include "counter_ext/pg.hpp"

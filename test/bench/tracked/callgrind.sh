@@ -5,7 +5,8 @@
 # buffered application-mode counter, a trigger-mode counter and a plain
 # table; then `postgres --single` runs a prepared statement 1,000 and 3,000
 # times, each in its own transaction, under callgrind. Per execution: the
-# difference of the two totals divided by 2,000. On demand, not in CI:
+# difference of the two totals divided by 2,000. Also a read of a buffered
+# key and, for scale, a primary-key SELECT of one row. On demand, not in CI:
 #   bash test/bench/tracked/callgrind.sh [REF]
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
@@ -18,6 +19,8 @@ statements=(
     "SELECT counter.add('appb', 1::bigint)"
     "INSERT INTO trig (k) VALUES (1)"
     "INSERT INTO plain (k) VALUES (1)"
+    "SELECT counter.value('appb', 1::bigint)"
+    "SELECT n FROM hot WHERE id = 1"
 )
 
 # instructions CLUSTER BIN STATEMENT N: callgrind's total for N executions.
@@ -46,6 +49,10 @@ CREATE TABLE trig (k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON trig (at);
 SELECT counter.track('trig', 'trig', 'k', 'at');
 CREATE TABLE plain (k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE hot (id int PRIMARY KEY, n bigint NOT NULL);
+INSERT INTO hot VALUES (1, 0);
+SELECT counter.add('appb', 1::bigint);
+SELECT counter.flush('appb');
 SQL
     d="CE_${cluster}_DIR"
     ce_as_owner "$CE_PGBIN/pg_ctl" -D "${!d}/data" -w -t 60 stop -m fast >/dev/null
@@ -68,6 +75,11 @@ sel_r=${per["ref|SELECT 1"]} sel_t=${per["this|SELECT 1"]}
 printf '%-45s %12s %12s\n' "buffered add beyond SELECT 1" \
     "$((${per["ref|SELECT counter.add('appb', 1::bigint)"]} - sel_r))" \
     "$((${per["this|SELECT counter.add('appb', 1::bigint)"]} - sel_t))"
+printf '%-45s %12s %12s\n' "buffered value beyond SELECT 1" \
+    "$((${per["ref|SELECT counter.value('appb', 1::bigint)"]} - sel_r))" \
+    "$((${per["this|SELECT counter.value('appb', 1::bigint)"]} - sel_t))"
+printf '%-45s %12s %12s\n' "primary-key SELECT beyond SELECT 1" \
+    "$((${per["ref|SELECT n FROM hot WHERE id = 1"]} - sel_r))" "$((${per["this|SELECT n FROM hot WHERE id = 1"]} - sel_t))"
 printf '%-45s %12s %12s\n' "trigger-mode INSERT beyond a plain INSERT" \
     "$((${per["ref|INSERT INTO trig (k) VALUES (1)"]} - ${per["ref|INSERT INTO plain (k) VALUES (1)"]}))" \
     "$((${per["this|INSERT INTO trig (k) VALUES (1)"]} - ${per["this|INSERT INTO plain (k) VALUES (1)"]}))"

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A hot buffered key against SELECT 1, at several client counts, durably, in
+# one run (doc/bench/tracked.md, "A hot buffered key"). pgbench, interleaved
+# rounds of $CE_BENCH_SECONDS s at each of $CE_BENCH_CLIENTS (default 8 32 64):
+#   select_1      SELECT 1                                        (the ceiling)
+#   add_hot       SELECT counter.add('appb', 1::bigint)           (one key)
+#   select_zipf   SELECT :k::bigint, k drawn by pgbench as for add_zipf
+#                 (the ceiling of add_zipf: pgbench's own cost of the draw)
+#   add_zipf      the same add over 100,000 keys, random_zipfian(1.1)
+#   value_hot     SELECT counter.value('appb', 1::bigint)         (a buffered key)
+# The flush job runs every second as in production. Prints the median tps,
+# each run's ratio to SELECT 1 and the load average beside it: on a shared
+# machine the absolute figures are loaded, the ratios less so. Afterwards
+# every add is checked counted once (value = committed pgbench transactions).
+#   bash test/bench/tracked/hotkey.sh       (~12 minutes: 3 rounds x 3 client counts x 5 runs x 15 s)
+#   CE_BENCH_SECONDS=5 CE_BENCH_ROUNDS=1 bash test/bench/tracked/hotkey.sh   (a short check)
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+source test/lib.sh
+seconds=${CE_BENCH_SECONDS:-15}
+rounds=${CE_BENCH_ROUNDS:-3}
+read -r -a client_counts <<<"${CE_BENCH_CLIENTS:-8 32 64}"
+mode=${CE_BENCH_PROTOCOL:-prepared}
+work=$(mktemp -d)
+chmod 755 "$work"
+cleanup() {
+    ce_cluster_stop_all
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
+ce_build_and_stage || exit 1
+ce_cluster_start bench "fsync = on" "synchronous_commit = on" "full_page_writes = on" \
+    "shared_buffers = '512MB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "max_connections = 200" \
+    "counter_ext.buffer_entries = 262144" "counter_ext.naptime = 1" || exit 1
+ce_cluster_use bench
+"$CE_PGBIN/createdb" bench || exit 1
+export PGDATABASE=bench
+ce_psql <<'SQL' || exit 1
+CREATE EXTENSION counter_ext;
+CREATE TABLE app (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON app (at);
+SELECT counter.track('appb', 'app', 'link', 'at', mode => 'application', buffered => true);
+SELECT counter.track('appz', 'app', 'link', 'at', mode => 'application', buffered => true);
+UPDATE counter.jobs SET enabled = false WHERE kind = 'reconcile';
+SQL
+
+echo 'SELECT 1;' >"$work/select_1.sql"
+echo "SELECT counter.add('appb', 1::bigint);" >"$work/add_hot.sql"
+printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT counter.add('appz', :k::bigint);" >"$work/add_zipf.sql"
+printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT :k::bigint;" >"$work/select_zipf.sql"
+echo "SELECT counter.value('appb', 1::bigint);" >"$work/value_hot.sql"
+runs=(select_1 add_hot select_zipf add_zipf value_hot)
+
+tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
+tx_of() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
+expect_hot=0
+expect_zipf=0
+run() { # run NAME CLIENTS
+    local out="$work/$1.$2.out" t n
+    "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
+    t=$(tps_of "$out")
+    n=$(tx_of "$out")
+    echo "${t:-0}" >>"$work/$1.$2.tps"
+    case $1 in
+        add_hot) expect_hot=$((expect_hot + ${n:-0})) ;;
+        add_zipf) expect_zipf=$((expect_zipf + ${n:-0})) ;;
+    esac
+    printf '  %-10s %3s clients %10s tps   load %s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+median() { sort -n "$work/$1.tps" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+ratio() { python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')"; }
+
+for r in $(seq 1 "$rounds"); do
+    for c in "${client_counts[@]}"; do
+        echo "round $r of $rounds, $c clients"
+        for t in "${runs[@]}"; do run "$t" "$c"; done
+    done
+done
+
+ce_psql -q -c "SELECT counter.flush()" >/dev/null
+got_hot=$(ce_psql -At -c "SELECT counter.value('appb', 1::bigint)")
+got_zipf=$(ce_psql -At -c "SELECT coalesce(sum(value), 0) FROM counter.tracked_values WHERE counter = 'appz'")
+zipf_overflows=$(ce_psql -At -c "SELECT overflows FROM counter.buffered WHERE counter = 'appz'")
+
+echo
+echo "## Results (durable: fsync, synchronous_commit, full_page_writes on; pgbench -M $mode," \
+    "median of $rounds interleaved rounds of $seconds s)"
+echo
+echo "| clients | SELECT 1 tps | add, one key | SELECT of a zipf draw | add, 100,000 zipf keys (/ SELECT 1, / the draw) | value of a buffered key |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+for c in "${client_counts[@]}"; do
+    s=$(median "select_1.$c")
+    z=$(median "select_zipf.$c")
+    printf '| %s | %.0f | %.0f (%s) | %.0f (%s) | %.0f (%s, %s) | %.0f (%s) |\n' "$c" "$s" \
+        "$(median "add_hot.$c")" "$(ratio "$(median "add_hot.$c")" "$s")" \
+        "$z" "$(ratio "$z" "$s")" \
+        "$(median "add_zipf.$c")" "$(ratio "$(median "add_zipf.$c")" "$s")" "$(ratio "$(median "add_zipf.$c")" "$z")" \
+        "$(median "value_hot.$c")" "$(ratio "$(median "value_hot.$c")" "$s")"
+done
+echo
+echo "targets: add one key >= 0.9x SELECT 1 (32 clients), value >= 0.8x, 100,000 zipf keys no slower than one key"
+if [ "$got_hot" = "$expect_hot" ] && [ "$got_zipf" = "$expect_zipf" ]; then
+    echo "every add counted once: one key $got_hot = $expect_hot transactions, zipf keys $got_zipf = $expect_zipf"
+else
+    echo "ADDS MISCOUNTED: one key $got_hot, expected $expect_hot; zipf keys $got_zipf, expected $expect_zipf"
+fi
+echo "zipf keys: ${zipf_overflows:-?} adds found the owner's share full and were written directly"
+echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), shared with other" \
+    "sessions; PostgreSQL $("$CE_PGBIN/postgres" --version | awk '{print $3}'); load average at the end:" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
