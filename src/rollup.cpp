@@ -13,12 +13,14 @@
 //      checked), so no SQL and no user code runs on the rows;
 //   3. in trigger mode, as the rollup's owner (ce::owner_enter: restricted,
 //      new GUC level, search_path pg_catalog, pg_temp) applies the stored
-//      filter tree to the new rows (src/filter.cpp) and runs the stored
-//      add_sql on the rows that pass, registered as new_rows. Its plan is
-//      made and run as the owner under the pinned path, never with the
-//      writer's search_path, and kept per backend; it is made again when the
-//      stored text changes (a rule change, or a rename: sql_for no longer
-//      names the tables, and the text is generated afresh).
+//      filter tree to the new rows (src/filter.cpp) and keeps the rows that
+//      pass for the transaction's commit, which runs the stored add_sql on
+//      them once, registered as new_rows, as the owner (below: "Trigger mode
+//      applies a transaction's rows once, at its commit"). Its plan is made
+//      and run as the owner under the pinned path, never with the writer's
+//      search_path, and kept per backend; it is made again when the stored
+//      text changes (a rule change, or a rename: sql_for no longer names the
+//      tables, and the text is generated afresh).
 // A replicated rollup (replicated => true) also has row triggers enabled for
 // replicas (counter_rollup_N_rinsert, _rdelete, _rupdate): the apply worker
 // of a subscription fires only those. For each row they mark the UTC hour of
