@@ -117,6 +117,8 @@ SET ROLE rsec_attacker;
 CREATE TABLE att.ev2 (id bigint NOT NULL, k varchar(10) NOT NULL, at timestamptz NOT NULL);
 GRANT INSERT ON att.ev2 TO PUBLIC;
 SELECT counter.rollup_create('att_t', 'att.ev2', 'at', '{k}', filter => 'att.esc()') IS NOT NULL AS created;
+-- and a trigger on its rollup table, fired by the upsert at the writer's commit
+CREATE TRIGGER att_t_on_write AFTER INSERT OR UPDATE ON att.att_t FOR EACH ROW EXECUTE FUNCTION att.on_write();
 RESET ROLE;
 INSERT INTO att.ev2 VALUES (1, 'z', '2026-11-30 10:00+00');
 SELECT rolsuper FROM pg_roles WHERE rolname = 'rsec_attacker';

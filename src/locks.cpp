@@ -4,6 +4,7 @@
 // for 1.4's SQL until the update.
 #include "counter_ext/wall.hpp"
 #include "counter_ext/locks.hpp"
+#include "counter_ext/rollup_pending.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -75,6 +76,11 @@ CE_FUNCTION(counter_lock_take) {
 		object = static_cast<uint32>(static_cast<uint64>(id) & 0xffffffffu);
 	}
 	uint16_t cls = c->number;
+	// A recompute takes its hours alone: first write the rows this transaction
+	// added to the rollup (trigger mode writes them at commit), or it would
+	// count them from the events and then again at the commit.
+	if (cls == ce::locks::rollup_hour)
+		ce::rollup::apply_pending(static_cast<int32>(id));
 	bool taken = ce::pg_guard([cls, object, wait] { return ce::locks::take(cls, object, false, wait); });
 	return BoolGetDatum(taken);
 }

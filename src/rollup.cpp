@@ -13,12 +13,14 @@
 //      checked), so no SQL and no user code runs on the rows;
 //   3. in trigger mode, as the rollup's owner (ce::owner_enter: restricted,
 //      new GUC level, search_path pg_catalog, pg_temp) applies the stored
-//      filter tree to the new rows (src/filter.cpp) and runs the stored
-//      add_sql on the rows that pass, registered as new_rows. Its plan is
-//      made and run as the owner under the pinned path, never with the
-//      writer's search_path, and kept per backend; it is made again when the
-//      stored text changes (a rule change, or a rename: sql_for no longer
-//      names the tables, and the text is generated afresh).
+//      filter tree to the new rows (src/filter.cpp) and keeps the rows that
+//      pass for the transaction's commit, which runs the stored add_sql on
+//      them once, registered as new_rows, as the owner (below: "Trigger mode
+//      applies a transaction's rows once, at its commit"). Its plan is made
+//      and run as the owner under the pinned path, never with the writer's
+//      search_path, and kept per backend; it is made again when the stored
+//      text changes (a rule change, or a rename: sql_for no longer names the
+//      tables, and the text is generated afresh).
 // A replicated rollup (replicated => true) also has row triggers enabled for
 // replicas (counter_rollup_N_rinsert, _rdelete, _rupdate): the apply worker
 // of a subscription fires only those. For each row they mark the UTC hour of
@@ -29,12 +31,14 @@
 #include "counter_ext/filter.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/rollup_pending.hpp"
 #include "counter_ext/source.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/wall.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -43,14 +47,18 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/queryenvironment.h"
+#include "utils/resowner.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace {
 
@@ -71,7 +79,6 @@ struct Rollup {
 	bool found;
 	bool trigger_mode;
 	Oid owner;
-	char *add_sql;
 	int time_att; // the time column's number in the source
 	char *filter; // canonical text, or nullptr
 	char *filter_tree;
@@ -190,8 +197,6 @@ void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_row
 // Reads the rollup's row, checks it is this table's rollup, records dirty
 // hours. Owns nothing C++: runs as the catalog's owner, inside SPI.
 Rollup read_and_mark(TriggerData *td, int32 rid) {
-	Oid types[1] = {INT4OID};
-	Datum args[1] = {Int32GetDatum(rid)};
 	read_rollup(rid);
 	Rollup r{};
 	if (SPI_processed == 0)
@@ -203,26 +208,14 @@ Rollup read_and_mark(TriggerData *td, int32 rid) {
 		return r;
 	r.found = true;
 	r.trigger_mode = DatumGetBool(SPI_getbinval(tuple, desc, 1, &isnull));
-	bool stale = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
 	r.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 5, &isnull));
 	char *time_column = SPI_getvalue(tuple, desc, 6);
 	r.filter = SPI_getvalue(tuple, desc, 7);
 	r.filter_tree = SPI_getvalue(tuple, desc, 8);
 	Datum relid = SPI_getbinval(tuple, desc, 9, &isnull);
 	r.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
-	r.add_sql = SPI_getvalue(tuple, desc, 2);
 
 	bool insert = TRIGGER_FIRED_BY_INSERT(td->tg_event);
-	if (insert && r.trigger_mode && stale) {
-		// A table was renamed since the SQL was stored: generate it again.
-		if (regenerate_plan == nullptr)
-			regenerate_plan = ce::prepare_kept("SELECT c.add_sql FROM counter_internal.rollup_sql($1) c", 1, types);
-		if (SPI_execute_plan(regenerate_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("counter_internal.rollup_sql(%d) failed", rid)));
-		r.add_sql = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	}
-	if (insert && r.trigger_mode && r.add_sql == nullptr)
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), errmsg("rollup %d has no stored SQL", rid)));
 	int att = SPI_fnumber(RelationGetDescr(td->tg_relation), time_column);
 	if (att <= 0 || TupleDescAttr(RelationGetDescr(td->tg_relation), att - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
@@ -313,65 +306,125 @@ bool mark_row(TriggerData *td, int32 rid) {
 	pg_unreachable();
 }
 
-// The rows of this statement that pass the rollup's filter: the transition
-// table itself when there is no filter, else a new tuplestore. Owns nothing
-// C++: runs as the rollup's owner (the filter is the owner's code).
-Tuplestorestate *passing_rows(TriggerData *td, const Rollup &r) {
+// Trigger mode applies a transaction's rows once, at its commit.
+//
+// Each statement's rows that pass the filter are copied into a store of the
+// transaction (a tuplestore: spills to a temporary file past work_mem), one
+// per (rollup, subtransaction that added them); at XACT_EVENT_PRE_COMMIT (or
+// PRE_PREPARE) the stores of each rollup, in rollup id order, are registered
+// as new_rows and the stored add_sql runs once on them, as the rollup's owner:
+// one upsert per (key, hour) in (key, hour) order. So the rows of the rollup
+// table are locked only from the start of the commit to its end (not from the
+// first statement), and a transaction of many statements writes each row
+// once. What another session sees does not change: it saw the increment only
+// at the writer's commit before too. The hour locks (lock_hours) are still
+// taken at each statement, so a recompute still waits for every writer that
+// has rows in its hours. A rolled-back subtransaction drops the stores it
+// made; a recompute in the writing transaction applies its rows first
+// (apply_pending). An error of the upsert fails the COMMIT, which rolls back.
+struct Store {
+	int32 rid;
+	Oid source;               // the relation the trigger fired on: the rows' format
+	SubTransactionId added;   // the subtransaction the rows belong to
+	SubTransactionId applied; // the subtransaction that wrote them; Invalid: not yet
+	Tuplestorestate *rows;    // TopTransactionContext, TopTransactionResourceOwner
+};
+std::vector<Store> *stores = nullptr;
+bool pending_callbacks = false;
+
+// The store that this statement's rows of rollup 'rid' go to: the current
+// subtransaction's, made if needed. Owns nothing C++ but 'stores' (static).
+Tuplestorestate *store_for(int32 rid, Oid source) {
+	SubTransactionId sub = GetCurrentSubTransactionId();
+	for (auto it = stores->rbegin(); it != stores->rend(); ++it)
+		if (it->rid == rid && it->source == source && it->added == sub && it->applied == InvalidSubTransactionId)
+			return it->rows;
+	stores->reserve(stores->size() + 1); // may throw: before anything is made
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	Tuplestorestate *rows = tuplestore_begin_heap(false, false, work_mem);
+	MemoryContextSwitchTo(old);
+	stores->push_back(Store{rid, source, sub, InvalidSubTransactionId, rows});
+	return rows;
+}
+
+// Copies the rows of this statement that pass the rollup's filter into
+// 'into' and adds their hours to 'hours'. Owns nothing C++: runs as the
+// rollup's owner (the filter is the owner's code).
+void copy_passing_rows(TriggerData *td, const Rollup &r, Tuplestorestate *into, Hours *hours) {
 	Tuplestorestate *store = td->tg_newtable;
-	if (r.filter == nullptr || store == nullptr)
-		return store;
 	Relation rel = td->tg_relation;
-	ExprState *filter = ce::filter::prepare(rel, r.filter_tree, r.filter_relid, r.filter);
-	ExprContext *econtext = CreateStandaloneExprContext();
+	ExprState *filter =
+	    r.filter == nullptr ? nullptr : ce::filter::prepare(rel, r.filter_tree, r.filter_relid, r.filter);
+	ExprContext *econtext = filter == nullptr ? nullptr : CreateStandaloneExprContext();
 	TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsMinimalTuple);
-	Tuplestorestate *out = tuplestore_begin_heap(false, false, work_mem);
 	int pointer = tuplestore_alloc_read_pointer(store, EXEC_FLAG_REWIND);
 	tuplestore_select_read_pointer(store, pointer);
 	tuplestore_rescan(store);
+	bool have_last = false;
+	int64 last = 0;
 	for (uint32 n = 1; tuplestore_gettupleslot(store, true, false, slot); n++) {
-		ResetExprContext(econtext);
-		econtext->ecxt_scantuple = slot;
+		if (filter != nullptr) {
+			ResetExprContext(econtext);
+			econtext->ecxt_scantuple = slot;
+			bool isnull;
+			Datum pass = ExecEvalExprSwitchContext(filter, econtext, &isnull);
+			if (isnull || !DatumGetBool(pass))
+				continue;
+		}
 		bool isnull;
-		Datum pass = ExecEvalExprSwitchContext(filter, econtext, &isnull);
-		if (!isnull && DatumGetBool(pass))
-			tuplestore_puttupleslot(out, slot);
+		Datum at = slot_getattr(slot, r.time_att, &isnull);
+		if (!isnull) {
+			int64 h = hour_of(DatumGetTimestampTz(at));
+			if (!have_last || h != last) {
+				if (hours->n == hours->cap) {
+					hours->cap = hours->cap == 0 ? 16 : hours->cap * 2;
+					hours->v =
+					    static_cast<int64 *>(hours->v == nullptr ? palloc(sizeof(int64) * hours->cap)
+					                                             : repalloc(hours->v, sizeof(int64) * hours->cap));
+				}
+				hours->v[hours->n++] = h;
+				last = h;
+				have_last = true;
+			}
+		}
+		// The store outlives this statement: a temporary file it makes
+		// belongs to the transaction, not to the statement's portal.
+		ResourceOwner owner = CurrentResourceOwner;
+		CurrentResourceOwner = TopTransactionResourceOwner;
+		tuplestore_puttupleslot(into, slot);
+		CurrentResourceOwner = owner;
 		if ((n & 1023) == 0)
 			CHECK_FOR_INTERRUPTS();
 	}
 	tuplestore_select_read_pointer(store, 0);
 	ExecDropSingleTupleTableSlot(slot);
-	FreeExprContext(econtext, true);
-	return out;
+	if (econtext != nullptr)
+		FreeExprContext(econtext, true);
 }
 
-// Takes the shared lock of each UTC hour of 'rows' (ce::locks::rollup_hour,
+// Takes the shared lock of each UTC hour in 'hours' (ce::locks::rollup_hour,
 // in hour order) for this transaction: a recompute of an hour takes it alone,
 // so it never overwrites an increment it could not see. The lock space is
 // counter_ext's own: only a recompute of this rollup, by its owner, can hold
 // these locks, never another role. (No lock space: the SQL is still 1.4's,
 // whose add statement takes 1.4's advisory lock itself.) Owns nothing C++.
-void lock_hours(TriggerData *td, int32 rid, int att, Tuplestorestate *rows) {
-	if (ce::locks::space() == InvalidOid)
+void lock_hours(int32 rid, Hours *hours) {
+	if (hours->n == 0 || ce::locks::space() == InvalidOid)
 		return;
-	Hours hours{nullptr, 0, 0};
-	collect_hours(rows, RelationGetDescr(td->tg_relation), att, &hours);
-	if (hours.n == 0)
-		return;
-	qsort(hours.v, hours.n, sizeof(int64), compare_int64);
-	// hour numbers since 1970-01-01 00:00 UTC (hours.v: since 2000-01-01)
+	qsort(hours->v, hours->n, sizeof(int64), compare_int64);
+	// hour numbers since 1970-01-01 00:00 UTC (hours->v: since 2000-01-01)
 	const int64 since_1970 = (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * HOURS_PER_DAY;
-	for (int i = 0; i < hours.n; i++)
-		if (i == 0 || hours.v[i] != hours.v[i - 1])
-			ce::locks::take(ce::locks::rollup_hour, ce::locks::rollup_id(rid, hours.v[i] / USECS_PER_HOUR + since_1970),
-			                true, true);
-	pfree(hours.v);
+	for (int i = 0; i < hours->n; i++)
+		if (i == 0 || hours->v[i] != hours->v[i - 1])
+			ce::locks::take(ce::locks::rollup_hour,
+			                ce::locks::rollup_id(rid, hours->v[i] / USECS_PER_HOUR + since_1970), true, true);
 }
 
-// Registers 'rows' as new_rows for the add statement. Owns nothing C++.
-void register_new_rows(TriggerData *td, Tuplestorestate *rows) {
+// Registers 'rows' (of relation 'source') as new_rows. Owns nothing C++.
+void register_new_rows(Oid source, Tuplestorestate *rows) {
 	auto *enr = static_cast<EphemeralNamedRelation>(palloc(sizeof(EphemeralNamedRelationData)));
 	enr->md.name = pstrdup("new_rows");
-	enr->md.reliddesc = RelationGetRelid(td->tg_relation);
+	enr->md.reliddesc = source;
 	enr->md.tupdesc = nullptr;
 	enr->md.enrtype = ENR_NAMED_TUPLESTORE;
 	enr->md.enrtuples = tuplestore_tuple_count(rows);
@@ -380,47 +433,228 @@ void register_new_rows(TriggerData *td, Tuplestorestate *rows) {
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_relation failed")));
 }
 
-// Trigger mode: the upsert of this statement's passing rows, as the owner.
+// Trigger mode, per statement: the hour locks, and this statement's passing
+// rows kept for the commit; as the owner.
 void add_rows(TriggerData *td, int32 rid, const Rollup &r) {
-	Kept &slot = (*kept)[rid];
+	if (td->tg_newtable == nullptr || tuplestore_tuple_count(td->tg_newtable) == 0)
+		return;
+	Oid source = RelationGetRelid(td->tg_relation);
+	Tuplestorestate *into = store_for(rid, source);
 	ce::OwnerSwitch as = ce::pg_guard([&r] { return ce::owner_enter(r.owner); });
 	try {
-		Tuplestorestate *rows = ce::pg_guard([td, &r] { return passing_rows(td, r); });
-		if (rows != nullptr && tuplestore_tuple_count(rows) > 0) {
-			int att = r.time_att;
-			ce::pg_guard([td, rid, att, rows] {
-				lock_hours(td, rid, att, rows);
-				register_new_rows(td, rows);
-			});
-			const char *sql = r.add_sql;
-			if (slot.plan == nullptr || slot.sql != sql) {
-				SPIPlanPtr old = slot.plan;
-				slot.plan = nullptr;
-				slot.plan = ce::pg_guard([old, sql] {
-					if (old != nullptr)
-						SPI_freeplan(old);
-					Oid types[1] = {INT4OID};
-					return ce::prepare_kept(sql, 1, types);
-				});
-				slot.sql = sql; // if this throws, the next call makes the plan again
-			}
-			SPIPlanPtr plan = slot.plan;
-			ce::pg_guard([plan, rid] {
-				Datum args[1] = {Int32GetDatum(rid)};
-				int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
-				if (rc < 0)
-					ereport(ERROR,
-					        (errcode(ERRCODE_INTERNAL_ERROR),
-					         errmsg("rollup %d: its trigger statement failed: %s", rid, SPI_result_code_string(rc))));
-			});
-		}
-		if (rows != nullptr && rows != td->tg_newtable)
-			ce::pg_guard([rows] { tuplestore_end(rows); });
+		ce::pg_guard([td, rid, &r, into] {
+			Hours hours{nullptr, 0, 0};
+			copy_passing_rows(td, r, into, &hours);
+			lock_hours(rid, &hours);
+			if (hours.v != nullptr)
+				pfree(hours.v);
+		});
 	} catch (...) {
 		ce::owner_leave(as);
 		throw;
 	}
 	ce::owner_leave(as);
+}
+
+// What applying a rollup's stores needs of its catalog row, read as the
+// catalog's owner: false when the rollup (of that source, in trigger mode) is
+// gone, as when it was dropped in this transaction. Owns nothing C++: inside SPI.
+bool read_for_apply(int32 rid, Oid source, Oid *owner, char **add_sql) {
+	read_rollup(rid);
+	if (SPI_processed == 0)
+		return false;
+	HeapTuple tuple = SPI_tuptable->vals[0];
+	TupleDesc desc = SPI_tuptable->tupdesc;
+	bool isnull;
+	if (!DatumGetBool(SPI_getbinval(tuple, desc, 1, &isnull)) ||
+	    DatumGetObjectId(SPI_getbinval(tuple, desc, 4, &isnull)) != source)
+		return false;
+	bool stale = DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull));
+	*owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 5, &isnull));
+	*add_sql = SPI_getvalue(tuple, desc, 2);
+	if (stale) {
+		Oid types[1] = {INT4OID};
+		Datum args[1] = {Int32GetDatum(rid)};
+		if (regenerate_plan == nullptr)
+			regenerate_plan = ce::prepare_kept("SELECT c.add_sql FROM counter_internal.rollup_sql($1) c", 1, types);
+		if (SPI_execute_plan(regenerate_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("counter_internal.rollup_sql(%d) failed", rid)));
+		*add_sql = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	}
+	if (*add_sql == nullptr)
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), errmsg("rollup %d has no stored SQL", rid)));
+	return true;
+}
+
+// One store of all the rows in 'parts' (each a tuplestore of the same
+// relation), in this memory context and resource owner. Owns nothing C++.
+Tuplestorestate *merge(Tuplestorestate **parts, int n, Oid source) {
+	Relation rel = relation_open(source, NoLock);
+	TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsMinimalTuple);
+	relation_close(rel, NoLock);
+	Tuplestorestate *out = tuplestore_begin_heap(false, false, work_mem);
+	for (int i = 0; i < n; i++) {
+		tuplestore_rescan(parts[i]);
+		while (tuplestore_gettupleslot(parts[i], true, false, slot))
+			tuplestore_puttupleslot(out, slot);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	return out;
+}
+
+// Runs 'sql' (the rollup's add_sql) on 'rows' as new_rows, with the kept plan
+// of rollup rid; the caller has switched to the owner. Inside SPI.
+void run_add(int32 rid, Kept &slot, const char *sql, Oid source, Tuplestorestate *rows) {
+	ce::pg_guard([source, rows] { register_new_rows(source, rows); });
+	if (slot.plan == nullptr || slot.sql != sql) {
+		SPIPlanPtr old = slot.plan;
+		slot.plan = nullptr;
+		slot.plan = ce::pg_guard([old, sql] {
+			if (old != nullptr)
+				SPI_freeplan(old);
+			Oid types[1] = {INT4OID};
+			return ce::prepare_kept(sql, 1, types);
+		});
+		slot.sql = sql; // if this throws, the next call makes the plan again
+	}
+	SPIPlanPtr plan = slot.plan;
+	ce::pg_guard([plan, rid] {
+		Datum args[1] = {Int32GetDatum(rid)};
+		int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+		if (rc < 0)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("rollup %d: its trigger statement failed: %s", rid, SPI_result_code_string(rc))));
+	});
+}
+
+// Writes the unwritten stores of rollup 'only' (all rollups: 0), in rollup id
+// order, each rollup's rows in one upsert as its owner; marks them written by
+// the current subtransaction.
+void apply(int32 only) {
+	if (stores == nullptr)
+		return;
+	std::vector<int32> rids;
+	for (const Store &s : *stores)
+		if (s.applied == InvalidSubTransactionId && (only == 0 || s.rid == only))
+			rids.push_back(s.rid);
+	if (rids.empty())
+		return;
+	std::sort(rids.begin(), rids.end());
+	rids.erase(std::unique(rids.begin(), rids.end()), rids.end());
+	if (kept == nullptr)
+		kept = new std::unordered_map<int32, Kept>();
+	SubTransactionId sub = ce::pg_guard([] { return GetCurrentSubTransactionId(); });
+	// At the commit no statement's snapshot is left: the reads take one (an
+	// error aborts the transaction, which pops it).
+	bool pushed = ce::pg_guard([] {
+		if (ActiveSnapshotSet())
+			return false;
+		PushActiveSnapshot(GetTransactionSnapshot());
+		return true;
+	});
+	for (int32 rid : rids) {
+		// A rollup's statement trigger fires on its source only (read_and_mark),
+		// so all its stores hold rows of one relation.
+		std::vector<Tuplestorestate *> parts;
+		Oid source = InvalidOid;
+		for (const Store &s : *stores)
+			if (s.applied == InvalidSubTransactionId && s.rid == rid) {
+				source = s.source;
+				parts.push_back(s.rows);
+			}
+		Kept &slot = (*kept)[rid];
+		Oid catalog = ce::pg_guard([] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			return ce::catalog_owner();
+		});
+		Oid owner = InvalidOid;
+		char *sql = nullptr;
+		bool found =
+		    ce::as_owner(catalog, [rid, source, &owner, &sql] { return read_for_apply(rid, source, &owner, &sql); });
+		if (found) {
+			Tuplestorestate **array = parts.data();
+			int n = static_cast<int>(parts.size());
+			Tuplestorestate *rows =
+			    n == 1 ? parts[0] : ce::pg_guard([array, n, source] { return merge(array, n, source); });
+			ce::OwnerSwitch as = ce::pg_guard([owner] { return ce::owner_enter(owner); });
+			try {
+				run_add(rid, slot, sql, source, rows);
+			} catch (...) {
+				ce::owner_leave(as);
+				throw;
+			}
+			ce::owner_leave(as);
+			if (n > 1)
+				ce::pg_guard([rows] { tuplestore_end(rows); });
+		}
+		ce::pg_guard([] { SPI_finish(); });
+		for (Store &s : *stores)
+			if (s.applied == InvalidSubTransactionId && s.rid == rid)
+				s.applied = sub;
+	}
+	if (pushed)
+		ce::pg_guard([] { PopActiveSnapshot(); });
+}
+
+// The end of the transaction: write what is left (commit, prepare), then
+// forget the stores. On abort their memory and files go with the transaction.
+void pending_xact(XactEvent event) {
+	if (stores == nullptr || stores->empty())
+		return;
+	switch (event) {
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			apply(0);
+			for (Store &s : *stores) {
+				Tuplestorestate *rows = s.rows;
+				s.rows = nullptr;
+				ce::pg_guard([rows] { tuplestore_end(rows); });
+			}
+			stores->clear();
+			break;
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			break;
+		default: // the end itself, or an abort
+			stores->clear();
+			break;
+	}
+}
+
+// A subtransaction's end: committed, its stores (and what it wrote) become
+// its parent's; aborted, the stores it added are dropped and those it wrote
+// are unwritten again (the upsert rolled back with it).
+void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId parent) {
+	if (stores == nullptr || stores->empty())
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB) {
+		for (Store &s : *stores) {
+			if (s.added == my)
+				s.added = parent;
+			if (s.applied == my)
+				s.applied = parent;
+		}
+	} else if (event == SUBXACT_EVENT_ABORT_SUB) {
+		// Aborting a subtransaction aborts those inside it, whose ids are greater.
+		for (Store &s : *stores) {
+			if (s.added >= my && s.rows != nullptr) {
+				Tuplestorestate *rows = s.rows;
+				s.rows = nullptr;
+				ce::pg_guard([rows] { tuplestore_end(rows); });
+			} else if (s.applied >= my)
+				s.applied = InvalidSubTransactionId;
+		}
+		stores->erase(std::remove_if(stores->begin(), stores->end(), [](const Store &s) { return s.rows == nullptr; }),
+		              stores->end());
+	}
+}
+
+void pending_xact_entry(XactEvent event, void *) {
+	ce::boundary([event] { pending_xact(event); });
+}
+
+void pending_subxact_entry(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *) {
+	ce::boundary([event, my, parent] { pending_subxact(event, my, parent); });
 }
 
 } // namespace
@@ -464,8 +698,22 @@ CE_FUNCTION(counter_rollup_fire) {
 	Rollup r = ce::as_owner(catalog, [td, rid] { return read_and_mark(td, rid); });
 	if (!r.found)
 		ce::pg_guard([td, rid] { not_registered(td, rid); });
-	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) && r.trigger_mode)
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) && r.trigger_mode) {
+		if (stores == nullptr)
+			stores = new std::vector<Store>();
+		if (!pending_callbacks) {
+			ce::pg_guard([] {
+				RegisterXactCallback(pending_xact_entry, nullptr);
+				RegisterSubXactCallback(pending_subxact_entry, nullptr);
+			});
+			pending_callbacks = true;
+		}
 		add_rows(td, rid, r);
+	}
 	ce::pg_guard([] { SPI_finish(); });
 	return PointerGetDatum(nullptr);
+}
+
+void ce::rollup::apply_pending(int32 rid) {
+	apply(rid);
 }

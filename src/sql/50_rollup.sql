@@ -17,7 +17,8 @@
 --       (dirty hours, the job) tries and skips, a full recompute waits.
 --   class rollup_hour (lock_take('rollup_hour', rollup_id, at); the trigger in C++)
 --       one hour of a trigger-mode rollup: writers take it shared (in hour
---       order) before adding to the rollup, a recompute takes it exclusive (in
+--       order) at each statement and hold it to the commit that adds their
+--       rows to the rollup, a recompute takes it exclusive (in
 --       hour order) before reading the events, so it never overwrites an
 --       increment it could not see.
 --

@@ -130,10 +130,11 @@ BEGIN
     where_filter := CASE WHEN r.filter IS NULL THEN 'true'
                          ELSE format('counter_internal.filter_match(''rollup'', %s, e)', r.rollup_id) END;
 
-    -- Trigger mode, per statement: one upsert per (key, hour) in (key, hour)
-    -- order. new_rows holds the rows that pass the filter; the trigger has
-    -- taken the shared locks of their hours, in hour order, before it runs
-    -- this (src/rollup.cpp).
+    -- Trigger mode, once per transaction at its commit: one upsert per
+    -- (key, hour) in (key, hour) order. new_rows holds the rows of the
+    -- transaction's statements that passed the filter; the trigger took the
+    -- shared locks of their hours, in hour order, at each statement
+    -- (src/rollup.cpp).
     r.add_sql := format($f$
         INSERT INTO %1$s AS r (%2$shour, %3$s)
         SELECT %2$s%4$s AS hour, %5$s FROM new_rows

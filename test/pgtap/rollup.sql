@@ -3,7 +3,7 @@
 -- behind pg_stat_user_tables are flushed at transaction end.
 \set ON_ERROR_STOP 1
 SET timezone = 'UTC';
-SELECT plan(37);
+SELECT plan(39);
 
 CREATE TABLE ev (
     event_id    bigint NOT NULL,
@@ -154,14 +154,6 @@ DECLARE
     summed numeric;
     deferred_merged numeric;
 BEGIN
-    CREATE TABLE dv (event_id bigint NOT NULL, link_id bigint NOT NULL, visitor_id bigint NOT NULL,
-                     occurred_at timestamptz NOT NULL, UNIQUE (event_id, occurred_at));
-    PERFORM counter.rollup_create('dv_trig', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
-    PERFORM counter.rollup_create('dv_def', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}',
-                                  mode => 'deferred');
-    -- 6 hours, the same 2,000 visitors coming back every hour.
-    INSERT INTO dv SELECT e, 1, e % 2000, timestamptz '2026-10-06 00:00+00' + make_interval(secs => (e * 7) % 21600)
-    FROM generate_series(1, 30000) e ORDER BY e;
     PERFORM counter.rollup_refresh_dirty('dv_def');
     SELECT count(DISTINCT visitor_id) INTO exact FROM dv;
     EXECUTE $q$SELECT (t.distinct_counts->>'visitor_id')::numeric FROM counter.rollup_totals('dv_trig',
@@ -185,6 +177,16 @@ BEGIN
     PERFORM counter.rollup_drop('dv_def');
     DROP TABLE dv;
 END $f$;
+-- The rows, committed first: trigger mode writes a transaction's rows to the
+-- rollup table at its commit.
+CREATE TABLE dv (event_id bigint NOT NULL, link_id bigint NOT NULL, visitor_id bigint NOT NULL,
+                 occurred_at timestamptz NOT NULL, UNIQUE (event_id, occurred_at));
+SELECT counter.rollup_create('dv_trig', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
+SELECT counter.rollup_create('dv_def', 'dv', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}',
+                             mode => 'deferred');
+-- 6 hours, the same 2,000 visitors coming back every hour.
+INSERT INTO dv SELECT e, 1, e % 2000, timestamptz '2026-10-06 00:00+00' + make_interval(secs => (e * 7) % 21600)
+FROM generate_series(1, 30000) e ORDER BY e;
 SELECT * FROM pg_temp.distinct_tests();
 
 -- An explicit retention: hours older than now() - retention are never
@@ -215,11 +217,24 @@ DO $$
 BEGIN
     FOR i IN 1..10 LOOP
         INSERT INTO hot_ev SELECT i * 100 + l, l, '2026-10-06 09:00+00' FROM generate_series(1, 10) l;
+        COMMIT;
     END LOOP;
 END $$;
 SELECT pg_stat_force_next_flush();
 SELECT is(pg_temp.tup('r_hot'), ARRAY[10, 90, 0, 90]::bigint[],
-          'ten statements on ten keys: ten rows inserted, then updated in place (HOT)');
+          'ten transactions on ten keys: ten rows inserted, then updated in place (HOT)');
+-- Trigger mode writes a transaction's rows once, at its commit: ten more
+-- statements in one transaction update each of the ten rows once.
+DO $$
+BEGIN
+    FOR i IN 11..20 LOOP
+        INSERT INTO hot_ev SELECT i * 100 + l, l, '2026-10-06 09:00+00' FROM generate_series(1, 10) l;
+    END LOOP;
+END $$;
+SELECT pg_stat_force_next_flush();
+SELECT is(pg_temp.tup('r_hot'), ARRAY[10, 100, 0, 100]::bigint[],
+          'ten statements in one transaction: each row updated once, at the commit');
+SELECT is((SELECT array_agg(count) FROM r_hot), array_fill(20::bigint, ARRAY[10]), 'and every row counts all 20 events');
 SELECT counter.rollup_drop('r_hot');
 DROP TABLE hot_ev;
 
