@@ -149,7 +149,7 @@ BEGIN
         RAISE EXCEPTION '% on %, a table Citus distributes, is not supported yet', what, source
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not: every write to the table would fail.',
-                  HINT = 'On a distributed table use an application-mode counter without a filter (counter.add), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a distributed table use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
 END
 $$;
