@@ -5,6 +5,8 @@
 //   counter_internal.filter_match(kind text, id integer, row anyelement)
 //       RETURNS boolean  -- the stored filter of a tracked counter ('tracked')
 //                           or a rollup ('rollup') applied to a source row
+//   counter_internal.filter_sql(source, canonical, tree, tree_relid, owner, alias)
+//       RETURNS text     -- the stored filter as an SQL expression (deparsed)
 #include "counter_ext/filter.hpp"
 #include "counter_ext/owner.hpp"
 #include "counter_ext/spi.hpp"
@@ -129,14 +131,17 @@ Node *ce::filter::compile(Relation rel, const char *text) {
 	return expr;
 }
 
-ExprState *ce::filter::prepare(Relation rel, const char *tree, Oid tree_relid, const char *canonical) {
-	Node *expr;
+Node *ce::filter::resolve(Relation rel, const char *tree, Oid tree_relid, const char *canonical) {
 	if (tree != nullptr && tree_relid == RelationGetRelid(rel)) {
-		expr = static_cast<Node *>(stringToNode(tree));
+		Node *expr = static_cast<Node *>(stringToNode(tree));
 		check_vars(expr, RelationGetDescr(rel));
-	} else {
-		expr = compile(rel, canonical);
+		return expr;
 	}
+	return compile(rel, canonical);
+}
+
+ExprState *ce::filter::prepare(Relation rel, const char *tree, Oid tree_relid, const char *canonical) {
+	Node *expr = resolve(rel, tree, tree_relid, canonical);
 	return ExecInitExpr(expression_planner(reinterpret_cast<Expr *>(expr)), nullptr);
 }
 
@@ -153,6 +158,36 @@ CE_FUNCTION(counter_filter_compile) {
 		                  CStringGetTextDatum(nodeToString(expr))};
 		table_close(rel, NoLock);
 		return PointerGetDatum(construct_array(parts, 2, TEXTOID, -1, false, TYPALIGN_INT));
+	});
+	PG_RETURN_DATUM(result);
+}
+
+// counter_internal.filter_sql(source, canonical, tree, tree_relid, owner,
+// alias): the stored filter as an SQL expression over the source's columns,
+// each written alias.column (by its name now, so a renamed column is
+// followed), printed from the stored tree the way a view is dumped: under the
+// function's search_path (pg_catalog, pg_temp) every function, operator and
+// type outside pg_catalog is named with its schema, so the text means the
+// same in any session with that search_path, on any node. Resolved as the
+// owner (the canonical text is compiled again when the tree is not of this
+// table). NULL when there is no filter.
+CE_FUNCTION(counter_filter_sql) {
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(4) || PG_ARGISNULL(5))
+		PG_RETURN_NULL();
+	Oid relid = PG_GETARG_OID(0);
+	Oid owner = PG_GETARG_OID(4);
+	const char *canonical = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(1)); });
+	const char *tree =
+	    PG_ARGISNULL(2) ? nullptr : ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(2)); });
+	Oid tree_relid = PG_ARGISNULL(3) ? InvalidOid : PG_GETARG_OID(3);
+	const char *alias = ce::pg_guard([fcinfo] { return pstrdup(NameStr(*PG_GETARG_NAME(5))); });
+	Datum result = ce::as_owner(owner, [relid, canonical, tree, tree_relid, alias] {
+		Relation rel = table_open(relid, AccessShareLock);
+		Node *expr = ce::filter::resolve(rel, tree, tree_relid, canonical);
+		List *context = deparse_context_for(alias, relid);
+		Datum sql = CStringGetTextDatum(deparse_expression(expr, context, true, false));
+		table_close(rel, NoLock);
+		return sql;
 	});
 	PG_RETURN_DATUM(result);
 }

@@ -123,7 +123,27 @@ char *copy_value(HeapTuple tuple, TupleDesc desc, int col, MemoryContext keep) {
 	return v == nullptr ? nullptr : MemoryContextStrdup(keep, v);
 }
 
-// Strings are copied into 'keep'. Raises 42704 when there is no such counter.
+// True on a Citus node that is not the coordinator (its group in
+// pg_dist_local_group is not 0): where Citus runs a query it sent, and where
+// no counter is. Inside SPI; only on the path of a counter not found.
+bool citus_worker_node() {
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL", true, 1) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		return false;
+	bool isnull;
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return false;
+	if (SPI_execute("SELECT g.groupid OPERATOR(pg_catalog.<>) 0 FROM pg_catalog.pg_dist_local_group g", true, 1) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		return false;
+	Datum worker = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull && DatumGetBool(worker);
+}
+
+// Strings are copied into 'keep'. Raises 42704 when there is no such counter
+// (0A000 on a Citus worker node).
 Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
 	return ce::as_owner(catalog, [key, by_id, keep] {
@@ -161,6 +181,15 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 				                        "the table's counter_%d_* triggers (then counter.track registers it again; "
 				                        "see doc/operations.md).",
 				                        DatumGetInt32(key))));
+			if (citus_worker_node())
+				ereport(ERROR,
+				        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				         errmsg("tracked counter \"%s\" is not on this Citus worker node", TextDatumGetCString(key)),
+				         errdetail("Counters are kept on the coordinator. Citus sent a whole query that calls "
+				                   "counter.value, values_of or add to a worker (a query over a distributed table "
+				                   "that Citus routes to one shard, or pushes down)."),
+				         errhint("Read the counter in a statement of its own (or into a temporary table first), "
+				                 "not in the same query as a distributed table; see doc/citus.md.")));
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 			                errmsg("tracked counter \"%s\" does not exist", TextDatumGetCString(key)),
 			                errhint("See counter.tracked for the registered counters.")));

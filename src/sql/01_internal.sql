@@ -29,6 +29,18 @@ RETURNS boolean
 LANGUAGE c STABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_filter_match';
 
+-- The stored filter as an SQL expression over alias.column (src/filter.cpp):
+-- printed from the tree under search_path pg_catalog, pg_temp, so every name
+-- outside pg_catalog is schema-qualified, as a view is dumped. A tracked
+-- counter's batch function carries it (made once per function; Citus pushes
+-- it down to the shards, which have no catalog of counter_ext).
+CREATE OR REPLACE FUNCTION counter_internal.filter_sql(source regclass, canonical text, tree text, tree_relid oid,
+    owner regrole, alias name)
+RETURNS text
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_filter_sql';
+
 -- {=, <, >} of a key type's default btree operator class, written as
 -- OPERATOR(schema.op): resolved from the catalog, never from a search_path.
 CREATE OR REPLACE FUNCTION counter_internal.key_operators(key_type regtype)

@@ -187,7 +187,7 @@ BEGIN
         RAISE EXCEPTION '% on %, a table Citus distributes, is not supported yet', what, source
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not: every write to the table would fail.',
-                  HINT = 'On a distributed table use an application-mode counter without a filter (counter.add), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a distributed table use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
 END
 $$;
@@ -225,9 +225,6 @@ BEGIN
         SELECT 1 AS o, format('the trigger-mode tracked counter %L', c.name) AS what FROM counter.tracked c
         WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.mode OPERATOR(pg_catalog.=) 'trigger'
         UNION ALL
-        SELECT 2, format('the tracked counter %L, which has a filter', c.name) FROM counter.tracked c
-        WHERE c.source::oid OPERATOR(pg_catalog.=) rel::oid AND c.filter IS NOT NULL
-        UNION ALL
         SELECT 3, format('the rollup %L (its source)', r.name) FROM counter.rollups r
         WHERE r.source::oid OPERATOR(pg_catalog.=) rel::oid
         UNION ALL
@@ -238,7 +235,7 @@ BEGIN
         RAISE EXCEPTION 'Citus cannot distribute %: it serves %, which does not work on a table Citus distributes yet', rel, what
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not, or write the distributed table with a statement Citus cannot run: every write would fail.',
-                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a distributed table use an application-mode counter without a filter, and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
+                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a distributed table use an application-mode counter (with or without a filter), and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
     END IF;
 END
 $$;

@@ -142,8 +142,12 @@ DECLARE
     f text;
     body text;
 BEGIN
+    -- the filter, printed from its stored tree with every name qualified
+    -- (counter_internal.filter_sql): an expression Citus pushes down to the
+    -- shards, and the planner sees (no function call per row)
     f := CASE WHEN t.filter IS NULL THEN 'true'
-              ELSE format('counter_internal.filter_match(''tracked'', %s, ce_new)', t.counter_id) END;
+              ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
+                                                      'ce_new') || ')' END;
     -- One reconciliation batch: the next ce_limit keys after ce_after (keys
     -- with deltas before the watermark, keys with source rows whose event
     -- time is in [ce_from, ce_w), and with ce_all every key with a base),
@@ -273,10 +277,6 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
                    fn_batch, t.owner));
     PERFORM counter_internal.citus_local_ddl(format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
                    fn_batch));
-    IF t.filter IS NOT NULL THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
-                       t.owner);
-    END IF;
     IF t.buffered THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
                        ' counter_internal.tracked_buffered(integer, anyelement) TO %s', t.owner);
@@ -441,8 +441,6 @@ BEGIN
     END IF;
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
         PERFORM counter_internal.citus_refuse(source, 'a trigger-mode tracked counter');
-    ELSIF filter IS NOT NULL THEN
-        PERFORM counter_internal.citus_refuse(source, 'a tracked counter with a filter');
     END IF;
 
     SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
@@ -909,6 +907,33 @@ BEGIN
 END
 $fn$;
 
+-- The batch function of counter t carries its filter as SQL printed from
+-- the stored tree with the columns' names of the time it was made: when that
+-- text is not what the tree prints now (a column renamed, the source
+-- restored, or a batch function made by 1.5, which called filter_match), the
+-- function is made again. Called by each run, holding the counter's lock.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_filter_follow(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    f text;
+BEGIN
+    IF t.filter IS NULL THEN
+        RETURN;
+    END IF;
+    f := '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner, 'ce_new') || ')';
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_proc p
+                   WHERE p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(
+                             counter_internal.tracked_table(t, 'batch')
+                             OPERATOR(pg_catalog.||) '(timestamptz, timestamptz, text, boolean, integer)')
+                     AND pg_catalog.strpos(p.prosrc, f) OPERATOR(pg_catalog.>) 0) THEN
+        PERFORM counter_internal.tracked_build_batch(t);
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION counter_internal.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
 RETURNS counter.reconcile_result
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -944,6 +969,7 @@ BEGIN
         RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
             0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
     END IF;
+    PERFORM counter_internal.tracked_filter_follow(t);
     SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
     LOOP
         b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
@@ -1009,6 +1035,7 @@ BEGIN
             RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}';
         END IF;
         t := counter_internal.tracked_check_restored(t);
+        PERFORM counter_internal.tracked_filter_follow(t);
         w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
                                  '2000-01-01 00:00:00+00'::timestamptz);
         every_key := t.full_pending;

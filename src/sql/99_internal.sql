@@ -1,7 +1,7 @@
 -- Last piece of the install script: EXECUTE on every function and procedure
 -- of schema counter_internal is revoked from PUBLIC, whatever piece made it.
--- A registration grants what an owner needs (counter.track grants
--- filter_match to the counter's owner).
+-- A registration grants what an owner needs (counter.rollup_create grants
+-- filter_match to the rollup's owner).
 DO $$
 DECLARE
     f regprocedure;

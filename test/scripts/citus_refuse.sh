@@ -5,8 +5,8 @@
 # (0A000 with a hint), leaving nothing behind, so that no write to the table
 # fails because counter_ext is there (1.4, with citus.enable_unsafe_triggers
 # on: track and rollup_create succeeded, then every INSERT failed on the
-# workers). An application-mode counter without a filter, which works there,
-# is still made and counts exactly.
+# workers). An application-mode counter, which works there, is still made
+# and counts exactly (with a filter too from 1.6: test/scripts/citus_tracked.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -32,7 +32,7 @@ SQL
 # refused (0A000), on every kind of Citus table, with unsafe triggers allowed
 for call in \
     "counter.track('c1', 'clicks', 'link_id', 'at')" \
-    "counter.track('c2', 'clicks', 'link_id', 'at', filter => 'id > 0', mode => 'application')" \
+    "counter.track('c2', 'clicks', 'link_id', 'at', filter => 'id > 0')" \
     "counter.track('c3', 'links', 'link_id', 'at')" \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
     "counter.track('c5', 'ev', 'k', 'at')" \
@@ -59,7 +59,7 @@ coord -c "INSERT INTO clicks SELECT g, g % 17, '2026-07-01 10:00+00' FROM genera
     -c "INSERT INTO links SELECT DISTINCT link_id FROM clicks" \
     -c "INSERT INTO ev SELECT g, g % 5, '2026-07-01 10:00+00' FROM generate_series(1, 100) g" >/dev/null
 
-# what works there is still made: an application-mode counter without a filter
+# what works there is still made: an application-mode counter
 # (read against counts kept in a temporary table: a query over the
 # distributed table that calls counter.value is sent whole to the workers,
 # which have no counter; doc/citus.md)
@@ -83,7 +83,7 @@ echo "ok: an application-mode counter without a filter is made and equals count(
 # table counter_ext serves in a way that does not work on Citus, they are
 # refused (0A000) and leave nothing behind, with unsafe triggers allowed, as
 # the table's unprivileged owner and as a superuser; where it works
-# (application mode without a filter, a managed partitioned table),
+# (application mode with or without a filter, a managed partitioned table),
 # create_distributed_table goes on and the numbers stay exact;
 # undistribute_table (which makes the table again under another OID) of a
 # served table is refused. After every call, writes work and every counter
@@ -149,7 +149,6 @@ refused() { # refused WHO CALL
 n=1
 for who in owner coord; do
     for call in "create_distributed_table('t_trig', 'k')" "create_reference_table('t_trig')" \
-        "create_distributed_table('t_filt', 'k')" "create_reference_table('t_filt')" \
         "create_distributed_table('t_rsrc', 'k')" "create_reference_table('t_rsrc')" \
         "create_distributed_table('$rtable', 'k')" "create_reference_table('$rtable')"; do
         refused $who "$call"
@@ -163,13 +162,15 @@ got=$(coord -tA -c "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::t
 
 # where it works: distributed, exact
 owner -q -c "SELECT create_distributed_table('t_app', 'k', shard_count := 4)" \
+    -c "SELECT create_distributed_table('t_filt', 'k', shard_count := 4)" \
     -c "SELECT create_distributed_table('t_man', 'k', shard_count := 4)" >/dev/null
 n=$((n + 1))
 writes "create_distributed_table of an application-mode counter's source and of a managed partitioned table" $n
 got=$(owner -tA -c "SELECT outcome FROM counter.reconcile('t_app', '2026-07-02', all_keys => true)" \
+    -c "SELECT outcome FROM counter.reconcile('t_filt', '2026-07-02', all_keys => true)" \
     -c "SELECT outcome FROM counter.partition_maintain('t_man', as_of => '2026-07-02')")
-[ "$(echo $got)" = "ok ok" ] || fail "reconcile / maintenance after create_distributed_table: $got"
-echo "ok: create_distributed_table of an application-mode counter's source and of a managed table: exact"
+[ "$(echo $got)" = "ok ok ok" ] || fail "reconcile / maintenance after create_distributed_table: $got"
+echo "ok: create_distributed_table of application-mode counters' sources (one with a filter) and of a managed table: exact"
 
 # undistribute_table of a served table: refused, nothing changed
 for call in "undistribute_table('t_app')" "undistribute_table('t_man')"; do

@@ -12,10 +12,15 @@
 //                 table's oid it was resolved against.
 // Evaluation uses the stored tree. Only when filter_relid is not the source
 // table's oid any more (a dump restored into another database) is the
-// canonical text resolved again, the same way, as the owner. The text is
-// never pasted into SQL: SQL that needs the filter calls
+// canonical text resolved again, the same way, as the owner. The owner's
+// text is never pasted into SQL. SQL that needs the filter either calls
 // counter_internal.filter_match(kind, id, row), which evaluates the stored
-// tree against a row of the source table.
+// tree against a row of the source table (rollups), or carries the stored
+// tree printed back as an expression by counter_internal.filter_sql (a
+// tracked counter's batch function: deparsed once when that function is
+// made, under search_path pg_catalog, pg_temp, so every name outside
+// pg_catalog is schema-qualified; Citus pushes it down to the shards, where
+// no catalog of counter_ext is).
 #pragma once
 
 #include "counter_ext/pg.hpp"
@@ -31,6 +36,11 @@ namespace ce::filter {
 // current search_path; raises 42601 unless it is one boolean expression
 // without subqueries. Owns nothing C++.
 Node *compile(Relation rel, const char *text);
+
+// The stored filter's tree for 'rel': 'tree' when 'tree_relid' is rel's oid
+// (each column it refers to is checked to still be there with its type),
+// else the canonical text compiled again. Owns nothing C++.
+Node *resolve(Relation rel, const char *tree, Oid tree_relid, const char *canonical);
 
 // The ExprState to evaluate a stored filter against rows of 'rel' (scan
 // tuple), in CurrentMemoryContext: from 'tree' when 'tree_relid' is rel's oid

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Issue 21 items 4 and 7 (filters), the part 1.6 does: application-mode and
+# buffered tracked counters, with and without a filter, on a table Citus
+# distributes, owned by an unprivileged role. The same data is written to a
+# plain table on the coordinator (one node) with the same counters; every
+# value on both equals count(*) with the filter. Writes go through the
+# coordinator, each row with its add in the same transaction; a re-delivered
+# batch (ON CONFLICT DO NOTHING) and a rolled-back one are not counted. The
+# filter runs on the shards (carried by the batch function as SQL, no
+# catalog needed there). Drift injected on the cluster (state changed, rows
+# deleted and written without an add) is found and repaired. A query that
+# Citus would send whole to a worker and that calls counter.value fails with
+# 0A000 there, never a wrong number.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source test/lib.sh
+source test/citus.sh
+ce_citus_script_setup
+
+if [ -z "${CE_CITUS_KEEP:-}" ]; then
+    trap 'ce_cluster_stop_all' EXIT
+    ce_citus_cluster_start
+fi
+coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+app() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_app -d postgres -v ON_ERROR_STOP=1 "$@"; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+if [ -n "${CE_CITUS_KEEP:-}" ]; then   # a cluster kept between runs (development)
+    coord -q -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name LIKE 'ev%'" \
+        -c "DROP SCHEMA IF EXISTS ct CASCADE" -c "DROP ROLE IF EXISTS ct_app" >/dev/null
+fi
+coord -q <<'SQL'
+CREATE ROLE ct_app LOGIN;
+CREATE SCHEMA ct AUTHORIZATION ct_app;
+SQL
+# the same table twice: distributed (the cluster) and plain (one node)
+app -q <<'SQL'
+SET client_min_messages = warning;
+CREATE TYPE ct.kind AS ENUM ('view', 'bot', 'click');
+CREATE TABLE ct.ev (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL, kind ct.kind NOT NULL,
+                    note text, PRIMARY KEY (k, id));
+CREATE INDEX ON ct.ev (at);
+CREATE TABLE ct.ev_one (LIKE ct.ev INCLUDING ALL);
+SELECT create_distributed_table('ct.ev', 'k', shard_count := 8);
+SQL
+
+# counters: application mode and buffered, each with a filter, and one without
+for t in ev ev_one; do
+    app -q -c "SET client_min_messages = warning" \
+        -c "SELECT counter.track('${t}_f', 'ct.$t', 'k', 'at', mode => 'application',
+                filter => \$\$kind <> 'bot' AND coalesce(note, '') NOT LIKE '%test''s%'\$\$)" \
+        -c "SELECT counter.track('${t}_b', 'ct.$t', 'k', 'at', mode => 'application', buffered => true,
+                filter => \$\$kind = 'click'\$\$)" \
+        -c "SELECT counter.track('${t}_n', 'ct.$t', 'k', 'at', mode => 'application')" >/dev/null
+done
+echo "ok: application-mode and buffered counters with a filter are made on a distributed table"
+
+F="kind <> 'bot' AND coalesce(note, '') NOT LIKE '%test''s%'"
+B="kind = 'click'"
+# One delivery of a batch of events (ids a..b) into table t, each row with
+# its adds in the same transaction: the application counts only the rows it
+# inserted (a re-delivered row conflicts and is not counted again), and
+# applies each counter's filter itself.
+deliver() {
+    local t=$1 a=$2 b=$3 end=${4:-COMMIT}
+    app -q >/dev/null <<SQL
+BEGIN;
+CREATE TEMP TABLE new_rows ON COMMIT DROP AS WITH ins AS (
+    INSERT INTO ct.$t SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 60) * interval '1 minute',
+        (ARRAY['view', 'bot', 'click'])[1 + g % 3]::ct.kind, CASE WHEN g % 11 = 0 THEN 'a test''s row' END
+    FROM generate_series($a, $b) g
+    ON CONFLICT DO NOTHING RETURNING *)
+SELECT * FROM ins;
+SELECT count(counter.add('${t}_f', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows WHERE $F GROUP BY 1, 2) x;
+SELECT count(counter.add('${t}_b', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows WHERE $B GROUP BY 1, 2) x;
+SELECT count(counter.add('${t}_n', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows GROUP BY 1, 2) x;
+$end;
+SQL
+}
+for t in ev ev_one; do
+    deliver "$t" 1 3000
+    deliver "$t" 2001 5000            # re-delivered: 2001-3000 again
+    deliver "$t" 5001 6000 ROLLBACK   # rolled back: neither rows nor adds
+done
+
+# Keys where counter c and count(*) of table t with filter f differ (read
+# into a temporary table first: doc/citus.md).
+mismatches() {
+    local c=$1 t=$2 f=$3
+    app -tA <<SQL | grep -v '^$' | tail -1
+CREATE TEMP TABLE truth AS SELECT k, count(*) AS n FROM ct.$t WHERE $f GROUP BY k;
+SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM counter.tracked_values WHERE counter = '$c') v
+    USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
+SQL
+}
+check_all() {
+    local what=$1 t got
+    for t in ev ev_one; do
+        for c in "f|$F" "b|$B" "n|true"; do
+            got=$(mismatches "${t}_${c%%|*}" "$t" "${c#*|}")
+            [ "$got" = 0 ] || fail "$what: counter ${t}_${c%%|*}: $got keys differ from count(*)"
+        done
+    done
+    echo "ok: $what: every value of every counter equals count(*) with its filter, on the cluster and on one node"
+}
+check_all "written with their adds"
+
+# the same numbers on the cluster and on one node
+got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
+    ON b.counter = replace(a.counter, 'ev_one_', 'ev_') AND a.key = b.key
+    WHERE (a.counter LIKE 'ev\_one\_%' OR a.counter IS NULL) AND (b.counter NOT LIKE 'ev\_one\_%' OR b.counter IS NULL)
+      AND a.value IS DISTINCT FROM b.value")
+[ "$got" = 0 ] || fail "$got values differ between the cluster and one node"
+echo "ok: every value on the cluster equals the value on one node"
+
+# reconciliation: the filter runs on the shards
+for t in ev ev_one; do
+    for c in f b n; do
+        got=$(app -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('${t}_$c', '2026-07-02', all_keys => true)")
+        [ "$got" = "0 ok" ] || fail "reconcile ${t}_$c found drift where there was none: $got"
+    done
+done
+check_all "reconciled"
+
+# drift injected on the cluster: the state changed, rows deleted without a
+# decrement, rows written without an add
+coord -q <<'SQL'
+DO $$
+DECLARE c record;
+BEGIN
+    FOR c IN SELECT counter_id FROM counter.tracked WHERE name IN ('ev_f', 'ev_b', 'ev_n') LOOP
+        EXECUTE format('UPDATE counter_internal.tracked_%s_base SET base = base + 5 WHERE key IN (1, 2, 3)', c.counter_id);
+    END LOOP;
+END $$;
+SQL
+app -q -c "DELETE FROM ct.ev WHERE k = 4 AND id % 2 = 0" \
+    -c "INSERT INTO ct.ev SELECT g, 5, '2026-07-01 11:00+00', 'click', NULL FROM generate_series(100001, 100010) g"
+for c in f b n; do
+    got=$(mismatches "ev_$c" ev "$(case $c in f) echo "$F" ;; b) echo "$B" ;; n) echo true ;; esac)")
+    [ "$got" -ge 4 ] || fail "the injected drift of ev_$c is not seen ($got keys)"
+    got=$(app -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('ev_$c', '2026-07-02', all_keys => true)")
+    [ "$got" = "5 ok" ] || fail "reconcile of ev_$c after injected drift: $got (5 keys corrected expected)"
+done
+app -q -c "DELETE FROM ct.ev_one WHERE k = 4 AND id % 2 = 0" \
+    -c "INSERT INTO ct.ev_one SELECT g, 5, '2026-07-01 11:00+00', 'click', NULL FROM generate_series(100001, 100010) g"
+for c in f b n; do app -q -c "SELECT counter.reconcile('ev_one_$c', '2026-07-02', all_keys => true)" >/dev/null; done
+check_all "drift injected on the cluster, reconciled"
+
+# A query that Citus sends whole to a worker (routed to one shard) and that
+# calls counter.value: 0A000 with a hint, never a number read on the worker
+out=$(app -v VERBOSITY=verbose -c "SELECT counter.value('ev_f', 7::bigint), (SELECT count(*) FROM ct.ev WHERE k = 7)" 2>&1) &&
+    fail "counter.value in a query routed to a worker returned: $out"
+case $out in
+*"ERROR:  0A000: tracked counter \"ev_f\" is not on this Citus worker node"*"HINT:  Read the counter in a statement of its own"*)
+    echo "ok: counter.value in a query Citus routes to a worker fails with 0A000 and a hint" ;;
+*) fail "counter.value in a query routed to a worker: $out" ;;
+esac
+# the way to read both: two statements
+v=$(app -tA -c "SELECT counter.value('ev_f', 7::bigint)")
+n=$(app -tA -c "SELECT count(*) FROM ct.ev WHERE k = 7 AND $F")
+[ "$v" = "$n" ] && [ "$n" -gt 0 ] || fail "counter.value read alone: $v, count(*): $n"
+echo "ok: read in a statement of its own, the value equals count(*)"
