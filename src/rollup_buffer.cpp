@@ -54,6 +54,7 @@ extern "C" {
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -62,6 +63,7 @@ extern "C" {
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -378,19 +380,39 @@ void shmem_startup_entry() {
 // ---- the trigger
 
 // What the trigger needs of a buffered rollup's catalog row.
+// Kept per backend (configs below) until a relcache invalidation of the
+// source: rollup_build (creation, a change of owner) makes its triggers
+// again, rollup_set_filter invalidates the source (rollup_buffer_invalidate),
+// ALTER TABLE invalidates it. So a statement reads no catalog row.
 struct Config {
 	bool found = false;
 	bool buffered = false;
+	Oid source = InvalidOid;
 	Oid owner = InvalidOid;
 	int time_att = 0;
 	std::vector<int> key_atts;
 	std::vector<int> sum_atts;
-	char *filter = nullptr; // SPI memory, until SPI_finish
-	char *filter_tree = nullptr;
+	bool has_filter = false;
+	std::string filter;
+	std::string filter_tree;
 	Oid filter_relid = InvalidOid;
 };
 
 SPIPlanPtr config_plan = nullptr;
+std::unordered_map<int32, Config> *configs = nullptr;
+bool callback_registered = false;
+
+// A relcache invalidation: forget the configs of that source (of every one
+// for InvalidOid). Plain C++, allocates nothing.
+void relcache_callback(Datum, Oid relid) {
+	if (configs == nullptr)
+		return;
+	for (auto it = configs->begin(); it != configs->end();)
+		if (relid == InvalidOid || it->second.source == relid)
+			it = configs->erase(it);
+		else
+			++it;
+}
 SPIPlanPtr dirty_plan = nullptr;
 std::unordered_map<int32, bool> *modes = nullptr; // rollup id -> buffered (a rollup's mode never changes)
 Oid log_relid = InvalidOid;
@@ -446,7 +468,8 @@ Config read_config(TriggerData *td, int32 rid) {
 	HeapTuple row = SPI_tuptable->vals[0];
 	TupleDesc desc = SPI_tuptable->tupdesc;
 	bool isnull;
-	if (DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull)) != RelationGetRelid(td->tg_relation))
+	c.source = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+	if (c.source != RelationGetRelid(td->tg_relation))
 		return c;
 	c.found = true;
 	c.buffered = DatumGetBool(SPI_getbinval(row, desc, 1, &isnull));
@@ -457,8 +480,13 @@ Config read_config(TriggerData *td, int32 rid) {
 	c.time_att = isnull ? 0 : DatumGetInt16(att);
 	c.key_atts = parse_attnums(SPI_getvalue(row, desc, 5));
 	c.sum_atts = parse_attnums(SPI_getvalue(row, desc, 6));
-	c.filter = SPI_getvalue(row, desc, 7);
-	c.filter_tree = SPI_getvalue(row, desc, 8);
+	char *filter = SPI_getvalue(row, desc, 7);
+	char *tree = SPI_getvalue(row, desc, 8);
+	c.has_filter = filter != nullptr && tree != nullptr;
+	if (c.has_filter) {
+		c.filter = filter;
+		c.filter_tree = tree;
+	}
 	Datum relid = SPI_getbinval(row, desc, 9, &isnull);
 	c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
 	return c;
@@ -587,9 +615,9 @@ void fold_rows(TriggerData *td, int32 rid, const Config &c, std::vector<int64> &
 	Layer &layer = current_layer();
 	ExprState *filter = nullptr;
 	ExprContext *econtext = nullptr;
-	if (c.filter != nullptr)
+	if (c.has_filter)
 		ce::pg_guard([&] {
-			filter = ce::filter::prepare(rel, c.filter_tree, c.filter_relid, c.filter);
+			filter = ce::filter::prepare(rel, c.filter_tree.c_str(), c.filter_relid, c.filter.c_str());
 			econtext = CreateStandaloneExprContext();
 		});
 	TupleTableSlot *slot = ce::pg_guard([desc, store] {
@@ -801,17 +829,29 @@ bool fire(TriggerData *td, int32 rid) {
 	auto known = modes->find(rid);
 	if (known != modes->end() && !known->second)
 		return false;
-	ce::pg_guard([] {
-		if (SPI_connect() != SPI_OK_CONNECT)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	});
-	Config c = read_config(td, rid);
-	if (c.found)
-		(*modes)[rid] = c.buffered;
-	if (!c.found || !c.buffered) {
-		ce::pg_guard([] { SPI_finish(); });
-		return false;
+	if (configs == nullptr)
+		configs = new std::unordered_map<int32, Config>();
+	if (!callback_registered) {
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(relcache_callback, 0); });
+		callback_registered = true;
 	}
+	auto cached = configs->find(rid);
+	if (cached == configs->end()) {
+		ce::pg_guard([] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		});
+		Config read = read_config(td, rid);
+		ce::pg_guard([] { SPI_finish(); });
+		if (read.found)
+			(*modes)[rid] = read.buffered;
+		if (!read.found || !read.buffered)
+			return false;
+		cached = configs->emplace(rid, std::move(read)).first;
+	}
+	const Config c = cached->second; // a copy: an invalidation during the statement may drop the entry
+	if (c.source != RelationGetRelid(td->tg_relation))
+		return false;
 	if (!available())
 		throw ce::Error("55000", "buffered rollups need counter_ext in shared_preload_libraries");
 	if (c.time_att <= 0 || c.sum_atts.size() > static_cast<size_t>(max_sums))
@@ -820,14 +860,20 @@ bool fire(TriggerData *td, int32 rid) {
 		local = new Local();
 	std::vector<int64> hours;
 	std::vector<int64> dirty;
-	ce::OwnerSwitch as = ce::pg_guard([&c] { return ce::owner_enter(c.owner); });
-	try {
-		fold_rows(td, rid, c, hours, dirty);
-	} catch (...) {
+	if (c.has_filter) {
+		// the filter is the owner's code: run as the owner
+		ce::OwnerSwitch as = ce::pg_guard([&c] { return ce::owner_enter(c.owner); });
+		try {
+			fold_rows(td, rid, c, hours, dirty);
+		} catch (...) {
+			ce::owner_leave(as);
+			throw;
+		}
 		ce::owner_leave(as);
-		throw;
+	} else {
+		// no user code runs: key images are bytes, sums integers
+		fold_rows(td, rid, c, hours, dirty);
 	}
-	ce::owner_leave(as);
 	sort_unique(hours);
 	sort_unique(dirty);
 	// Shared hour locks, in hour order: only a recompute of the hour waits.
@@ -858,9 +904,13 @@ bool fire(TriggerData *td, int32 rid) {
 		Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
 		const int64 *v = dirty.data();
 		int n = static_cast<int>(dirty.size());
+		ce::pg_guard([] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		});
 		ce::as_owner(catalog, [rid, v, n] { insert_dirty(rid, v, n); });
+		ce::pg_guard([] { SPI_finish(); });
 	}
-	ce::pg_guard([] { SPI_finish(); });
 	return true;
 }
 
@@ -1002,4 +1052,14 @@ CE_FUNCTION(counter_rollup_buffer_take) {
 	}
 	take_into(current_layer(), chosen);
 	PG_RETURN_INT64(static_cast<int64>(chosen.size()));
+}
+
+// counter_internal.rollup_buffer_invalidate(source regclass): makes every
+// backend read the rollups of 'source' from the catalog again (after this
+// transaction commits): rollup_set_filter calls it.
+CE_FUNCTION(counter_rollup_buffer_invalidate) {
+	ce::require_arg(fcinfo, 0, "source");
+	Oid source = PG_GETARG_OID(0);
+	ce::pg_guard([source] { CacheInvalidateRelcacheByRelid(source); });
+	PG_RETURN_VOID();
 }

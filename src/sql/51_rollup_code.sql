@@ -205,6 +205,12 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
+    IF r.mode = 'buffered' THEN
+        -- the owner reads and flushes its rollup's pending sums, as itself
+        -- (the function checks that its caller is a member of the owner)
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.rollup_buffer_rows(integer, boolean) TO %s',
+                       r.owner);
+    END IF;
     FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                  AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', rid) LOOP
@@ -857,11 +863,6 @@ BEGIN
             coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
-    IF mode = 'buffered' THEN
-        -- the owner reads and flushes its rollup's pending sums (as itself)
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.rollup_buffer_rows(integer, boolean) TO %s',
-                       rel.owner);
-    END IF;
 
     -- CREATE TRIGGER waited for every open writer of the source and holds
     -- them off until commit, so these are all the events the triggers miss
@@ -958,6 +959,8 @@ BEGIN
         filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END
     WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_build_sql(r.rollup_id);
+    -- buffered: the triggers keep the rollup's row per backend until the source is invalidated
+    PERFORM counter_internal.rollup_buffer_invalidate(r.source);
     IF compiled IS NOT NULL THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
@@ -1165,6 +1168,13 @@ CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_take(rid integer, from
 RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_rollup_buffer_take';
+
+-- Makes every backend read the rollups of source from the catalog again
+-- (after commit): the buffered trigger keeps them per backend.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_invalidate(source regclass)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'counter_rollup_buffer_invalidate';
 
 -- What buffered mode accepts (rollup_create): the library preloaded (shared
 -- memory), no distinct_on, at most 8 sums of smallint, integer or bigint.

@@ -45,7 +45,8 @@ instructions() {
     { echo "PREPARE p AS $stmt"; for _ in $(seq 1 "$count"); do echo "EXECUTE p"; done; } >"$input"
     chmod 644 "$input"
     ce_as_owner valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-        "$CE_PGBIN/postgres" --single -D "$CE_cg_DIR/data" postgres <"$input" >/dev/null 2>"$out/valgrind.txt"
+        "$CE_PGBIN/postgres" --single -D "$CE_cg_DIR/data" postgres <"$input" >"$out/single.txt" 2>"$out/valgrind.txt"
+    grep -h -m3 ERROR "$out/single.txt" "$out/valgrind.txt" >&2 || true
     sed -n 's/^==[0-9]*== Collected : //p' "$out/valgrind.txt" | tail -1
     rm -rf "$input" "$out"
 }
@@ -54,9 +55,8 @@ ce_as_owner "$CE_PGBIN/pg_ctl" -D "$CE_cg_DIR/data" -w -t 60 stop -m fast >/dev/
 declare -A per
 for rows in 1000 1; do
     for m in plain trigger deferred buffered; do
-        stmt="INSERT INTO ev_$m SELECT nextval('ids'), (random() * 9999)::bigint + 1, 1,
-              '2026-10-06 09:00+00'::timestamptz + random() * interval '59 minutes' FROM generate_series(1, $rows)
-              ON CONFLICT (id, occurred_at) DO NOTHING"
+        # one line: postgres --single ends a statement at a newline
+        stmt="INSERT INTO ev_$m SELECT nextval('ids'), (random() * 9999)::bigint + 1, 1, '2026-10-06 09:00+00'::timestamptz + random() * interval '59 minutes' FROM generate_series(1, $rows) ON CONFLICT (id, occurred_at) DO NOTHING"
         a=$(instructions "$stmt" "$n")
         b=$(instructions "$stmt" $((3 * n)))
         per["$rows|$m"]=$(((b - a) / (2 * n)))
