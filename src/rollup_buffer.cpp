@@ -416,6 +416,7 @@ void relcache_callback(Datum, Oid relid) {
 SPIPlanPtr dirty_plan = nullptr;
 std::unordered_map<int32, bool> *modes = nullptr; // rollup id -> buffered (a rollup's mode never changes)
 Oid log_relid = InvalidOid;
+Oid log_nsp = InvalidOid;
 
 // Reads rollup rid's row into SPI_tuptable. Owns nothing C++: inside SPI, as
 // the catalog's owner.
@@ -551,13 +552,23 @@ int128 sum_value(Datum d, Oid type) {
 // heap: the log belongs to counter_ext; no role writes it through SQL. Owns
 // nothing C++.
 void insert_log(int32 rid, const int64 *hours, int n) {
-	if (log_relid == InvalidOid || get_rel_name(log_relid) == nullptr)
-		log_relid = get_relname_relid("rollup_buffer_log", get_namespace_oid("counter_internal", false));
-	if (log_relid == InvalidOid)
-		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-		                errmsg("counter_internal.rollup_buffer_log does not exist"),
-		                errhint("ALTER EXTENSION counter_ext UPDATE.")));
-	Relation rel = table_open(log_relid, RowExclusiveLock);
+	// the oid is kept per backend; a table made again (the extension
+	// dropped and created) is looked up again
+	Relation rel = log_relid == InvalidOid ? nullptr : try_table_open(log_relid, RowExclusiveLock);
+	if (rel != nullptr &&
+	    (RelationGetNamespace(rel) != log_nsp || strcmp(RelationGetRelationName(rel), "rollup_buffer_log") != 0)) {
+		table_close(rel, RowExclusiveLock);
+		rel = nullptr;
+	}
+	if (rel == nullptr) {
+		log_nsp = get_namespace_oid("counter_internal", false);
+		log_relid = get_relname_relid("rollup_buffer_log", log_nsp);
+		if (log_relid == InvalidOid)
+			ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			                errmsg("counter_internal.rollup_buffer_log does not exist"),
+			                errhint("ALTER EXTENSION counter_ext UPDATE.")));
+		rel = table_open(log_relid, RowExclusiveLock);
+	}
 	Datum values[3];
 	bool nulls[3] = {false, false, false};
 	values[0] = Int32GetDatum(rid);
