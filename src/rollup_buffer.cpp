@@ -863,8 +863,10 @@ bool fire(TriggerData *td, int32 rid) {
 	const Config c = cached->second; // a copy: an invalidation during the statement may drop the entry
 	if (c.source != RelationGetRelid(td->tg_relation))
 		return false;
+	// Without shared memory (the library not preloaded) the caller's path
+	// marks the statement's hours dirty, as in deferred mode: nothing lost.
 	if (!available())
-		throw ce::Error("55000", "buffered rollups need counter_ext in shared_preload_libraries");
+		return false;
 	if (c.time_att <= 0 || c.sum_atts.size() > static_cast<size_t>(max_sums))
 		throw ce::Error("55000", "rollup has no valid time column or too many sums for buffered mode");
 	if (local == nullptr)

@@ -1285,20 +1285,21 @@ BEGIN
     IF r.mode <> 'buffered' THEN
         RETURN 0;
     END IF;
-    IF cur IS NULL THEN
-        RAISE EXCEPTION 'a buffered rollup needs counter_ext in shared_preload_libraries'
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'a rollup flush needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
     WITH gone AS (DELETE FROM counter_internal.rollup_buffer_log l
-                  WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch OPERATOR(pg_catalog.<>) cur
+                  WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch IS DISTINCT FROM cur
                   RETURNING l.hour)
     INSERT INTO counter.rollup_dirty (rollup_id, hour) SELECT DISTINCT rid, gone.hour FROM gone;
     -- this statement's snapshot: the sums of every row it deletes are in
     -- shared memory now, and the next statement claims them
+    IF cur IS NULL THEN
+        -- not preloaded: no shared memory, nothing pending; the trigger marks
+        -- the hours dirty instead (deferred mode's path)
+        RETURN 0;
+    END IF;
     DELETE FROM counter_internal.rollup_buffer_log l
     WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch OPERATOR(pg_catalog.=) cur;
     FOREACH g IN ARRAY r.group_by LOOP

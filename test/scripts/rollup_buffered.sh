@@ -19,7 +19,8 @@
 #      cluster restarted; with the worker alone running the job (flush every
 #      second), within a bounded wait every hour equals GROUP BY;
 #   5. a SERIALIZABLE writer and rows that find the shared table full (128
-#      entries) have their hours marked dirty; after the refresh, exact.
+#      entries) have their hours marked dirty; after the refresh, exact;
+#   6. without the library preloaded, writers mark their hours dirty.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 
@@ -252,3 +253,20 @@ same_totals || fail "totals after the dirty-hour path differ from GROUP BY"
 ce_psql -At -c "SET ROLE bro" -c "SELECT counter.rollup_flush('ev_hourly')" >/dev/null
 same_table || fail "the table after the dirty-hour path differs from GROUP BY"
 echo "ok 5: SERIALIZABLE writers and rows that find the shared table full are recomputed, none lost"
+
+# ---- 6. without shared memory (the library not preloaded): a writer's hours are
+# marked dirty instead, a flush writes nothing and fails nothing, a new buffered
+# rollup is refused
+ce_as_owner sh -c "echo \"shared_preload_libraries = ''\" >>'$CE_brollup_DIR/data/postgresql.conf'"
+ce_cluster_restart brollup || { tail -5 "$CE_brollup_LOG"; fail "restart without preload"; }
+ce_psql -At -v ON_ERROR_STOP=1 -c "SET ROLE bwriter" \
+    -c "INSERT INTO ev (id, k, v, t) VALUES (50, 1, 1, '2026-10-06 20:10+00'), (51, 2, 1, '2026-10-06 21:10+00')" >/dev/null ||
+    fail "a writer failed without shared memory"
+[ "$(ce_psql -At -c "SELECT count(DISTINCT hour) FROM counter.rollup_dirty WHERE hour >= '2026-10-06 20:00+00'")" = 2 ] ||
+    fail "without shared memory the writer's hours were not marked dirty"
+[ "$(ce_psql -At -c "SET ROLE bro" -c "SELECT counter.rollup_flush('ev_hourly')")" = 0 ] || fail "a flush without shared memory"
+ce_psql -At -c "SET ROLE bro" -c "SELECT counter.rollup_refresh_dirty('ev_hourly')" >/dev/null
+same_table || fail "the table without shared memory differs from GROUP BY"
+out=$(ce_psql -At -c "SET ROLE bother" -c "SELECT counter.rollup_create('other2', 'other_ev', 't', '{k}', mode => 'buffered')" 2>&1 || true)
+case "$out" in *"needs counter_ext in shared_preload_libraries"*) ;; *) fail "a buffered rollup made without preload: $out" ;; esac
+echo "ok 6: without shared memory writers mark hours dirty, and the refresh keeps every hour exact"

@@ -32,8 +32,10 @@ void init();
 // The INSERT statement trigger of rollup rid (src/rollup.cpp): true when the
 // rollup is buffered and the statement's rows were folded (or their hours
 // marked dirty); false to let the caller run the trigger/deferred path (any
-// other mode, or a trigger that is not on the rollup's source: the caller
-// raises). Calls PostgreSQL; throws ce::PgError.
+// other mode; a trigger that is not on the rollup's source: the caller
+// raises; no shared memory, the library not preloaded: the caller marks the
+// hours dirty, as for a deferred rollup). Calls PostgreSQL; throws
+// ce::PgError.
 bool fire(TriggerData *td, int32 rid);
 
 } // namespace ce::rollup_buffer
