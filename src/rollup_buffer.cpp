@@ -299,10 +299,17 @@ void xact_callback(XactEvent event, void *) {
 				break;
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 			bool ok = true;
-			for (auto &kv : l.adds)
-				ok = apply_locked(kv.first, kv.second, 1, true) && ok;
+			for (auto it = l.adds.begin(); it != l.adds.end(); ++it)
+				if (!apply_locked(it->first, it->second, 1, true)) {
+					// cannot happen (every new key holds a reservation): take
+					// back what was added, and abort the transaction
+					for (auto back = l.adds.begin(); back != it; ++back)
+						apply_locked(back->first, back->second, -1, false);
+					ok = false;
+					break;
+				}
 			LWLockRelease(shared->lock);
-			local->folded = true;
+			local->folded = ok;
 			if (!ok)
 				ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
 				                errmsg("the shared table of buffered rollups has no room for this transaction's sums"),
