@@ -31,6 +31,7 @@
 #include "counter_ext/filter.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/rollup_buffer.hpp"
 #include "counter_ext/rollup_pending.hpp"
 #include "counter_ext/source.hpp"
 #include "counter_ext/spi.hpp"
@@ -690,6 +691,9 @@ CE_FUNCTION(counter_rollup_fire) {
 		return PointerGetDatum(nullptr);
 	}
 
+	// A buffered rollup's INSERT: folded in C++ (src/rollup_buffer.cpp).
+	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) && ce::rollup_buffer::fire(td, rid))
+		return PointerGetDatum(nullptr);
 	Oid catalog = ce::pg_guard([] {
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));

@@ -206,6 +206,12 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
     END IF;
+    IF r.mode = 'buffered' THEN
+        -- the owner reads and flushes its rollup's pending sums, as itself
+        -- (the function checks that its caller is a member of the owner)
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.rollup_buffer_rows(integer, boolean) TO %s',
+                       r.owner);
+    END IF;
     FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                  AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', rid) LOOP
@@ -345,7 +351,7 @@ BEGIN
     ELSIF NOT counter_internal.lock_take('rollup_day', rid, from_h, wait => false) THEN
         RETURN NULL;
     END IF;
-    IF r.mode = 'trigger' THEN
+    IF r.mode IN ('trigger', 'buffered') THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
         PERFORM counter_internal.lock_take('rollup_hour', rid, h)
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
@@ -356,6 +362,12 @@ BEGIN
     DELETE FROM counter.rollup_dirty d
     WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
     SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, r.refresh_sql, from_h, to_h, hours) AS x(n bigint);
+    IF r.mode = 'buffered' THEN
+        -- The GROUP BY counted every committed row of these hours (writers
+        -- wait for our hour locks): what shared memory holds for them is
+        -- taken out when this commits (src/rollup_buffer.cpp).
+        PERFORM counter_internal.rollup_buffer_take(rid, from_h, to_h, hours);
+    END IF;
     RETURN n;
 END
 $$;
@@ -579,6 +591,11 @@ BEGIN
     rid := r.rollup_id;
     PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
     IF state IS NULL THEN
+        -- a buffered rollup's routine run flushes first: its sums are written,
+        -- the hours a restart may have lost are marked dirty (below)
+        IF r.mode = 'buffered' AND NOT ranged THEN
+            PERFORM counter_internal.rollup_flush_id(rid);
+        END IF;
         -- checks the range (or drops dirty hours outside the retention), and counts the chunks
         IF ranged THEN
             SELECT count(*), min(x.from_h) INTO n, from_h FROM counter.rollup_range_chunks(target,
@@ -700,9 +717,13 @@ BEGIN
     IF name = '' OR octet_length(name) > 63 THEN
         RAISE EXCEPTION 'a rollup name must be 1 to 63 bytes long' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF mode NOT IN ('trigger', 'deferred') THEN
+    IF mode NOT IN ('trigger', 'deferred', 'buffered') THEN
         RAISE EXCEPTION 'unknown rollup mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
-            HINT = 'use ''trigger'' or ''deferred''';
+            HINT = 'use ''trigger'', ''deferred'' or ''buffered''';
+    END IF;
+    -- buffered: sums folded in shared memory (src/rollup_buffer.cpp)
+    IF mode = 'buffered' THEN
+        PERFORM counter_internal.rollup_buffered_check(source, distinct_on, sums);
     END IF;
     IF refresh_every < interval '1 second' OR retention <= interval '0' THEN
         RAISE EXCEPTION 'refresh_every must be at least 1 second and retention positive'
@@ -902,6 +923,10 @@ BEGIN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+    IF r.mode = 'buffered' THEN
+        DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
+        PERFORM counter_internal.rollup_buffer_take(r.rollup_id, '-infinity', 'infinity', NULL);
+    END IF;
     PERFORM counter_internal.run_forget('rollup_refresh', r.rollup_id);
     DELETE FROM counter.rollups c WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_job_sync(name);
@@ -935,6 +960,8 @@ BEGIN
         filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END
     WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_build_sql(r.rollup_id);
+    -- buffered: the triggers keep the rollup's row per backend until the source is invalidated
+    PERFORM counter_internal.rollup_buffer_invalidate(r.source);
     IF compiled IS NOT NULL THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
@@ -1025,7 +1052,8 @@ BEGIN
     RETURN QUERY SELECT * FROM counter_internal.exec_as_owner(r.owner, format(
         'SELECT %1$s AS p, %2$s), pg_catalog.sum(count)::bigint, %3$s), %6$s) FROM %4$s '
         'WHERE hour >= $1 AND hour < $2 GROUP BY 1%5$s ORDER BY 1%5$s',
-        period, key_expr, sums_expr, r.rollup_table, grp, distinct_expr), from_ts, to_ts)
+        period, key_expr, sums_expr, counter_internal.rollup_read_from(r), grp, distinct_expr), from_ts, to_ts,
+        r.rollup_id)
         AS x(p timestamptz, k jsonb, n bigint, s jsonb, d jsonb);
 END
 $$;
@@ -1111,3 +1139,256 @@ LEFT JOIN counter.rollup_status s ON s.rollup_id OPERATOR(pg_catalog.=) r.rollup
 WHERE pg_catalog.pg_has_role(r.owner, 'USAGE');
 COMMENT ON VIEW counter.rollup_state IS 'per rollup of the roles the reader belongs to: newest hours, dirty hours pending, last refresh';
 GRANT SELECT ON counter.rollup_state TO PUBLIC;
+
+-- ---- buffered rollups (mode 'buffered'; 52_rollup_buffered.sql, src/rollup_buffer.cpp)
+
+-- The shared table of buffered rollups: its epoch (a new one at every start
+-- and restart after a crash; NULL when the library was not preloaded).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_epoch()
+RETURNS timestamptz
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rollup_buffer_epoch';
+
+-- The pending (group columns..., hour, count, sums as numeric...) of a
+-- buffered rollup, typed by the caller's column definition list
+-- (counter_internal.rollup_buffer_coldefs). Runs as the rollup's owner (the
+-- caller must be a member of it: EXECUTE is granted to the owners of buffered
+-- rollups, and the function checks). claim: for the flush (takes the days'
+-- rollup_day locks; what it returns leaves shared memory when the transaction
+-- commits).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_rows(rid integer, claim boolean)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rollup_buffer_rows';
+
+-- What shared memory holds for the hours [from_h, to_h) (and in hours, unless
+-- NULL) of rollup rid leaves it when the transaction commits: for a recompute
+-- of those hours (under their locks) and for rollup_drop.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_take(rid integer, from_h timestamptz, to_h timestamptz,
+                                                               hours timestamptz[])
+RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rollup_buffer_take';
+
+-- Makes every backend read the rollups of source from the catalog again
+-- (after commit): the buffered trigger keeps them per backend.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_invalidate(source regclass)
+RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'counter_rollup_buffer_invalidate';
+
+-- What buffered mode accepts (rollup_create): the library preloaded (shared
+-- memory), no distinct_on, at most 8 sums of smallint, integer or bigint.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffered_check(source regclass, distinct_on name[], sums name[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+BEGIN
+    IF NOT counter.preloaded() OR counter_internal.rollup_buffer_epoch() IS NULL THEN
+        RAISE EXCEPTION 'a buffered rollup needs counter_ext in shared_preload_libraries'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'add counter_ext to shared_preload_libraries and restart, or use mode => ''deferred''';
+    END IF;
+    IF cardinality(distinct_on) > 0 THEN
+        RAISE EXCEPTION 'a buffered rollup does not keep distinct sketches' USING ERRCODE = 'feature_not_supported',
+            HINT = 'use mode => ''deferred'' (or ''trigger'') for a rollup with distinct_on';
+    END IF;
+    IF cardinality(sums) > 8 THEN
+        RAISE EXCEPTION 'a buffered rollup keeps at most 8 sums' USING ERRCODE = 'feature_not_supported',
+            HINT = 'use mode => ''deferred'' for more sums';
+    END IF;
+    FOREACH g IN ARRAY sums LOOP
+        IF (SELECT c.atttypid FROM counter.column_of(source, g) c) = 'numeric'::regtype THEN
+            RAISE EXCEPTION 'a buffered rollup sums smallint, integer and bigint columns, not numeric column "%"', g
+                USING ERRCODE = 'feature_not_supported', HINT = 'use mode => ''deferred'' for numeric sums';
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The column definition list of rollup_buffer_rows for rollup r: its group
+-- columns as in its table (type and collation), hour, count, and one numeric
+-- per sum.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_buffer_coldefs(r counter.rollups)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT string_agg(format('%I %s%s', a.attname, format_type(a.atttypid, a.atttypmod),
+                                              CASE WHEN co.oid IS NULL THEN '' ELSE format(' COLLATE %I.%I', cn.nspname, co.collname) END),
+                                       ', ' ORDER BY g.o) OPERATOR(pg_catalog.||) ', '
+                     FROM unnest(r.group_by) WITH ORDINALITY g(n, o)
+                     JOIN pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) r.rollup_table
+                                        AND a.attname OPERATOR(pg_catalog.=) g.n
+                     LEFT JOIN pg_collation co ON co.oid OPERATOR(pg_catalog.=) a.attcollation
+                     LEFT JOIN pg_namespace cn ON cn.oid OPERATOR(pg_catalog.=) co.collnamespace), '')
+           OPERATOR(pg_catalog.||) 'hour timestamptz, count bigint'
+           OPERATOR(pg_catalog.||) coalesce((SELECT string_agg(format(', %I numeric', 'sum_' OPERATOR(pg_catalog.||) g.n),
+                                                               '' ORDER BY g.o)
+                                             FROM unnest(r.sums) WITH ORDINALITY g(n, o)), '')
+$$;
+
+-- What a read of rollup r's rows selects FROM (run as its owner): its table,
+-- and for a buffered rollup its table and its pending sums together ($3: the
+-- rollup id), with the table's column names.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_read_from(r counter.rollups)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cols text := '';
+    g name;
+BEGIN
+    IF r.mode <> 'buffered' THEN
+        RETURN r.rollup_table::text;
+    END IF;
+    FOREACH g IN ARRAY r.group_by LOOP
+        cols := cols || format('%I, ', g);
+    END LOOP;
+    cols := cols || 'hour, count';
+    FOREACH g IN ARRAY r.sums LOOP
+        cols := cols || format(', %I', 'sum_' || g);
+    END LOOP;
+    RETURN format('(SELECT %1$s FROM %2$s UNION ALL SELECT %1$s FROM counter_internal.rollup_buffer_rows($3, false) '
+                  'AS p(%3$s)) AS t', cols, r.rollup_table, counter_internal.rollup_buffer_coldefs(r));
+END
+$$;
+
+-- Flushes buffered rollup rid (the first step of its job, or
+-- counter.rollup_flush): the log rows of another epoch (a restart may have
+-- lost their sums) become dirty hours, recomputed by the job; the log rows of
+-- this epoch it can see are deleted and the pending sums written to the
+-- rollup table as its owner (restricted, search_path pinned), all in one
+-- transaction. A log row visible here was committed after its sums reached
+-- shared memory (src/rollup_buffer.cpp), so what is written covers it.
+-- Returns the rollup rows written.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_flush_id(rid integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    cur timestamptz := counter_internal.rollup_buffer_epoch();
+    keys text := '';
+    sets text := 'count = t.count + EXCLUDED.count';
+    vals text := 'pg_catalog.sum(p.count)';
+    cols text := 'count';
+    g name;
+    n bigint;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    PERFORM counter_internal.rollup_require_owner(r, 'flush it', rid::text);
+    IF r.mode <> 'buffered' THEN
+        RETURN 0;
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a rollup flush needs READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    WITH gone AS (DELETE FROM counter_internal.rollup_buffer_log l
+                  WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch IS DISTINCT FROM cur
+                  RETURNING l.hour)
+    INSERT INTO counter.rollup_dirty (rollup_id, hour) SELECT DISTINCT rid, gone.hour FROM gone;
+    -- this statement's snapshot: the sums of every row it deletes are in
+    -- shared memory now, and the next statement claims them
+    IF cur IS NULL THEN
+        -- not preloaded: no shared memory, nothing pending; the trigger marks
+        -- the hours dirty instead (deferred mode's path)
+        RETURN 0;
+    END IF;
+    DELETE FROM counter_internal.rollup_buffer_log l
+    WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch OPERATOR(pg_catalog.=) cur;
+    FOREACH g IN ARRAY r.group_by LOOP
+        keys := keys || format('%I, ', g);
+    END LOOP;
+    FOREACH g IN ARRAY r.sums LOOP
+        cols := cols || format(', %I', 'sum_' || g);
+        vals := vals || format(', pg_catalog.sum(p.%I)', 'sum_' || g);
+        sets := sets || format(', %1$I = t.%1$I + EXCLUDED.%1$I', 'sum_' || g);
+    END LOOP;
+    SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, format($f$
+        WITH p AS MATERIALIZED (SELECT * FROM counter_internal.rollup_buffer_rows($1, true) AS p(%1$s)),
+        up AS (
+            INSERT INTO %2$s AS t (%3$shour, %4$s)
+            SELECT %3$shour, %5$s FROM p GROUP BY %3$shour ORDER BY %3$shour
+            ON CONFLICT (%3$shour) DO UPDATE SET %6$s
+            RETURNING 1)
+        SELECT pg_catalog.count(*) FROM up$f$,
+        counter_internal.rollup_buffer_coldefs(r), r.rollup_table, keys, cols, vals, sets), rid) AS x(n bigint);
+    RETURN n;
+END
+$$;
+
+-- counter.rollup_flush(name): flushes a buffered rollup now (its job does it
+-- every refresh_every); returns the rollup rows written. 0 for other modes.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_flush(name text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups := counter_internal.rollup_get(name);
+BEGIN
+    PERFORM counter_internal.rollup_require_owner(r, 'flush it');
+    RETURN counter_internal.rollup_flush_id(r.rollup_id);
+END
+$$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_flush above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_flush(name text)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
+
+-- counter.rollup_pending(name): what a buffered rollup holds in shared memory
+-- and has not yet written to its table, per (hour, key). Needs SELECT on the
+-- rollup table (as counter.rollup_totals); read as the rollup's owner.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_pending(name text)
+RETURNS TABLE (hour timestamptz, key jsonb, count bigint, sums jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    r counter.rollups := counter_internal.rollup_get(name);
+    key_expr text := '';
+    grp text := '';
+    sums_expr text := '';
+    g name;
+BEGIN
+    IF NOT pg_catalog.has_table_privilege(caller, r.rollup_table, 'SELECT') THEN
+        RAISE EXCEPTION 'permission denied for rollup "%"', name USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('Reading its pending sums needs SELECT on %s.', r.rollup_table);
+    END IF;
+    IF r.mode <> 'buffered' THEN
+        RETURN;
+    END IF;
+    FOREACH g IN ARRAY r.group_by LOOP
+        key_expr := key_expr || CASE WHEN key_expr = '' THEN '' ELSE ', ' END || format('%L, %I', g, g);
+        grp := grp || format(', %I', g);
+    END LOOP;
+    FOREACH g IN ARRAY r.sums LOOP
+        sums_expr := sums_expr || CASE WHEN sums_expr = '' THEN '' ELSE ', ' END
+                     || format('%L, pg_catalog.sum(%I)', g, 'sum_' || g);
+    END LOOP;
+    RETURN QUERY SELECT * FROM counter_internal.exec_as_owner(r.owner, format(
+        'SELECT hour, pg_catalog.jsonb_build_object(%1$s), pg_catalog.sum(count)::bigint, '
+        'pg_catalog.jsonb_build_object(%2$s) FROM counter_internal.rollup_buffer_rows($1, false) AS p(%3$s) '
+        'GROUP BY hour%4$s ORDER BY hour%4$s',
+        key_expr, sums_expr, counter_internal.rollup_buffer_coldefs(r), grp), r.rollup_id)
+        AS x(h timestamptz, k jsonb, n bigint, s jsonb);
+END
+$$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_pending above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_pending(name text)
+RETURNS TABLE (hour timestamptz, key jsonb, count bigint, sums jsonb)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';

@@ -54,3 +54,17 @@ CALL counter.run_steps('rollup_refresh', 'clicks_hourly', '{"from": "2026-10-05 
 RESET statement_timeout;
 SELECT runner, outcome, info ->> 'outcome' AS refresh, rows_affected FROM counter.job_runs
 WHERE kind = 'rollup_refresh' ORDER BY run_id DESC LIMIT 1;
+
+-- Many writers: a buffered rollup. Writers fold their rows into shared memory
+-- at commit and never touch (or wait on) the rollup's rows; the job flushes
+-- them every refresh_every. Reads through rollup_totals include what is pending.
+CREATE TABLE demo.rollup_views (LIKE demo.rollup_clicks INCLUDING ALL);
+SELECT counter.rollup_create('views_hourly', 'demo.rollup_views', 'occurred_at', '{link_id}', mode => 'buffered',
+                             refresh_every => '5 seconds');
+INSERT INTO demo.rollup_views SELECT * FROM batch ORDER BY event_id ON CONFLICT (event_id, occurred_at) DO NOTHING;
+INSERT INTO demo.rollup_views SELECT * FROM batch ORDER BY event_id ON CONFLICT (event_id, occurred_at) DO NOTHING;
+SELECT (SELECT count(*) FROM demo.views_hourly) AS table_rows, sum(count) AS pending FROM counter.rollup_pending('views_hourly');
+SELECT sum(count) AS counted, (SELECT count(*) FROM demo.rollup_views) AS events
+FROM counter.rollup_totals('views_hourly', '2026-10-06 00:00+00', '2026-10-07 00:00+00');
+SELECT counter.rollup_flush('views_hourly') AS rows_written;
+SELECT sum(count) AS counted FROM demo.views_hourly;
