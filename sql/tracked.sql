@@ -413,6 +413,71 @@ FROM counter.values_of('many', (SELECT array_agg(g::bigint) FROM generate_series
 SELECT counter.untrack('many');
 DROP TABLE tt.many;
 
+-- ---------------------------------------------------------------- a read is base + deltas, without a query
+-- counter.value reads the state tables through their primary keys (src/tracked.cpp,
+-- read_direct): it equals count(*) for bigint, text and uuid keys, before and after a
+-- reconciliation moved rows into base, 0 for a key never seen, with a key of many
+-- delta rows, inside a transaction that added rows itself; an enum key is read by the
+-- plan (its comparison is not initdb's alone) and equals count(*) as well.
+CREATE TYPE tt.color AS ENUM ('red', 'green', 'blue');
+CREATE TABLE tt.rk (b bigint NOT NULL, t text NOT NULL, u uuid NOT NULL, c tt.color NOT NULL,
+                    at timestamptz NOT NULL);
+CREATE INDEX ON tt.rk (at);
+SELECT FROM counter.track('rk_b', 'tt.rk', 'b', 'at', bucket_width => '1 hour');
+SELECT FROM counter.track('rk_t', 'tt.rk', 't', 'at', bucket_width => '1 hour');
+SELECT FROM counter.track('rk_u', 'tt.rk', 'u', 'at', bucket_width => '1 hour');
+SELECT FROM counter.track('rk_c', 'tt.rk', 'c', 'at', bucket_width => '1 hour');
+INSERT INTO tt.rk SELECT g % 5, 'k' || g % 5, ('00000000-0000-0000-0000-00000000000' || g % 5)::uuid,
+    (enum_range(NULL::tt.color))[1 + g % 3], '2024-01-01'::timestamptz + g * interval '1 hour'
+FROM generate_series(1, 2000) g;
+SELECT (xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM counter_internal.%I WHERE key = 1',
+       'tracked_' || counter_id || '_delta'), false, true, '')))[1]::text AS key_1_delta_rows
+FROM counter.tracked WHERE name = 'rk_b';
+CREATE FUNCTION tt.rk_check() RETURNS TABLE (k bigint, b_ok boolean, t_ok boolean, u_ok boolean)
+LANGUAGE sql AS $$
+    SELECT k, counter.value('rk_b', k) = (SELECT count(*) FROM tt.rk WHERE b = k),
+           counter.value('rk_t', 'k' || k) = (SELECT count(*) FROM tt.rk WHERE t = 'k' || k),
+           counter.value('rk_u', ('00000000-0000-0000-0000-00000000000' || k)::uuid)
+               = (SELECT count(*) FROM tt.rk WHERE u = ('00000000-0000-0000-0000-00000000000' || k)::uuid)
+    FROM generate_series(0::bigint, 6) k   -- 5 and 6: never seen
+$$;
+SELECT * FROM tt.rk_check();
+SELECT counter.value('rk_b', 5::bigint) AS never_seen, counter.value('rk_b', 1::bigint) AS key_1;
+SELECT c, counter.value('rk_c', c) = (SELECT count(*) FROM tt.rk r WHERE r.c = e.c) AS enum_ok
+FROM unnest(enum_range(NULL::tt.color)) e(c);
+SELECT outcome FROM counter.reconcile('rk_b', '2024-02-01');
+SELECT outcome FROM counter.reconcile('rk_t', '2024-02-01');
+SELECT outcome FROM counter.reconcile('rk_u', '2024-02-01');
+SELECT * FROM tt.rk_check();
+BEGIN;
+INSERT INTO tt.rk SELECT 1, 'k1', '00000000-0000-0000-0000-000000000001', 'red', '2024-06-01'
+FROM generate_series(1, 3);
+SELECT counter.value('rk_b', 1::bigint) AS own_adds_seen;
+SELECT * FROM tt.rk_check();
+ROLLBACK;
+SELECT * FROM tt.rk_check();
+SELECT counter.untrack('rk_b'), counter.untrack('rk_t'), counter.untrack('rk_u'), counter.untrack('rk_c');
+DROP TABLE tt.rk;
+DROP TYPE tt.color;
+DROP FUNCTION tt.rk_check();
+-- The sum is exact, then held within [-INT64_MAX, INT64_MAX]: two deltas of INT64_MAX
+-- and one of -INT64_MAX are INT64_MAX (not 0, as a sum saturating at each step would be).
+CREATE TABLE tt.sat (k bigint NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON tt.sat (at);
+SELECT FROM counter.track('sat', 'tt.sat', 'k', 'at', mode => 'application', bucket_width => '1 hour');
+BEGIN;
+SELECT counter.add('sat', 1::bigint, 9223372036854775807, '2024-01-01 00:00+00'),
+       counter.add('sat', 1::bigint, 9223372036854775807, '2024-01-01 01:00+00');
+SELECT counter.value('sat', 1::bigint) AS own_high;
+SELECT counter.add('sat', 1::bigint, -9223372036854775807, '2024-01-01 02:00+00');
+SELECT counter.add('sat', 2::bigint, -9223372036854775807, '2024-01-01 00:00+00'),
+       counter.add('sat', 2::bigint, -9223372036854775807, '2024-01-01 01:00+00');
+COMMIT;
+SELECT counter.value('sat', 1::bigint) AS high, counter.value('sat', 2::bigint) AS low,
+       counter.value('sat', 3::bigint) AS none;
+SELECT counter.untrack('sat');
+DROP TABLE tt.sat;
+
 -- ---------------------------------------------------------------- untrack removes everything
 SELECT counter.untrack('comments'), counter.untrack('views'), counter.untrack('likes');
 SELECT count(*) AS counters FROM counter.tracked;

@@ -23,7 +23,12 @@
 #include "counter_ext/wall.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/stratnum.h"
+#include "access/tableam.h"
+#include "access/transam.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_type.h"
 #include "access/xact.h"
 #include "common/int.h"
 #include "access/table.h"
@@ -761,11 +766,28 @@ CE_FUNCTION(counter_tracked_fold) {
 
 namespace {
 
+// What counter.value needs to read a key's rows without a query
+// (read_direct): looked up once per counter, forgotten with the catalog rows
+// (catalog_invalidate). The state tables' OIDs are checked at every read
+// (dropped, or made again, they are looked up by name again).
+struct DirectRead {
+	bool checked = false; // filled since the last invalidation
+	bool usable = false;  // the key type is compared by built-in code only
+	Oid nsp = InvalidOid; // counter_internal
+	Oid base = InvalidOid;
+	Oid delta = InvalidOid;
+	AttrNumber base_att = InvalidAttrNumber;
+	AttrNumber delta_att = InvalidAttrNumber;
+	Oid opfamily = InvalidOid; // the key type's default btree family
+	RegProcedure eq = InvalidOid;
+};
+
 struct KeptPlans {
 	SPIPlanPtr add = nullptr;
 	SPIPlanPtr value = nullptr;
 	SPIPlanPtr values = nullptr;
 	SPIPlanPtr flush = nullptr;
+	DirectRead direct;
 };
 std::unordered_map<int32, KeptPlans> *kept_plans = nullptr;
 
@@ -802,6 +824,9 @@ void catalog_invalidate(Datum, Oid relid) {
 	if (relid == InvalidOid || relid == catalog_relid) {
 		if (name_cache != nullptr)
 			name_cache->stale = true;
+		if (kept_plans != nullptr)
+			for (auto &entry : *kept_plans)
+				entry.second.direct.checked = false;
 		catalog_relid = InvalidOid;
 		fold_invalidate((Datum)0, InvalidOid);
 	}
@@ -896,6 +921,115 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	}
 	*slot = ce::prepare_kept(sql, 1, types);
 	return *slot;
+}
+
+// A read without a query: counter.value reads the key's base row and delta
+// rows through the primary keys of the state tables, as an index scan of the
+// plan above would, under the active snapshot (SPI's read-only execution
+// used the same), with AccessShareLock on each table and index held to the
+// end of the transaction. No code of the owner's or anyone's runs: only a
+// key type of initdb's whose default btree class is initdb's is read so (its
+// equality and comparison are built-in functions; a container type, an enum,
+// a type of an extension may call other code and are read by the plan).
+
+// Owns nothing C++. Fills d for counter c.
+void direct_fill(const Counter &c, DirectRead *d) {
+	*d = DirectRead{};
+	Oid type = getBaseType(c.key_type); // a domain's rows compare as its base type
+	if (type < FirstNormalObjectId && get_typtype(type) == TYPTYPE_BASE && !OidIsValid(get_element_type(type))) {
+		TypeCacheEntry *t = lookup_type_cache(type, TYPECACHE_EQ_OPR | TYPECACHE_CMP_PROC | TYPECACHE_BTREE_OPFAMILY);
+		RegProcedure eq = OidIsValid(t->eq_opr) ? get_opcode(t->eq_opr) : InvalidOid;
+		d->usable = OidIsValid(eq) && eq < FirstNormalObjectId && OidIsValid(t->cmp_proc) &&
+		            t->cmp_proc < FirstNormalObjectId && OidIsValid(t->btree_opf) && t->btree_opf < FirstNormalObjectId;
+		d->eq = eq;
+		d->opfamily = t->btree_opf;
+	}
+	d->nsp = get_namespace_oid("counter_internal", false);
+	d->checked = true;
+}
+
+// Owns nothing C++. Opens counter_internal.tracked_<id>_<part> with
+// AccessShareLock: by the OID kept in *relid while it names that table,
+// else by its name (keeping the new OID). Raises 42P01 when there is none
+// (the counter was untracked meanwhile), as the plan's read did.
+Relation open_state(int32 id, const char *part, const DirectRead *d, Oid *relid) {
+	char *name = psprintf("tracked_%d_%s", id, part);
+	if (OidIsValid(*relid)) {
+		Relation rel = try_table_open(*relid, AccessShareLock);
+		if (rel != nullptr && RelationGetNamespace(rel) == d->nsp && strcmp(RelationGetRelationName(rel), name) == 0)
+			return rel;
+		if (rel != nullptr)
+			table_close(rel, AccessShareLock);
+	}
+	*relid = RangeVarGetRelid(makeRangeVar(pstrdup("counter_internal"), name, -1), AccessShareLock, true);
+	if (!OidIsValid(*relid))
+		ereport(ERROR,
+		        (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("relation \"counter_internal.%s\" does not exist", name),
+		         errdetail("The tracked counter was untracked while it was read."),
+		         errhint("Read it again: it is gone, or tracked anew.")));
+	return table_open(*relid, NoLock);
+}
+
+// Owns nothing C++. Adds to *sum column 'att' (bigint, NOT NULL) of the rows
+// of 'heap' whose key equals 'key', found through its primary key (whose
+// first column is the key). False, with nothing read, when that index is not
+// the btree of the key type's default family (then the plan reads).
+bool sum_rows(Relation heap, AttrNumber att, Datum key, const DirectRead *d, Snapshot snapshot, __int128 *sum) {
+	list_free(RelationGetIndexList(heap)); // fills rd_pkindex
+	Oid pk = heap->rd_pkindex;
+	if (!OidIsValid(pk))
+		return false;
+	Relation index = index_open(pk, AccessShareLock);
+	if (index->rd_rel->relam != BTREE_AM_OID || index->rd_index->indkey.values[0] != 1 ||
+	    index->rd_opfamily[0] != d->opfamily) {
+		index_close(index, NoLock);
+		return false;
+	}
+	ScanKeyData skey;
+	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[0], d->eq, key);
+	IndexScanDesc scan = ce::compat::index_begin(heap, index, snapshot, 1);
+	index_rescan(scan, &skey, 1, nullptr, 0);
+	TupleTableSlot *slot = table_slot_create(heap, nullptr);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+		bool isnull;
+		Datum v = slot_getattr(slot, att, &isnull);
+		if (!isnull)
+			*sum += DatumGetInt64(v);
+		CHECK_FOR_INTERRUPTS();
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	index_close(index, NoLock);
+	return true;
+}
+
+// Owns nothing C++. The value of 'key' (of c's key type) in c's state
+// tables into *result, as the plan computes it: the numeric sum of base and
+// deltas held within [-INT64_MAX, INT64_MAX] (bounded_open/close). False
+// when the key type is not read directly.
+bool read_direct(const Counter &c, DirectRead *d, Datum key, int64 *result) {
+	if (!d->checked)
+		direct_fill(c, d);
+	if (!d->usable)
+		return false;
+	Snapshot snapshot = GetActiveSnapshot();
+	__int128 sum = 0; // exact: no run of bigint rows overflows it
+	Relation base = open_state(c.id, "base", d, &d->base);
+	if (d->base_att == InvalidAttrNumber)
+		d->base_att = get_attnum(d->base, "base");
+	bool read = d->base_att != InvalidAttrNumber && sum_rows(base, d->base_att, key, d, snapshot, &sum);
+	table_close(base, NoLock);
+	if (!read)
+		return false;
+	Relation delta = open_state(c.id, "delta", d, &d->delta);
+	if (d->delta_att == InvalidAttrNumber)
+		d->delta_att = get_attnum(d->delta, "delta");
+	read = d->delta_att != InvalidAttrNumber && sum_rows(delta, d->delta_att, key, d, snapshot, &sum);
+	table_close(delta, NoLock);
+	if (!read)
+		return false;
+	*result = sum > PG_INT64_MAX ? PG_INT64_MAX : sum < -PG_INT64_MAX ? -PG_INT64_MAX : static_cast<int64>(sum);
+	return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -1214,29 +1348,33 @@ CE_FUNCTION(counter_tracked_value) {
 	Oid given = get_fn_expr_argtype(fcinfo->flinfo, 1);
 	Datum key = PG_GETARG_DATUM(1);
 	KeptPlans *plans = plans_of(c.id);
+	// as the owner only when converted (a domain's check may call the owner's functions)
+	Datum value = given == c.key_type ? key : ce::as_owner(c.owner, [&c, given, key] {
+		return ce::keys::convert(given, key, c.key_type, c.name);
+	});
 	ce::buffer::Image image{};
 	bool imaged = false;
-	ce::buffer::Image *image_p = &image;
-	bool *imaged_p = &imaged;
-	int64 result = ce::as_owner(c.owner, [&c, plans, given, key, image_p, imaged_p] {
-		Datum value = ce::keys::convert(given, key, c.key_type, c.name);
-		if (c.buffered) {
-			int16 len;
-			bool byval;
-			get_typlenbyval(c.key_type, &len, &byval);
-			*imaged_p = ce::buffer::image_of(value, len, byval, image_p);
-		}
-		if (SPI_connect() != SPI_OK_CONNECT)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-		Datum values[1] = {value};
-		if (SPI_execute_plan(value_plan(c, &plans->value, false), values, nullptr, true, 1) != SPI_OK_SELECT ||
-		    SPI_processed != 1)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
-		bool isnull;
-		int64 v = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		SPI_finish();
-		return v;
-	});
+	if (c.buffered) {
+		ce::buffer::Image *image_p = &image;
+		imaged =
+		    ce::pg_guard([&c, value, image_p] { return ce::buffer::image_of(value, c.key_len, c.key_byval, image_p); });
+	}
+	int64 result = 0;
+	int64 *result_p = &result;
+	DirectRead *direct = &plans->direct;
+	if (!ce::pg_guard([&c, direct, value, result_p] { return read_direct(c, direct, value, result_p); }))
+		result = ce::as_owner(c.owner, [&c, plans, value] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			Datum values[1] = {value};
+			if (SPI_execute_plan(value_plan(c, &plans->value, false), values, nullptr, true, 1) != SPI_OK_SELECT ||
+			    SPI_processed != 1)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
+			bool isnull;
+			int64 v = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			SPI_finish();
+			return v;
+		});
 	// after the table's read: its snapshot is older than what the buffer shows
 	result = ce::buffer::saturating_add(result, buffered_amount(c, imaged, image));
 	PG_RETURN_INT64(result);

@@ -11,6 +11,7 @@
 #endif
 
 extern "C" {
+#include "access/genam.h"
 #include "storage/proc.h"
 #include "tcop/pquery.h"
 #include "utils/backend_status.h"
@@ -52,6 +53,16 @@ inline int my_proc_number() {
 	return MyProcNumber;
 #else
 	return MyProc != nullptr ? MyProc->pgprocno : MyProcPid;
+#endif
+}
+
+// index_beginscan. 18 added the instrumentation argument (EXPLAIN's count of
+// index searches): none here.
+inline IndexScanDesc index_begin(Relation heap, Relation index, Snapshot snapshot, int nkeys) {
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, 0);
 #endif
 }
 
