@@ -256,5 +256,9 @@ res machine "$(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpu
 res date "$(date -u '+%Y-%m-%d %H:%M UTC')"
 res git "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+# The hand-written section on GROUP BY instructions (test/bench/hll/callgrind.sh)
+# is kept across regenerations.
+kept=$(sed -n '/^## GROUP BY in instructions/,$p' "$OUT" 2>/dev/null || true)
 python3 test/bench/hll/report.py "$work" >"$OUT"
+[ -z "$kept" ] || printf '\n%s\n' "$kept" >>"$OUT"
 log "wrote $OUT"
