@@ -100,7 +100,10 @@ bool state_empty(const State *st) {
 void state_grow(State *st, uint64 need) {
 	if (need <= st->cap)
 		return;
-	uint64 cap = st->cap > 0 ? st->cap : 8;
+	// The first buffer takes 16 entries (two slot loads): a group of a few
+	// dozen values grows it twice, not four times (each growth copies, and
+	// in a GROUP BY over many groups leaves the old chunk unused).
+	uint64 cap = st->cap > 0 ? st->cap : 16;
 	while (cap < need)
 		cap *= 2;
 	size_t bytes = static_cast<size_t>(cap) * sizeof(uint32);
@@ -271,6 +274,15 @@ void state_merge_bytes(State *st, const uint8 *data, size_t len, bool canonical)
 		// The union has the narrower entry width of the two (the state's
 		// compaction merges entries that narrowing made equal).
 		state_narrow(st, h.width);
+		if (h.precision == p && h.width == st->width && !st->dense) {
+			// Nothing to fold or narrow: decoded straight into the buffer.
+			state_make_room(st, static_cast<uint32>(h.count));
+			if (!st->dense) {
+				hll::decode_sparse(data, len, h, st->entries + st->n, canonical);
+				st->n += static_cast<uint32>(h.count);
+				return;
+			}
+		}
 		uint32 *entries = static_cast<uint32 *>(palloc(h.count * sizeof(uint32)));
 		hll::decode_sparse(data, len, h, entries, canonical);
 		if (h.precision > p)
@@ -948,6 +960,24 @@ CE_FUNCTION(counter_hll_union_trans) {
 	PG_RETURN_POINTER(st);
 }
 
+// A state that hll_deserialize made in the aggregate context 'context' (the
+// only states there that reach a combine function as its second argument: a
+// partial aggregate's own states live in its node's context). The combine
+// function takes it over as the group's first state, or frees it once merged.
+namespace {
+bool deserialized_here(const State *st, MemoryContext context) {
+	return st->context == context;
+}
+
+void deserialized_free(State *st) {
+	if (st->entries != nullptr)
+		pfree(st->entries);
+	if (st->registers != nullptr)
+		pfree(st->registers);
+	pfree(st);
+}
+} // namespace
+
 CE_FUNCTION(counter_hll_combine) {
 	MemoryContext context = agg_context(fcinfo, "hll_combine");
 	State *a = PG_ARGISNULL(0) ? nullptr : reinterpret_cast<State *>(PG_GETARG_POINTER(0));
@@ -957,9 +987,15 @@ CE_FUNCTION(counter_hll_combine) {
 			PG_RETURN_NULL();
 		PG_RETURN_POINTER(a);
 	}
-	if (a == nullptr)
+	bool ours = deserialized_here(b, context);
+	if (a == nullptr) {
+		if (ours)
+			PG_RETURN_POINTER(b); // no copy: it becomes the group's state
 		a = state_new(context, b->precision);
+	}
 	state_merge_state(a, b);
+	if (ours)
+		deserialized_free(b);
 	PG_RETURN_POINTER(a);
 }
 
@@ -969,11 +1005,15 @@ CE_FUNCTION(counter_hll_serialize) {
 	PG_RETURN_BYTEA_P(state_to_varlena(st));
 }
 
+// In the aggregate context, a plain chunk (no cache-line alignment: the state
+// is only merged, never added to row by row), so that hll_combine can take
+// it over or free it (deserialized_here).
 CE_FUNCTION(counter_hll_deserialize) {
-	(void)agg_context(fcinfo, "hll_deserialize");
+	MemoryContext context = agg_context(fcinfo, "hll_deserialize");
 	Bytes b = arg_bytes(fcinfo, 0);
 	hll::Header h = hll::parse_header(b.data, b.len);
-	State *st = state_new(CurrentMemoryContext, h.precision);
+	State *st = static_cast<State *>(MemoryContextAllocZero(context, sizeof(State)));
+	state_init(st, context, h.precision);
 	state_merge_bytes(st, b.data, b.len, true);
 	PG_RETURN_POINTER(st);
 }

@@ -151,7 +151,9 @@ namespace {
 // sort one small buffer per group, so this beats std::sort's mispredictions.
 constexpr size_t small_sort_max = 512;
 
-void small_sort(uint32_t *entries, size_t n, int w) noexcept {
+// Sorts and keeps one entry per value (the largest rho field, which sorts
+// last among equal values); returns how many are kept.
+size_t small_sort_unique(uint32_t *entries, size_t n, int w) noexcept {
 	uint32_t tmp[small_sort_max];
 	uint16_t start[small_sort_max + 1];
 	int k = 1;
@@ -175,7 +177,15 @@ void small_sort(uint32_t *entries, size_t n, int w) noexcept {
 		}
 		tmp[j] = x;
 	}
-	memcpy(entries, tmp, n * sizeof(uint32_t));
+	// Copied back without a branch: an entry is overwritten by the next one
+	// of the same value.
+	size_t out = 0;
+	for (size_t i = 0; i + 1 < n; i++) {
+		entries[out] = tmp[i];
+		out += entry_value(tmp[i + 1]) != entry_value(tmp[i]);
+	}
+	entries[out++] = tmp[n - 1];
+	return out;
 }
 
 } // namespace
@@ -184,9 +194,8 @@ size_t compact_entries(uint32_t *entries, size_t n, int w) noexcept {
 	if (n == 0)
 		return 0;
 	if (n <= small_sort_max)
-		small_sort(entries, n, w);
-	else
-		std::sort(entries, entries + n);
+		return small_sort_unique(entries, n, w);
+	std::sort(entries, entries + n);
 	size_t out = 0;
 	for (size_t i = 0; i < n; i++) {
 		// equal values are adjacent, the largest rho field last
@@ -338,16 +347,21 @@ double estimate_dense(const uint8_t *registers, int p) noexcept {
 
 namespace {
 
+// Bits are gathered in a 64-bit word and stored 32 at a time (little-endian,
+// so the bytes are those of a byte-at-a-time writer); flush() writes the
+// last partial word's bytes. It never writes past the bits it was given.
 class BitWriter {
 public:
 	explicit BitWriter(uint8_t *out) noexcept : out_(out) {}
 	void put(uint64_t bits, int n) noexcept { // n <= 32
 		acc_ |= (bits & ((uint64_t{1} << n) - 1)) << used_;
 		used_ += n;
-		while (used_ >= 8) {
-			*out_++ = static_cast<uint8_t>(acc_);
-			acc_ >>= 8;
-			used_ -= 8;
+		if (used_ >= 32) {
+			uint32_t word = static_cast<uint32_t>(acc_);
+			memcpy(out_, &word, 4);
+			out_ += 4;
+			acc_ >>= 32;
+			used_ -= 32;
 		}
 	}
 	void unary(uint64_t q) noexcept { // q ones, then a zero
@@ -365,8 +379,11 @@ public:
 		put(uint64_t{1} << q, static_cast<int>(q) + 1);
 	}
 	void flush() noexcept {
-		if (used_ > 0)
+		while (used_ > 0) {
 			*out_++ = static_cast<uint8_t>(acc_);
+			acc_ >>= 8;
+			used_ -= 8;
+		}
 		acc_ = 0;
 		used_ = 0;
 	}

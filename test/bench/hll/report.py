@@ -92,6 +92,13 @@ w(f"counter.hll is **{g_p / g_o:.1f}x faster** in CPU, {ms('grp_pghll_serial') /
 w(f"The 100,000 stored sketches take {r['sk_ours_mb']} MB (counter.hll) and {r['sk_pghll_mb']} MB (postgresql-hll).")
 summary.append(("GROUP BY into 100k sketches", g_o / g_p, None))
 w("")
+if "grp_ours_parallel" in r:
+    w(f"With 2 workers (wall time): `count(x)` {ms('grp_count_parallel'):,.0f} ms, postgresql-hll "
+      f"{ms('grp_pghll_parallel'):,.0f} ms, counter.hll {ms('grp_ours_parallel'):,.0f} ms "
+      f"(ratio {ratio(ms('grp_ours_parallel'), ms('grp_pghll_parallel'))}); plans: counter.hll "
+      f"`{r.get('plan_grp_ours_parallel', '')}`, postgresql-hll `{r.get('plan_grp_pghll_parallel', '')}`.")
+    summary.append(("GROUP BY into 100k sketches, 2 workers (wall)", ms("grp_ours_parallel") / ms("grp_pghll_parallel"), None))
+    w("")
 
 w("## Union-aggregate over the 100,000 sketches")
 w("")

@@ -4,6 +4,8 @@
 #
 #   bash test/bench/hll/run.sh            # 10M-row tables, 5 timed runs each
 #   CE_BENCH_ROWS=1000000 bash test/bench/hll/run.sh   # a quick smaller run
+#   CE_BENCH_PART=group bash test/bench/hll/run.sh     # the GROUP BY case only:
+#       prints the raw results (ms) instead of writing the page
 #
 # Installs postgresql-15-hll and redis-server (when root), starts its own
 # throwaway cluster (test/lib.sh) and a redis-server on a free loopback port,
@@ -70,8 +72,8 @@ res load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 log "loading ${ROWS}-row tables"
 q <<SQL
-CREATE TABLE bench_big AS SELECT g::bigint AS id FROM generate_series(1, $ROWS) g;
-CREATE TABLE bench_text AS SELECT md5(g::text) AS v FROM generate_series(1, $ROWS) g;
+CREATE TABLE bench_big AS SELECT g::bigint AS id FROM generate_series(1, $([ "${CE_BENCH_PART:-}" = group ] && echo 0 || echo "$ROWS")) g;
+CREATE TABLE bench_text AS SELECT md5(g::text) AS v FROM generate_series(1, $([ "${CE_BENCH_PART:-}" = group ] && echo 0 || echo "$ROWS")) g;
 CREATE TABLE bench_grp AS SELECT (g % $NGROUPS)::int AS link, g::bigint AS visitor FROM generate_series(1, $ROWS) g;
 VACUUM ANALYZE bench_big, bench_text, bench_grp;
 SQL
@@ -130,7 +132,7 @@ plan_note() {
 }
 
 log "add-aggregate, bigint"
-for mode in serial parallel; do
+[ "${CE_BENCH_PART:-}" = group ] || for mode in serial parallel; do
     setup=$SERIAL
     [ $mode = parallel ] && setup=$PARALLEL
     timeq "$setup" \
@@ -140,10 +142,10 @@ for mode in serial parallel; do
     plan_note "big_ours_$mode" "$setup" "SELECT counter.hll_add_agg(id) FROM bench_big"
     plan_note "big_pghll_$mode" "$setup" "SELECT hll_add_agg(hll_hash_bigint(id), 14) FROM bench_big"
 done
-timeq "$SERIAL" "big_pghll11_serial" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id))) FROM bench_big"
+[ "${CE_BENCH_PART:-}" = group ] || timeq "$SERIAL" "big_pghll11_serial" "SELECT hll_cardinality(hll_add_agg(hll_hash_bigint(id))) FROM bench_big"
 
 log "add-aggregate, text"
-for mode in serial parallel; do
+[ "${CE_BENCH_PART:-}" = group ] || for mode in serial parallel; do
     setup=$SERIAL
     [ $mode = parallel ] && setup=$PARALLEL
     timeq "$setup" \
@@ -161,6 +163,15 @@ plan_note grp_ours "$SERIAL" "SELECT link, counter.hll_add_agg(visitor) AS s FRO
 plan_note grp_pghll "$SERIAL" "SELECT link, hll_add_agg(hll_hash_bigint(visitor), 14) AS s FROM bench_grp GROUP BY link"
 plan_note grp_ours_4mb "SET work_mem = '4MB'; $SERIAL" \
     "SELECT link, counter.hll_add_agg(visitor) AS s FROM bench_grp GROUP BY link"
+timeq "$PARALLEL" grp_count_parallel "$grp_count" grp_ours_parallel "$grp_ours" grp_pghll_parallel "$grp_pghll"
+plan_note grp_ours_parallel "$PARALLEL" "SELECT link, counter.hll_add_agg(visitor) AS s FROM bench_grp GROUP BY link"
+plan_note grp_pghll_parallel "$PARALLEL" \
+    "SELECT link, hll_add_agg(hll_hash_bigint(visitor), 14) AS s FROM bench_grp GROUP BY link"
+if [ "${CE_BENCH_PART:-}" = group ]; then
+    res load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
+    cat "$work/results.txt"
+    exit 0
+fi
 
 log "union-aggregate over $NGROUPS sketches"
 q <<SQL
@@ -245,5 +256,9 @@ res machine "$(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpu
 res date "$(date -u '+%Y-%m-%d %H:%M UTC')"
 res git "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+# The hand-written section on GROUP BY instructions (test/bench/hll/callgrind.sh)
+# is kept across regenerations.
+kept=$(sed -n '/^## GROUP BY in instructions/,$p' "$OUT" 2>/dev/null || true)
 python3 test/bench/hll/report.py "$work" >"$OUT"
+[ -z "$kept" ] || printf '\n%s\n' "$kept" >>"$OUT"
 log "wrote $OUT"
