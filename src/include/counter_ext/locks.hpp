@@ -44,6 +44,7 @@ inline constexpr uint16_t rollup_day = 3;  // a rollup's refresh of one UTC day
 inline constexpr uint16_t rollup_hour = 4; // a rollup's hour: writers share it, a refresh takes it alone
 inline constexpr uint16_t job = 5;         // claiming one job
 inline constexpr uint16_t flush = 6;       // a buffered counter's flush
+inline constexpr uint16_t rollup_commit = 7; // a trigger-mode rollup's commit-time upsert: one writer at a time
 
 inline constexpr LockClass classes[] = {
     {"tracked", tracked, "counter_id"},
@@ -52,6 +53,7 @@ inline constexpr LockClass classes[] = {
     {"rollup_hour", rollup_hour, "rollup_id * 2^20 + UTC hour number mod 2^20, mod 2^32"},
     {"job", job, "job_id mod 2^32"},
     {"flush", flush, "counter_id (a buffered counter's flush)"},
+    {"rollup_commit", rollup_commit, "rollup_id (a trigger-mode rollup's upsert at its writer's commit)"},
 };
 
 // The class named 'name', or nullptr.
