@@ -38,12 +38,12 @@ struct LockClass {
 	const char *id;  // what the lock's object id is
 };
 
-inline constexpr uint16_t tracked = 1;     // one tracked counter's reconciliation
-inline constexpr uint16_t partition = 2;   // maintenance of one partitioned table
-inline constexpr uint16_t rollup_day = 3;  // a rollup's refresh of one UTC day
-inline constexpr uint16_t rollup_hour = 4; // a rollup's hour: writers share it, a refresh takes it alone
-inline constexpr uint16_t job = 5;         // claiming one job
-inline constexpr uint16_t flush = 6;       // a buffered counter's flush
+inline constexpr uint16_t tracked = 1;       // one tracked counter's reconciliation
+inline constexpr uint16_t partition = 2;     // maintenance of one partitioned table
+inline constexpr uint16_t rollup_day = 3;    // a rollup's refresh of one UTC day
+inline constexpr uint16_t rollup_hour = 4;   // a rollup's hour: writers share it, a refresh takes it alone
+inline constexpr uint16_t job = 5;           // claiming one job
+inline constexpr uint16_t flush = 6;         // a buffered counter's flush
 inline constexpr uint16_t rollup_commit = 7; // a trigger-mode rollup's commit-time upsert: one writer at a time
 
 inline constexpr LockClass classes[] = {
