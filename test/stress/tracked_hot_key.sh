@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
+# KNOWN OPEN BUG (found 2026-12-02, not fixed): in about a third of the runs
+# the value ends 1 or 2 above the committed adds and stays there after
+# flushes; the same with 1.5's src/buffer.cpp (before the lanes) and with the
+# concurrent flushes removed, so it is older than the lanes and not in the
+# read. Not run by make test until it is found; run it with
+#   CE_STRESS=1 CE_ONLY='^tracked_hot_key$' bash test/run.sh
 # One hot key of a buffered counter from 64 sessions at once (the adders of
 # one key meet in one entry, spread over its lanes): pgbench -c 64 runs a
 # fixed number of transactions per session, drawn from
