@@ -61,6 +61,7 @@ citus_for() {
 }
 
 summary=()
+excerpts=()  # majors with failures
 total_passed=0
 total_failed=0
 
@@ -122,9 +123,17 @@ for major in "${majors[@]}"; do
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))
     skipped=$(grep -m1 '^skipped (not counted as passed): ' "$CE_TOP/build/versions-pg$major.log" | sed 's/^skipped (not counted as passed): //')
-    summary+=("PostgreSQL $major: $p passed, $f failed ($elapsed s)${skipped:+; skipped: $skipped}")
+    failed_names=$(grep -m1 '^failed: ' "$CE_TOP/build/versions-pg$major.log" | sed 's/^failed: //')
+    summary+=("PostgreSQL $major: $p passed, $f failed ($elapsed s)${failed_names:+; failed: $failed_names}${skipped:+; skipped: $skipped}")
+    [ -n "$failed_names" ] && excerpts+=("$major")
 done
 
+# What failed, in a few lines each, just above the summary: a CI log that
+# keeps only its tail still says which test failed and how.
+for major in "${excerpts[@]}"; do
+    echo "=== PostgreSQL $major: the failures' last lines (whole: build/versions-pg$major.log)"
+    grep -E -A12 '\.\.\. FAILED|^(not ok|test .* FAILED)' "$CE_TOP/build/versions-pg$major.log" | grep -v '^--$' | tail -n 30
+done
 echo "==="
 for line in "${summary[@]}"; do echo "$line"; done
 echo "$total_passed passed, $total_failed failed"
