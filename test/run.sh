@@ -157,11 +157,7 @@ fi
 
 script_files=()
 citus_names=()
-# CE_STRESS=1 adds test/stress/*.sh: tests of known open bugs that fail now and
-# then (each says which), run on demand, not by make test.
-stress=()
-[ -n "${CE_STRESS:-}" ] && stress=(test/stress/*.sh)
-for f in test/scripts/*.sh "${stress[@]}"; do
+for f in test/scripts/*.sh; do
     [ -e "$f" ] || continue
     t=$(basename "$f" .sh)
     wanted "$t" || continue

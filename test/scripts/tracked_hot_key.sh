@@ -1,10 +1,4 @@
 #!/usr/bin/env bash
-# KNOWN OPEN BUG (found 2026-12-02, not fixed): in about a third of the runs
-# the value ends 1 or 2 above the committed adds and stays there after
-# flushes; the same with 1.5's src/buffer.cpp (before the lanes) and with the
-# concurrent flushes removed, so it is older than the lanes and not in the
-# read. Not run by make test until it is found; run it with
-#   CE_STRESS=1 CE_ONLY='^tracked_hot_key$' bash test/run.sh
 # One hot key of a buffered counter from 64 sessions at once (the adders of
 # one key meet in one entry, spread over its lanes): pgbench -c 64 runs a
 # fixed number of transactions per session, drawn from
@@ -88,7 +82,7 @@ END
 $$;
 SQL
 
-"$CE_PGBIN/pgbench" -n -c "$clients" -j 2 -t "$per_client" -f "$work/add.sql@4" -f "$work/row_add.sql@2" \
+"$CE_PGBIN/pgbench" -n -c "$clients" -j 1 -t "$per_client" -f "$work/add.sql@4" -f "$work/row_add.sql@2" \
     -f "$work/rolled_back.sql@1" -f "$work/savepoint.sql@1" >"$work/pgbench.txt" 2>&1 &
 load=$!
 pids+=($load)
@@ -109,7 +103,11 @@ wait 2>/dev/null || true
 pids=()
 grep -q "went down" "$work/reader.txt" && { cat "$work/reader.txt"; exit 1; }
 
-# pgbench's transactions per script: "SQL script 1: .../add.sql" then "- N transactions"
+# pgbench's transactions per script: "SQL script 1: .../add.sql" then "- N transactions".
+# Both loads run one pgbench thread (-j 1; the 64 sessions still run at once
+# in the server): pgbench adds to a script's count from every thread without
+# a lock ("XXX could use a mutex here, but we choose not to"), and with -j 2
+# it lost an add now and then, which read as the value 1-2 above the adds.
 adds_of() { # adds_of PGBENCH_OUTPUT TRANSACTIONS: the committed 'add' transactions
     local n total
     n=$(awk '/^SQL script [0-9]+: .*\/add2?.sql/ { s = 1; next } s && /transactions/ { print $2; exit }' "$1")
@@ -128,7 +126,7 @@ ce_psql -At -c "SELECT counter.flush()" -c "SELECT counter.flush()" >/dev/null
 sed "s/1::bigint)/1::bigint, 1, date_trunc('minute', now()))/" "$work/add.sql" >"$work/add2.sql"
 sed "s/1::bigint)/1::bigint, 1, date_trunc('minute', now()))/" "$work/rolled_back.sql" >"$work/rolled_back2.sql"
 overflows=$(ce_psql -At -c "SELECT overflows FROM counter.buffered WHERE counter = 'hot'")
-"$CE_PGBIN/pgbench" -n -c "$clients" -j 2 -t 50 -f "$work/add2.sql@4" -f "$work/rolled_back2.sql@1" \
+"$CE_PGBIN/pgbench" -n -c "$clients" -j 1 -t 50 -f "$work/add2.sql@4" -f "$work/rolled_back2.sql@1" \
     >"$work/pgbench2.txt" 2>&1 || { cat "$work/pgbench2.txt"; echo "the second load failed"; exit 1; }
 [ "$(ce_psql -At -c "SELECT overflows FROM counter.buffered WHERE counter = 'hot'")" = "$overflows" ] ||
     { ce_psql -c "SELECT * FROM counter.buffered"; echo "adds of the second load took the direct path"; exit 1; }
