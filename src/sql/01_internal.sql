@@ -16,6 +16,28 @@ RETURNS bigint
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_exec_as_owner_cmd';
 
+-- The one owner check (doc/security.md): raises unless the role that called
+-- the entry point (counter_internal.caller()) is a member of 'owner' or a
+-- superuser. 'what' names the object as the caller gave it; the error is the
+-- same for an object that does not exist (owner NULL) and one the caller does
+-- not own, so it tells nobody which objects other roles have.
+CREATE OR REPLACE FUNCTION counter_internal.require_owner(owner regrole, what text, action text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+BEGIN
+    IF owner IS NULL OR NOT coalesce(pg_catalog.pg_has_role(caller, owner, 'USAGE')
+            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller), false) THEN
+        RAISE EXCEPTION '% does not exist or you do not own it', what
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = pg_catalog.format('Only members of its owner (or a superuser) may %s.', action);
+    END IF;
+END
+$$;
+
 -- The one filter compiler (src/filter.cpp): resolves a filter as the owner,
 -- once, and returns {canonical text, tree}; filter_match applies the stored
 -- tree of a tracked counter ('tracked') or rollup ('rollup') to a source row.

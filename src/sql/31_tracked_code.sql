@@ -104,25 +104,6 @@ BEGIN
 END
 $$;
 
--- Raises unless the calling role may manage counter t (a member of the
--- source table's owner, or a superuser).
-CREATE OR REPLACE FUNCTION counter_internal.tracked_require_owner(t counter.tracked, action text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    caller regrole := counter_internal.caller();
-BEGIN
-    IF NOT (pg_catalog.pg_has_role(caller, t.owner, 'USAGE')
-            OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'tracked counter "%" does not exist or you do not own it', t.name
-            USING ERRCODE = '42501',
-                  HINT = pg_catalog.format('Only members of the owner of its table (or a superuser) may %s it.', action);
-    END IF;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION counter_internal.tracked_table(t counter.tracked, part text)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -561,7 +542,7 @@ DECLARE
     src regclass;
     trg text;
 BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'untrack');
+    PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'untrack it');
     PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     -- The source, when it still exists (to_regclass of the OID's text is no such
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
@@ -950,7 +931,7 @@ DECLARE
     b record;
     r counter.tracked_runs;
 BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'reconcile it');
     -- a buffered counter is flushed first (in this transaction: the batches
     -- see what it wrote); the flush may schedule a repair (full_pending)
     IF t.buffered THEN
@@ -1021,7 +1002,7 @@ DECLARE
     outcome text;
     r counter.tracked_runs;
 BEGIN
-    PERFORM counter_internal.tracked_require_owner(t, 'reconcile');
+    PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'reconcile it');
     IF state IS NULL THEN
         -- a buffered counter is flushed first (this transaction commits
         -- before the steps); the flush may schedule a repair (full_pending)

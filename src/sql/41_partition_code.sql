@@ -18,25 +18,6 @@ LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT counter_internal.exec_as_owner_cmd(counter_internal.partition_owner(parent), sql, true) $$;
 
--- Raises unless the calling role may manage parent (a member of its owner,
--- or a superuser).
-CREATE OR REPLACE FUNCTION counter_internal.partition_require_owner(parent regclass)
-RETURNS void
-LANGUAGE plpgsql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    caller regrole := counter_internal.caller();
-BEGIN
-    IF NOT (pg_catalog.pg_has_role(caller, counter_internal.partition_owner(parent), 'USAGE')
-            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
-        RAISE EXCEPTION 'managed table % does not exist or you do not own it', parent
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Partition maintenance of a table is for members of its owner (or a superuser).';
-    END IF;
-END
-$$;
-
 -- The parent's columns that an INSERT can list (not dropped, not generated).
 CREATE OR REPLACE FUNCTION counter_internal.partition_column_list(parent regclass)
 RETURNS text
@@ -734,7 +715,7 @@ BEGIN
         RAISE EXCEPTION 'table % is not managed by counter_ext', coalesce(parent::text, target)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM counter_internal.partition_require_owner(parent);
+    PERFORM counter_internal.require_owner(counter_internal.partition_owner(parent), pg_catalog.format('managed table %s', parent), 'manage its partitions');
     IF state IS NULL THEN
         RETURN '{"phase": "steps", "done": 0, "created": 0, "dropped": 0, "moved": 0, "rows": 0, "finished": false}';
     END IF;
@@ -799,7 +780,7 @@ BEGIN
     IF parent IS NULL THEN
         RAISE EXCEPTION 'parent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    PERFORM counter_internal.partition_require_owner(parent);
+    PERFORM counter_internal.require_owner(counter_internal.partition_owner(parent), pg_catalog.format('managed table %s', parent), 'manage its partitions');
     created := 0; dropped := 0; moved := 0; outcome := 'ok';
     LOOP
         i := i + 1;
@@ -1073,7 +1054,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_unmanage.parent) THEN
         RETURN false;
     END IF;
-    PERFORM counter_internal.partition_require_owner(parent);
+    PERFORM counter_internal.require_owner(counter_internal.partition_owner(parent), pg_catalog.format('managed table %s', parent), 'manage its partitions');
     IF NOT counter_internal.lock_take('partition', parent::oid::bigint, wait => false) THEN
         RAISE EXCEPTION 'table % is being maintained right now', parent USING ERRCODE = 'lock_not_available',
             HINT = 'Try again in a moment.';

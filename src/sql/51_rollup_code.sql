@@ -22,29 +22,6 @@ BEGIN
 END
 $$;
 
--- Raises unless the calling role may manage rollup r (a member of its
--- owner, or a superuser). The error names the rollup only as the caller
--- gave it ('given': its id for the entry points called by id, else its
--- name) and is the same for a rollup that does not exist (r.rollup_id NULL)
--- and one the caller does not own, which row-level security hides from it.
-CREATE OR REPLACE FUNCTION counter_internal.rollup_require_owner(r counter.rollups, action text,
-    given text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    caller regrole := counter_internal.caller();
-BEGIN
-    IF r.rollup_id IS NULL OR NOT coalesce(pg_catalog.pg_has_role(caller, r.owner, 'USAGE')
-            OR (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller), false) THEN
-        RAISE EXCEPTION 'rollup % does not exist or you do not own it', coalesce(given, pg_catalog.format('"%s"', r.name))
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = pg_catalog.format('Only members of the rollup''s owner (or a superuser) may %s.', action);
-    END IF;
-END
-$$;
-
 -- The SQL a rollup runs, generated from its catalog row with the current
 -- names of its tables (regclass output under a pinned search_path is
 -- always schema-qualified).
@@ -337,7 +314,7 @@ BEGIN
         RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
-    PERFORM counter_internal.rollup_require_owner(r, 'refresh it', rid::text);
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup %s', rid), 'refresh it');
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'a rollup refresh needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
@@ -397,7 +374,7 @@ BEGIN
         RAISE EXCEPTION 'rollup name and range must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     r := counter_internal.rollup_get(rollup_name);
-    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'refresh it');
     IF NOT isfinite(from_ts) OR NOT isfinite(to_ts) OR counter.rollup_hour(from_ts) <> from_ts
        OR counter.rollup_hour(to_ts) <> to_ts THEN
         RAISE EXCEPTION 'a refresh range must be whole UTC hours: % to %', from_ts, to_ts
@@ -444,7 +421,7 @@ DECLARE
     horizon timestamptz;
     dropped bigint;
 BEGIN
-    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'refresh it');
     horizon := counter_internal.rollup_horizon(rid);
     WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
     SELECT count(DISTINCT hour) INTO dropped FROM gone;
@@ -484,7 +461,7 @@ DECLARE
     run bigint;
 BEGIN
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
-    PERFORM counter_internal.rollup_require_owner(r, 'record its refresh', rid::text);
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup %s', rid), 'record its refresh');
     IF error IS NULL AND outcome LIKE 'skipped %' THEN
         -- chunks another session was refreshing were left (their dirty marks
         -- stay): the run is recorded as skipped, with the reason
@@ -589,7 +566,7 @@ BEGIN
     END IF;
     r := counter_internal.rollup_get(target);
     rid := r.rollup_id;
-    PERFORM counter_internal.rollup_require_owner(r, 'refresh it');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'refresh it');
     IF state IS NULL THEN
         -- a buffered rollup's routine run flushes first: its sums are written,
         -- the hours a restart may have lost are marked dirty (below)
@@ -912,7 +889,7 @@ DECLARE
     r counter.rollups := counter_internal.rollup_get(name);
     op text;
 BEGIN
-    PERFORM counter_internal.rollup_require_owner(r, 'drop it');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'drop it');
     PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
     FOR op IN SELECT g.tgname FROM pg_catalog.pg_trigger g
               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
@@ -952,7 +929,7 @@ DECLARE
     r counter.rollups := counter_internal.rollup_get(name);
     compiled text[];
 BEGIN
-    PERFORM counter_internal.rollup_require_owner(r, 'change its filter');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'change its filter');
     IF filter IS NOT NULL THEN
         compiled := counter_internal.filter_compile(r.source, filter, r.owner);
     END IF;
@@ -1282,7 +1259,7 @@ DECLARE
     n bigint;
 BEGIN
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
-    PERFORM counter_internal.rollup_require_owner(r, 'flush it', rid::text);
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup %s', rid), 'flush it');
     IF r.mode <> 'buffered' THEN
         RETURN 0;
     END IF;
@@ -1334,7 +1311,7 @@ AS $$
 DECLARE
     r counter.rollups := counter_internal.rollup_get(name);
 BEGIN
-    PERFORM counter_internal.rollup_require_owner(r, 'flush it');
+    PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'flush it');
     RETURN counter_internal.rollup_flush_id(r.rollup_id);
 END
 $$;
