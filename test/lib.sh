@@ -257,8 +257,8 @@ ce_scan_log() {
 # (database, role) pool, on a free loopback port, its files in DIR (made
 # the server owner's), trust authentication for the USERs and the owner (its
 # admin: psql -d pgbouncer). Sets CE_BOUNCER_PORT and CE_BOUNCER_PID (a child
-# of the calling shell: kill and wait for it when done); returns when it
-# answers.
+# of the calling shell); returns when it answers. Stop it with
+# ce_pgbouncer_stop DIR.
 ce_pgbouncer_start() {
     local dir=$1 users=$2 try port= line u
     shift 2
@@ -296,6 +296,26 @@ INI
     done
     cat "$dir/pgbouncer.log" >&2
     return 1
+}
+
+# ce_pgbouncer_stop DIR: stops the pgbouncer that ce_pgbouncer_start DIR
+# started, by the pid in its pidfile (CE_BOUNCER_PID is runuser's when root,
+# and killing runuser left pgbouncer running), and waits until it is gone.
+ce_pgbouncer_stop() {
+    local dir=$1 pid try
+    pid=$(cat "$dir/pgbouncer.pid" 2>/dev/null)
+    if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+        for try in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null
+    fi
+    if [ -n "${CE_BOUNCER_PID:-}" ]; then
+        kill "$CE_BOUNCER_PID" 2>/dev/null
+        wait "$CE_BOUNCER_PID" 2>/dev/null
+    fi
+    return 0
 }
 
 # psql with the settings every script wants: stop on error, no psqlrc.

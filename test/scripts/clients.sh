@@ -33,9 +33,8 @@ fi
 src=$CE_TOP/test/clients
 work=$(mktemp -d) || exit 1
 chmod 755 "$work"
-bouncer_pid=
 cleanup() {
-    [ -n "$bouncer_pid" ] && kill "$bouncer_pid" 2>/dev/null && wait "$bouncer_pid" 2>/dev/null
+    ce_pgbouncer_stop "$work"
     ce_cluster_stop_all
     rm -rf "$work"
 }
@@ -77,7 +76,6 @@ ce_pgbouncer_start "$work" clients_app \
     "clients_go_pooled = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_go_pooled" \
     "clients_python = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_python" \
     "clients_node = host=127.0.0.1 port=$CE_clients_PORT dbname=clients_node" || fail "pgbouncer does not start"
-bouncer_pid=$CE_BOUNCER_PID
 port=$CE_BOUNCER_PORT
 
 # run LANG PORT COMMAND...: one program, as clients_app, in its database.

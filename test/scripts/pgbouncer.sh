@@ -19,9 +19,8 @@ ce_require_packages pgbouncer || exit 1
 [ -x /usr/sbin/pgbouncer ] || fail "no /usr/sbin/pgbouncer"
 work=$(mktemp -d) || exit 1
 chmod 755 "$work"
-bouncer_pid=
 cleanup() {
-    [ -n "$bouncer_pid" ] && kill "$bouncer_pid" 2>/dev/null && wait "$bouncer_pid" 2>/dev/null
+    ce_pgbouncer_stop "$work"
     ce_cluster_stop_all
     rm -rf "$work"
 }
@@ -42,7 +41,6 @@ ce_psql -d app -c "CREATE EXTENSION counter_ext" \
 
 ce_pgbouncer_start "$work" "site_a site_b writer" "app = host=127.0.0.1 port=$CE_pool_PORT dbname=app" ||
     fail "pgbouncer does not start"
-bouncer_pid=$CE_BOUNCER_PID
 port=$CE_BOUNCER_PORT
 # via ROLE SQL...: one client connection through the pooler
 via() { local role=$1; shift; "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q -h 127.0.0.1 -p "$port" -U "$role" -d app -At "$@"; }
