@@ -322,7 +322,21 @@ part_d() {
             -c "BEGIN" -f <(sed -e '/^\\set/d' -e '/^BEGIN;/d' -e '/^COMMIT;/d' -e 's/:k/1/g' "$work/$t.sql") -c "COMMIT" \
             >"$work/remote" 2>&1 || { cat "$work/remote"; fail "one transaction of $t"; }
         echo "  one $t transaction sends to the workers: $(sed -n 's/.*issuing \([A-Z]*\( TRANSACTION\| PREPARED\)\?\).*/\1/p' "$work/remote" | paste -sd, -)"
+        if grep -q "issuing PREPARE TRANSACTION" "$work/remote"; then
+            fail "$t: two-phase commit seen; doc/bench/citus.md says one phase"
+        fi
     done
+    # The control: a transaction writing on both workers is committed in two
+    # phases, and pg_dist_transaction counts it (so the 0s above mean one phase)
+    p0=$(q citus_coord -tA -c "SELECT count(*) FROM pg_dist_transaction")
+    q citus_coord -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
+        -c "BEGIN" -c "INSERT INTO ing_plain (k) SELECT g FROM generate_series(1, 20) g" -c "COMMIT" >"$work/remote" 2>&1
+    twopc=$(($(q citus_coord -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
+    if ! grep -q "issuing PREPARE TRANSACTION" "$work/remote" || [ "$twopc" -eq 0 ]; then
+        cat "$work/remote"
+        fail "the control (a write on both workers) shows no two-phase commit ($twopc)"
+    fi
+    echo "  control: an INSERT of 20 keys (both workers) in one transaction: two-phase commit, $twopc rows in pg_dist_transaction"
 }
 run_part d
 
