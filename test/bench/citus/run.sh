@@ -162,7 +162,7 @@ part_a() {
     # count query returns (key, count) for the batch's keys of each shard.
     b_keys=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k)), 0) FROM (SELECT DISTINCT k FROM %s WHERE at < '$NEXT' ORDER BY 1 LIMIT 1000) x")
     b_truth=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k) + pg_column_size(n)), 0) FROM (SELECT k, count(*) AS n FROM %s WHERE k <= 1000 AND at < '$NEXT' GROUP BY 1) x")
-    echo "  per batch of 1000 keys, from the workers (first run): keys query $b_keys bytes of keys (up to 1000 per shard), count query $b_truth bytes (key + count)"
+    echo "  per batch of 1000 keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to 1000 per shard), count query $b_truth bytes (key + count)"
     # ... and to them: the count query's text with the batch's 1000 keys, to
     # every shard a key hashes to (Citus prunes shards, it does not split the array)
     arr=$(q citus_coord -tA -c "SELECT array_agg(g)::text FROM generate_series(1, 1000) g")
