@@ -1,0 +1,349 @@
+#!/usr/bin/env bash
+# Issue 21 item 9: the same workloads on one node and on a Citus cluster
+# (coordinator + 2 workers on this machine, test/citus.sh), reported as
+# ratios. On demand only (not part of make test). doc/bench/citus.md holds
+# the figures and the projection to 32 workers.
+#
+#   (a) reconciliation of KEYS keys of an application-mode tracked counter:
+#       the job's run (CALL counter.job_reconcile, one transaction per batch,
+#       the first full run: every key written), then counter.reconcile with
+#       all_keys on a right state (every key read, none written);
+#   (b) counter.hll_add_agg GROUP BY a column that is not the distribution
+#       column over ROWS rows, with citus.coordinator_aggregation_strategy =
+#       'disabled' (Citus refuses any aggregate it cannot push down);
+#   (c) refresh of one day of an hourly rollup: on one node a deferred-mode
+#       rollup (CALL counter.rollup_refresh); rollups on a distributed table
+#       are refused today (doc/citus.md), so on both the hand-written refresh
+#       a Citus user runs instead (INSERT ... SELECT ... GROUP BY ... ON
+#       CONFLICT into a table colocated with the source: pushed down);
+#   (d) ingest: trigger-mode counters are refused on a distributed table
+#       (doc/citus.md), so: a plain INSERT, the INSERT with counter.add of an
+#       application-mode counter in the same transaction, the same with a
+#       buffered counter; and on one node the trigger-mode counter.
+# Every measurement checks its result (values equal count(*), sketches
+# byte-identical to one node, rollup rows equal GROUP BY). The clusters run
+# with PostgreSQL's durable defaults (fsync, synchronous_commit,
+# full_page_writes on). The load average is printed before each timed part.
+#
+# Citus: installed for the server, or built once from a tarball:
+#   CITUS_SRC=/work/shared/vendor/citus-13.2.2.tar.gz \
+#   CITUS_PATCH=/work/shared/vendor/citus-13.2.2-pg15.20.patch bash test/bench/citus/run.sh
+# Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
+# CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
+# per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
+# CE_BENCH_PARTS=abcd (a subset runs only those workloads).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+source test/lib.sh
+source test/citus.sh
+
+KEYS=${CE_BENCH_KEYS:-100000}
+ROWS=${CE_BENCH_ROWS:-10000000}
+ROLLUP_ROWS=${CE_BENCH_ROLLUP_ROWS:-$((ROWS / 5))}
+INGEST=${CE_BENCH_INGEST:-20000}
+CLIENTS=${CE_BENCH_CLIENTS:-4}
+SHARDS=${CE_BENCH_SHARDS:-32}
+NGROUPS=${CE_BENCH_GROUPS:-100}
+PARTS=${CE_BENCH_PARTS:-abcd}   # which of the workloads (a)-(d) to run
+LINKS=10000
+DAY="2026-07-01 00:00+00"
+NEXT="2026-07-02 00:00+00"
+
+ce_citus_script_setup
+work=$(mktemp -d)
+trap 'ce_cluster_stop_all; rm -rf "$work"' EXIT INT TERM
+durable=("fsync = on" "synchronous_commit = on" "full_page_writes = on" "shared_buffers = '256MB'"
+    "max_wal_size = '4GB'" "work_mem = '64MB'" "maintenance_work_mem = '256MB'")
+# recover_2pc_interval = -1: pg_dist_transaction keeps a row per two-phase
+# commit, counted in (d)
+ce_citus_cluster_start "${durable[@]}" "citus.recover_2pc_interval = -1"
+ce_cluster_start single "counter_ext.enabled = off" "${durable[@]}"
+
+# q NODE psql-args...: NODE is single or citus_coord
+q() {
+    local p="CE_$1_PORT"
+    shift
+    ce_psql -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -d postgres "$@"
+}
+fail() { echo "FAIL: $*"; exit 1; }
+q single -q -c "CREATE EXTENSION counter_ext"
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+# timed NODE SQL...: runs the statements in one session, the last one timed
+# (psql \timing: server time plus the transfer to psql); its rows go to
+# $work/out, its milliseconds to stdout.
+timed() {
+    local node=$1 last=${*: -1} args=() s
+    for s in "${@:2:$#-2}"; do args+=(-c "$s"); done
+    q "$node" -tA "${args[@]}" -c '\timing on' -c "$last" >"$work/raw" || { cat "$work/raw"; fail "$node: $last"; }
+    grep -v '^Time: ' "$work/raw" | grep -v '^Timing is on' >"$work/out" || true
+    grep '^Time: ' "$work/raw" | tail -1 | awk '{printf "%.0f", $2}'
+}
+# keys whose value differs from count(*) (read into a temporary table first:
+# doc/citus.md)
+mismatches() {
+    q "$1" -tA -c "CREATE TEMP TABLE truth AS SELECT $3 AS k, count(*) AS n FROM $2 GROUP BY 1" \
+        -c "SELECT count(*) FROM truth t FULL JOIN (SELECT key AS k, value FROM counter.tracked_values
+                WHERE counter = '$4') v USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0)"
+}
+declare -A ms
+results=()
+# row WORKLOAD SINGLE_MS CITUS_MS LOAD NOTE
+row() {
+    local ratio=n/a
+    [ "$2" != - ] && [ "$3" != - ] && ratio=$(awk -v a="$2" -v b="$3" 'BEGIN { printf "%.2f", b / (a > 0 ? a : 1) }')
+    results+=("| $1 | $2 | $3 | $ratio | $4 | $5 |")
+    echo "  $1: one node $2 ms, Citus $3 ms, ratio $ratio (load $4)"
+}
+# dist TABLE COLUMN [COLOCATE_WITH]: distributes TABLE on the cluster by COLUMN
+dist() {
+    local how="shard_count := $SHARDS"
+    [ -n "${3:-}" ] && how="colocate_with := '$3'"
+    q citus_coord -q -c "SELECT create_distributed_table('$1', '$2', $how)" >/dev/null
+}
+# table NAME COLUMNS DIST_COLUMN [COLOCATE_WITH]: the same empty table on one
+# node and on the cluster, distributed there
+table() {
+    q single -c "CREATE TABLE $1 ($2)"
+    q citus_coord -c "CREATE TABLE $1 ($2)"
+    dist "$1" "$3" "${4:-}"
+}
+# run_part X: runs part_X when CE_BENCH_PARTS names it
+run_part() {
+    [[ $PARTS == *$1* ]] || return 0
+    echo "[${SECONDS}s]"
+    "part_$1"
+}
+# per_shard TABLE SQL: sum over the shards of a number SQL computes on one
+# shard (%s is the shard's name): what the workers send back
+per_shard() {
+    q citus_coord -tA -c "SELECT sum(result::numeric) FROM run_command_on_shards('$1', \$q\$$2\$q\$)"
+}
+
+echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GB RAM"
+echo "Citus $(q citus_coord -tA -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'"), $(q single -tA -c 'SHOW server_version'), $SHARDS shards, coordinator + 2 workers on this machine"
+echo "sizes: keys $KEYS, rows $ROWS, rollup rows $ROLLUP_ROWS, ingest $INGEST transactions x $CLIENTS clients"
+
+# ---------------------------------------------------------------- (a) reconcile
+part_a() {
+    echo "== (a) reconciliation of $KEYS keys"
+    table rk "k bigint NOT NULL, at timestamptz NOT NULL" k
+    for n in single citus_coord; do
+        q "$n" -c "INSERT INTO rk SELECT 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
+                   FROM generate_series(1, $((KEYS * 10))) g" \
+            -c "CREATE INDEX ON rk (k, at)" -c "ANALYZE rk" \
+            -c "SET client_min_messages = warning" \
+            -c "SELECT counter.track('rk_job', 'rk', 'k', 'at', mode => 'application')" \
+            -c "SELECT counter.track('rk_all', 'rk', 'k', 'at', mode => 'application')" >/dev/null
+    done
+    # time_both WORKLOAD NOTE EXPECTED COUNTER SQL...: SQL timed on one node
+    # and on the cluster, its output checked, and every value of COUNTER
+    # checked against count(*)
+    time_both() {
+        local what=$1 note=$2 want=$3 counter=$4 n l
+        shift 4
+        for n in single citus_coord; do
+            l=$(load)
+            ms[$n]=$(timed "$n" "$@")
+            [ "$(cat "$work/out")" = "$want" ] || fail "$n: $what: $(cat "$work/out"), expected $want"
+            [ "$(mismatches "$n" rk k::text "$counter")" = 0 ] || fail "$n: $counter differs from count(*)"
+            ms[$n.load]=$l
+        done
+        row "$what" "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "$note"
+    }
+    time_both "(a) job run, first full run ($KEYS keys written, 1 transaction per batch)" "every value = count(*)" \
+        "$KEYS" rk_job "SET client_min_messages = warning" "CALL counter.job_reconcile('rk_job')"
+    for n in single citus_coord; do   # rk_all's first run: every key written
+        q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.reconcile('rk_all', '$NEXT', all_keys => true)" >/dev/null
+    done
+    time_both "(a) counter.reconcile all_keys, state right ($KEYS keys read, 0 written)" "$KEYS checked, 0 corrected" \
+        "$KEYS 0" rk_all "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('rk_all', '$NEXT', all_keys => true)"
+    # What the workers send per batch (1000 keys): the keys query takes up to
+    # 1000 keys after the last one from every shard (LIMIT pushed down); the
+    # count query returns (key, count) for the batch's keys of each shard.
+    b_keys=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k)), 0) FROM (SELECT DISTINCT k FROM %s WHERE at < '$NEXT' ORDER BY 1 LIMIT 1000) x")
+    b_truth=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k) + pg_column_size(n)), 0) FROM (SELECT k, count(*) AS n FROM %s WHERE k <= 1000 AND at < '$NEXT' GROUP BY 1) x")
+    echo "  per batch of 1000 keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to 1000 per shard), count query $b_truth bytes (key + count)"
+    # ... and to them: the count query's text with the batch's 1000 keys, to
+    # every shard a key hashes to (Citus prunes shards, it does not split the array)
+    arr=$(q citus_coord -tA -c "SELECT array_agg(g)::text FROM generate_series(1, 1000) g")
+    q citus_coord -tA -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT k, count(*) FROM rk WHERE k = ANY ('$arr'::bigint[]) AND at < '$NEXT' GROUP BY 1" >"$work/plan"
+    tasks=$(sed -n 's/.*Task Count: \([0-9]*\).*/\1/p' "$work/plan" | head -1)
+    qlen=$(grep -m1 'Query: ' "$work/plan" | sed 's/^ *Query: //' | wc -c)
+    echo "  to the workers per batch: the count query to $tasks shards, $qlen bytes each ($((tasks * qlen)) bytes)"
+}
+run_part a
+
+# ---------------------------------------------------------------- (b) hll_add_agg
+part_b() {
+    echo "== (b) counter.hll_add_agg GROUP BY g over $ROWS rows"
+    table hv "k bigint NOT NULL, g integer NOT NULL, v bigint NOT NULL" k
+    for n in single citus_coord; do
+        q "$n" -c "INSERT INTO hv SELECT g, g % $NGROUPS, (g::bigint * 7919) % ($ROWS / 4 + 1) FROM generate_series(1, $ROWS) g" \
+            -c "VACUUM ANALYZE hv" >/dev/null
+    done
+    agg="SELECT g, counter.hll_add_agg(v) FROM hv GROUP BY g ORDER BY g"
+    for n in single citus_coord; do
+        q "$n" -tA -c "$agg" >/dev/null   # once to warm the cache
+        l=$(load)
+        ms[$n]=$(timed "$n" "SET citus.coordinator_aggregation_strategy = 'disabled'" "$agg")
+        cp "$work/out" "$work/hll.$n"
+        ms[$n.load]=$l
+    done
+    [ "$(wc -l <"$work/hll.single")" -eq "$NGROUPS" ] || fail "expected $NGROUPS groups"
+    cmp -s "$work/hll.single" "$work/hll.citus_coord" || fail "the sketches on Citus differ from one node"
+    row "(b) hll_add_agg GROUP BY g ($NGROUPS groups), $ROWS rows" "${ms[single]}" "${ms[citus_coord]}" \
+        "${ms[single.load]} / ${ms[citus_coord.load]}" "sketches byte-identical"
+    h_bytes=$(per_shard hv "SELECT coalesce(sum(pg_column_size(s)), 0) FROM (SELECT g, counter.hll_add_agg(v) AS s FROM %s GROUP BY g) x")
+    h_rows=$(per_shard hv "SELECT count(DISTINCT g) FROM %s")
+    h_final=$(q single -tA -c "SELECT sum(pg_column_size(s)) FROM ($agg) x(g, s)")
+    h_dense=$(q single -tA -c "SELECT pg_column_size(counter.hll_add_agg(g)) FROM generate_series(1, 1000000) g")
+    echo "  a full (dense) sketch at the default precision: $h_dense bytes"
+    echo "  from the workers: $h_rows partial sketches, $h_bytes bytes (binary size, as Citus fetches them); result to the client: $h_final bytes"
+}
+run_part b
+
+# ---------------------------------------------------------------- (c) rollup refresh
+part_c() {
+    echo "== (c) refresh of one day of an hourly rollup, $ROLLUP_ROWS rows"
+    hand="INSERT INTO rv_hand AS h (link_id, hour, count)
+        SELECT link_id, date_bin('1 hour', at, '2000-01-01 00:00+00'), count(*) FROM rv
+        WHERE at >= '$DAY' AND at < '$NEXT' GROUP BY 1, 2
+        ON CONFLICT (link_id, hour) DO UPDATE SET count = excluded.count WHERE h.count IS DISTINCT FROM excluded.count"
+    table rv "link_id bigint NOT NULL, at timestamptz NOT NULL" link_id
+    table rv_hand "link_id bigint NOT NULL, hour timestamptz NOT NULL, count bigint NOT NULL, PRIMARY KEY (link_id, hour)" \
+        link_id rv
+    for n in single citus_coord; do
+        q "$n" -c "INSERT INTO rv SELECT 1 + (g * 7919) % $LINKS, '$DAY'::timestamptz + (g % 86400) * interval '1 second'
+                   FROM generate_series(1, $ROLLUP_ROWS) g" -c "CREATE INDEX ON rv (at)" -c "VACUUM ANALYZE rv" >/dev/null
+    done
+    # rows of a rollup-shaped table that differ from GROUP BY
+    rv_diff() {
+        q "$1" -tA -c "SELECT count(*) FROM (SELECT link_id, date_bin('1 hour', at, '2000-01-01 00:00+00') AS hour,
+            count(*) AS n FROM rv GROUP BY 1, 2) t FULL JOIN $2 r USING (link_id, hour) WHERE t.n IS DISTINCT FROM r.count"
+    }
+    q single -q -c "SET client_min_messages = warning" \
+        -c "SELECT counter.rollup_create('rv_hourly', 'rv', 'at', '{link_id}', mode => 'deferred')" >/dev/null
+    for what in empty unchanged; do
+        [ $what = empty ] && q single -c "TRUNCATE rv_hourly"
+        l=$(load)
+        one=$(timed single "SET client_min_messages = warning" "CALL counter.rollup_refresh('rv_hourly', '$DAY', '$NEXT')")
+        [ "$(rv_diff single rv_hourly)" = 0 ] || fail "rollup rv_hourly differs from GROUP BY ($what)"
+        for n in single citus_coord; do
+            [ $what = empty ] && q "$n" -c "TRUNCATE rv_hand"
+            ms[$n.load]=$(load)
+            ms[$n]=$(timed "$n" "$hand")
+            [ "$(rv_diff "$n" rv_hand)" = 0 ] || fail "$n: rv_hand differs from GROUP BY ($what)"
+        done
+        [ "$(q single -tA -c "SELECT md5(string_agg(format('%s %s %s', link_id, hour, count), ',' ORDER BY link_id, hour)) FROM rv_hourly")" = \
+            "$(q citus_coord -tA -c "SELECT md5(string_agg(format('%s %s %s', link_id, hour, count), ',' ORDER BY link_id, hour)) FROM rv_hand")" ] ||
+            fail "the hand-written rollup on Citus differs from the rollup on one node"
+        q citus_coord -tA -c "EXPLAIN (COSTS OFF) $hand" >"$work/plan"
+        if ! grep -q "Task Count: $SHARDS" "$work/plan" || grep -q "INSERT/SELECT method" "$work/plan"; then
+            cat "$work/plan"
+            fail "the hand-written refresh is not pushed down to the shards"
+        fi
+        row "(c) counter.rollup_refresh of a day (one node) vs hand-written refresh (Citus), rollup $what" "$one" "${ms[citus_coord]}" \
+            "$l / ${ms[citus_coord.load]}" "rows = GROUP BY, equal on both"
+        row "(c) hand-written refresh of a day on both, rollup $what" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "rows = GROUP BY, equal on both"
+    done
+    r_rows=$(q single -tA -c "SELECT count(*) FROM rv_hand")
+    r_bytes=$(per_shard rv "SELECT coalesce(sum(pg_column_size(link_id) + pg_column_size(h) + pg_column_size(n)), 0)
+        FROM (SELECT link_id, date_bin('1 hour', at, '2000-01-01 00:00+00') AS h, count(*) AS n FROM %s GROUP BY 1, 2) x")
+    echo "  rollup rows of the day: $r_rows ($r_bytes bytes), computed and written on the shards: only the command and the row count cross the network"
+}
+run_part c
+
+# ---------------------------------------------------------------- (d) ingest
+part_d() {
+    echo "== (d) ingest: $INGEST single-row transactions, $CLIENTS clients"
+    for t in ing_plain ing_app ing_buf ing_trig; do
+        table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+    done
+    for n in single citus_coord; do
+        q "$n" -c "CREATE INDEX ON ing_plain (at)" -c "CREATE INDEX ON ing_app (at)" -c "CREATE INDEX ON ing_buf (at)" \
+            -c "CREATE INDEX ON ing_trig (at)" >/dev/null
+        q "$n" -q -c "SET client_min_messages = warning" \
+            -c "SELECT counter.track('ing_app', 'ing_app', 'k', 'at', mode => 'application')" \
+            -c "SELECT counter.track('ing_buf', 'ing_buf', 'k', 'at', mode => 'application', buffered => true)" >/dev/null
+    done
+    q single -q -c "SET client_min_messages = warning" -c "SELECT counter.track('ing_trig', 'ing_trig', 'k', 'at')" >/dev/null
+    # trigger mode is refused on a distributed table: check it still is
+    if q citus_coord -c "SELECT counter.track('ing_trig', 'ing_trig', 'k', 'at')" >"$work/refused" 2>&1; then
+        fail "a trigger-mode counter on a distributed table was made: doc/citus.md and this benchmark say it is refused"
+    fi
+    grep -q "not supported" "$work/refused" || { cat "$work/refused"; fail "trigger mode not refused with 'not supported'"; }
+    printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO ing_plain (k) VALUES (:k);" >"$work/ing_plain.sql"
+    printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO ing_trig (k) VALUES (:k);" >"$work/ing_trig.sql"
+    for c in app buf; do
+        printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_$c (k) VALUES (:k);" \
+            "SELECT counter.add('ing_$c', :k::bigint);" "COMMIT;" >"$work/ing_$c.sql"
+    done
+    per=$((INGEST / CLIENTS))
+    bench() {
+        local n=$1 t=$2 p="CE_$1_PORT" tps
+        "$CE_PGBIN/pgbench" -n -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -c "$CLIENTS" -j "$CLIENTS" -t "$per" \
+            -f "$work/$t.sql" postgres >"$work/pgbench.out" 2>&1 || { cat "$work/pgbench.out"; fail "$n: pgbench $t"; }
+        if grep -q "number of failed transactions: [1-9]" "$work/pgbench.out"; then
+            cat "$work/pgbench.out"
+            fail "$n: $t: failed transactions"
+        fi
+        tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.out" | tail -1)
+        awk -v t="$tps" -v n="$((per * CLIENTS))" 'BEGIN { printf "%.0f", n * 1000 / t }'
+    }
+    for t in ing_plain ing_app ing_buf ing_trig; do
+        for n in single citus_coord; do
+            if [ $t = ing_trig ] && [ $n = citus_coord ]; then ms[$n]=-; ms[$n.load]=-; continue; fi
+            ms[$n.load]=$(load)
+            [ $n = citus_coord ] && p0=$(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction")
+            ms[$n]=$(bench "$n" "$t")
+            [ $n = citus_coord ] && twopc=$(($(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
+            [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((per * CLIENTS)) ] || fail "$n: $t lost rows"
+            if [ $t != ing_plain ]; then
+                [ $t = ing_buf ] && q "$n" -q -c "SELECT counter.flush('ing_buf')" >/dev/null
+                [ "$(mismatches "$n" $t k::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
+            fi
+        done
+        case $t in
+        ing_plain) what="plain INSERT (no counter)" check="count(*) = transactions" ;;
+        ing_app) what="INSERT + counter.add, application mode, same transaction" check="every value = count(*)" ;;
+        ing_buf) what="INSERT + counter.add, buffered application mode" check="every value = count(*) (after flush)" ;;
+        ing_trig) what="INSERT, trigger-mode counter (refused on Citus)" check="every value = count(*)" ;;
+        esac
+        [ $t = ing_trig ] || check="$check; two-phase commits on Citus: $twopc"
+        row "(d) $what, $((per * CLIENTS)) transactions" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "$check"
+    done
+
+    # After the runs and their checks: what one transaction of each kind sends
+    # to the workers (Citus logs each remote command)
+    for t in ing_plain ing_app ing_buf; do
+        q citus_coord -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
+            -c "BEGIN" -f <(sed -e '/^\\set/d' -e '/^BEGIN;/d' -e '/^COMMIT;/d' -e 's/:k/1/g' "$work/$t.sql") -c "COMMIT" \
+            >"$work/remote" 2>&1 || { cat "$work/remote"; fail "one transaction of $t"; }
+        echo "  one $t transaction sends to the workers: $(sed -n 's/.*issuing \([A-Z]*\( TRANSACTION\| PREPARED\)\?\).*/\1/p' "$work/remote" | paste -sd, -)"
+        if grep -q "issuing PREPARE TRANSACTION" "$work/remote"; then
+            fail "$t: two-phase commit seen; doc/bench/citus.md says one phase"
+        fi
+    done
+    # The control: a transaction writing on both workers is committed in two
+    # phases, and pg_dist_transaction counts it (so the 0s above mean one phase)
+    p0=$(q citus_coord -tA -c "SELECT count(*) FROM pg_dist_transaction")
+    q citus_coord -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
+        -c "BEGIN" -c "INSERT INTO ing_plain (k) SELECT g FROM generate_series(1, 20) g" -c "COMMIT" >"$work/remote" 2>&1
+    twopc=$(($(q citus_coord -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
+    if ! grep -q "issuing PREPARE TRANSACTION" "$work/remote" || [ "$twopc" -eq 0 ]; then
+        cat "$work/remote"
+        fail "the control (a write on both workers) shows no two-phase commit ($twopc)"
+    fi
+    echo "  control: an INSERT of 20 keys (both workers) in one transaction: two-phase commit, $twopc rows in pg_dist_transaction"
+}
+run_part d
+
+echo "[${SECONDS}s] done"
+echo
+echo "| workload | one node ms | Citus ms | Citus / one node | load average before (one node / Citus) | checked |"
+echo "| --- | ---: | ---: | ---: | --- | --- |"
+printf '%s\n' "${results[@]}"
+ce_scan_log "$CE_citus_coord_LOG" && ce_scan_log "$CE_citus_w1_LOG" && ce_scan_log "$CE_citus_w2_LOG" &&
+    ce_scan_log "$CE_single_LOG"
