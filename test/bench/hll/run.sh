@@ -96,6 +96,7 @@ res pg_version "$(q -c "SHOW server_version")"
 res pg_major "$CE_PG_MAJOR"
 res redis_version "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 res rows "$ROWS"
+res reps "$REPS"
 res load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 log "loading ${ROWS}-row tables"
