@@ -15,7 +15,7 @@
 # when every major's run passed its checks. Sizes and repetitions are the
 # scripts' own (CE_BENCH_ROWS, CE_BENCH_REPS, CE_BENCH_ACC, CE_BENCH_RUNS,
 # CE_BENCH_SECONDS, ...: every CE_BENCH_* variable, and the rollup script's
-# EVENTS, ROUNDS, HOT_LINKS, STEPS, reach every major).
+# EVENTS, LINKS, ROUNDS, HOT_LINKS, STEPS, reach every major).
 #
 # 15 runs on the machine as the script alone would; every other major runs
 # the same script on a copy of this tree inside the chroot of the Debian
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 source test/lib.sh
 source test/chroot.sh
 
-majors=(${CE_BENCH_MAJORS:-15 17 18})
+read -ra majors <<<"${CE_BENCH_MAJORS:-15 17 18}"
 benches=("$@")
 [ ${#benches[@]} -gt 0 ] || benches=(hll partition)
 pages=${CE_BENCH_PAGES:-doc/bench}
@@ -55,7 +55,7 @@ done
 # The settings that reach every major's run, as NAME=VALUE words.
 passed_env() {
     local v
-    for v in $(compgen -e | grep -E '^(CE_BENCH_[A-Z_]+|EVENTS|ROUNDS|HOT_LINKS|STEPS)$'); do
+    for v in $(compgen -e | grep -E '^(CE_BENCH_[A-Z_]+|EVENTS|LINKS|ROUNDS|HOT_LINKS|STEPS)$'); do
         case $v in CE_BENCH_RAW | CE_BENCH_REPORT | CE_BENCH_OUT | CE_BENCH_PAGES | CE_BENCH_MAJORS) continue ;; esac
         printf '%s=%s\0' "$v" "${!v}"
     done
@@ -64,7 +64,7 @@ passed_env() {
 # run_one BENCH MAJOR RAW: the script on MAJOR, raw results (when it keeps
 # them) to RAW.
 run_one() {
-    local bench=$1 major=$2 raw=$3 script suite dir work rc
+    local bench=$1 major=$2 raw=$3 script dir='' work='' rc
     script=$(script_of "$bench")
     local -a envs=()
     mapfile -d '' envs < <(passed_env)
@@ -73,12 +73,8 @@ run_one() {
         env "${envs[@]//@RAW@/$raw}" CE_PG_MAJOR=15 bash "$script"
         return
     fi
-    suite=$(ce_suite_of "$major")
-    # shellcheck disable=SC2046
-    dir=$(ce_chroot_ensure "pg$major-$suite" "$suite" $(ce_chroot_packages "$major")) || return 1
-    work=$(mktemp -d "$dir/tmp/counter_ext.bench.XXXXXX") || return 1
-    chmod 755 "$work"
-    ce_copy_tree "$work" || { rm -rf "$work"; return 1; }
+    { read -r dir && read -r work; } < <(ce_chroot_copy "$major")
+    [ -n "$work" ] || return 1
     local inner=${work#"$dir"}
     ce_in_chroot "$dir" /usr/bin/env "${envs[@]//@RAW@/$inner/build/bench-raw}" CE_PG_MAJOR="$major" \
         /bin/bash -c 'cd "$1" && exec bash "$2"' run "$inner" "$script"
