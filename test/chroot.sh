@@ -176,3 +176,19 @@ ce_copy_tree() {
         (cd "$CE_TOP" && tar --exclude=./build --exclude='*.o' --exclude='*.so' --exclude=.deps -cf - .) | tar -xf - -C "$1"
     fi
 }
+
+# ce_chroot_copy MAJOR: the test chroot of MAJOR (ce_chroot_ensure) and a copy
+# of this tree (ce_copy_tree) in a fresh directory under its /tmp, for a
+# script to run there (test/versions.sh, test/bench/majors.sh). Prints two
+# lines: the chroot's directory, then the copy's (inside the chroot it is the
+# copy's path without the chroot's prefix). The caller removes the copy.
+ce_chroot_copy() {
+    local suite dir work
+    suite=$(ce_suite_of "$1") || return 1
+    # shellcheck disable=SC2046
+    dir=$(ce_chroot_ensure "pg$1-$suite" "$suite" $(ce_chroot_packages "$1")) || return 1
+    work=$(mktemp -d "$dir/tmp/counter_ext.tree.XXXXXX") || return 1
+    chmod 755 "$work"
+    ce_copy_tree "$work" || { rm -rf "$work"; return 1; }
+    printf '%s\n%s\n' "$dir" "$work"
+}

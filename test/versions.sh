@@ -83,16 +83,12 @@ run_one() {
 }
 
 run_in_chroot() {
-    local major=$1 suite dir work rc
-    suite=$(ce_suite_of "$major")
-    # shellcheck disable=SC2046
-    dir=$(ce_chroot_ensure "pg$major-$suite" "$suite" $(ce_chroot_packages "$major")) || {
+    local major=$1 dir='' work='' rc
+    { read -r dir && read -r work; } < <(ce_chroot_copy "$major")
+    [ -n "$work" ] || {
         echo "0 passed, 1 failed"
         return 1
     }
-    work=$(mktemp -d "$dir/tmp/counter_ext.tree.XXXXXX") || return 1
-    chmod 755 "$work"
-    ce_copy_tree "$work" || { echo "0 passed, 1 failed"; return 1; }
     local inner=${work#"$dir"} src= patch=
     # The Citus tarball (and patch) go in with the copy of the tree.
     if [ -n "$citus_src" ]; then

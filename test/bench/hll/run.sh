@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# counter.hll beside postgresql-hll 2.17 and Redis PFADD/PFCOUNT (issue 3),
+# counter.hll beside postgresql-hll (the newest version the installed package
+# ships: 2.17 on 15, 2.18 on 17, 2.21 on 18) and Redis PFADD/PFCOUNT (issue 3),
 # same machine, same cluster, same data, one run. Writes doc/bench/hll.md.
+# On 15, 17 and 18 in one run, one column per major: test/bench/majors.sh.
 #
 #   bash test/bench/hll/run.sh            # 10M-row tables, 5 timed runs each
 #   CE_BENCH_ROWS=1000000 bash test/bench/hll/run.sh   # a quick smaller run
 #   CE_BENCH_PART=group bash test/bench/hll/run.sh     # the GROUP BY case only:
 #       prints the raw results (ms) instead of writing the page
+#   CE_BENCH_RAW=DIR ...       # keeps the raw results in DIR, writes no page
+#   CE_BENCH_REPORT="DIR..."   # runs nothing: writes the page from raw
+#       results (one DIR per major, as test/bench/majors.sh does)
 #
-# Installs postgresql-15-hll and redis-server (when root), starts its own
+# Installs postgresql-N-hll and redis-server (when root), starts its own
 # throwaway cluster (test/lib.sh) and a redis-server on a free loopback port,
 # and stops both at the end. Times are the best of CE_BENCH_REPS interleaved
 # runs after one warm-up round: CPU time of the backend for serial plans, wall time (psql's
@@ -20,6 +25,24 @@ ROWS=${CE_BENCH_ROWS:-10000000}
 REPS=${CE_BENCH_REPS:-5}
 OUT=${CE_BENCH_OUT:-doc/bench/hll.md}
 NGROUPS=100000
+
+# write_page DIR...: the page from the raw results in each DIR (one per
+# major). The hand-written section on GROUP BY instructions
+# (test/bench/hll/callgrind.sh) is kept across regenerations.
+write_page() {
+    local kept
+    kept=$(sed -n '/^## GROUP BY in instructions/,$p' "$OUT" 2>/dev/null || true)
+    python3 test/bench/hll/report.py "$@" >"$OUT.tmp" || return 1
+    [ -z "$kept" ] || printf '\n%s\n' "$kept" >>"$OUT.tmp"
+    mv "$OUT.tmp" "$OUT"
+    echo "wrote $OUT" >&2
+}
+if [ -n "${CE_BENCH_REPORT:-}" ]; then
+    # shellcheck disable=SC2086
+    write_page $CE_BENCH_REPORT
+    exit
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/counter_ext.bench_hll.XXXXXX")
 chmod 755 "$work"
 redis_port=""
@@ -63,11 +86,17 @@ q() { ce_psql -At "$@"; }
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 res() { printf '%s %s\n' "$1" "$2" >>"$work/results.txt"; }
 
-q -c "CREATE EXTENSION counter_ext; CREATE EXTENSION hll; ALTER EXTENSION hll UPDATE TO '2.17';"
+# postgresql-hll at the newest version the package ships (Debian's default
+# version may be an older one).
+pghll_newest=$(q -c "SELECT version FROM pg_available_extension_versions WHERE name = 'hll'
+    ORDER BY pg_catalog.string_to_array(version, '.')::int[] DESC LIMIT 1")
+q -c "CREATE EXTENSION counter_ext; CREATE EXTENSION hll; ALTER EXTENSION hll UPDATE TO '$pghll_newest';"
 res pghll_version "$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'hll'")"
 res pg_version "$(q -c "SHOW server_version")"
+res pg_major "$CE_PG_MAJOR"
 res redis_version "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 res rows "$ROWS"
+res reps "$REPS"
 res load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 log "loading ${ROWS}-row tables"
@@ -203,6 +232,12 @@ timeq "$SERIAL" \
     "dunion_ours_serial" "SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM dk_ours" \
     "dunion_pghll_serial" "SELECT hll_cardinality(hll_union_agg(s)) FROM dk_pghll"
 res union_estimates "$(q -c "SELECT round(counter.hll_cardinality(counter.hll_union_agg(s))) FROM sk_ours") / $(q -c "SELECT round(hll_cardinality(hll_union_agg(s))) FROM sk_pghll") (true $ROWS)"
+# A wrong answer must not pass: both unions estimate the ROWS distinct
+# visitors within 3% (at 16384 registers the standard error is 0.8%).
+off=$(q -c "SELECT string_agg(e::text, ', ') FROM (VALUES
+    ((SELECT counter.hll_cardinality(counter.hll_union_agg(s)) FROM sk_ours)),
+    ((SELECT hll_cardinality(hll_union_agg(s)) FROM sk_pghll))) v(e) WHERE abs(e / $ROWS - 1) > 0.03")
+[ -z "$off" ] || ce_die "union estimates off by more than 3% of $ROWS: $off"
 
 log "accuracy"
 # n = 10^k, k = 0..7: 20 trials up to 10^5, 5 at 10^6, 2 at 10^7.
@@ -254,11 +289,11 @@ GROUP BY 1, 2 ORDER BY 1, 2" >"$work/exact.txt"
 res load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
 res machine "$(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/^Mem:/ {print $2}') GB RAM"
 res date "$(date -u '+%Y-%m-%d %H:%M UTC')"
-res git "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+res git "${CE_BENCH_GIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
-# The hand-written section on GROUP BY instructions (test/bench/hll/callgrind.sh)
-# is kept across regenerations.
-kept=$(sed -n '/^## GROUP BY in instructions/,$p' "$OUT" 2>/dev/null || true)
-python3 test/bench/hll/report.py "$work" >"$OUT"
-[ -z "$kept" ] || printf '\n%s\n' "$kept" >>"$OUT"
-log "wrote $OUT"
+if [ -n "${CE_BENCH_RAW:-}" ]; then
+    mkdir -p "$CE_BENCH_RAW" && cp "$work"/{results,accuracy,sizes,exact}.txt "$CE_BENCH_RAW"/
+    log "raw results in $CE_BENCH_RAW"
+else
+    write_page "$work"
+fi

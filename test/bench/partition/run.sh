@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmark: counter_ext partition maintenance beside pg_partman 4.7.2, in one
-# throwaway cluster, one run. Three figures, each the median of 3 runs:
+# Benchmark: counter_ext partition maintenance beside pg_partman (4.7 on 15,
+# 5.x on 17 and 18: create_parent is called as the installed version takes
+# it), in one throwaway cluster, one run. Figures: the best and the median of CE_BENCH_RUNS (5) runs:
 #   setup   - 720 hourly partitions from scratch (696 hours back, the
 #             current hour, 24 ahead, plus the default partition), one call:
 #             partman.create_parent vs counter.partition_manage;
@@ -14,24 +15,48 @@
 # no new partition for a table without new rows, and these tables are empty.
 # A third column, "plain DDL", is the floor: the same partitions made by a
 # loop of CREATE TABLE ... PARTITION OF in one DO block.
+# Each run checks its answers (partition counts of all three, what each
+# maintenance call created and dropped) and stops on a wrong one.
 # Writes the table to doc/bench/partition.md (or $1).
+#   CE_BENCH_RAW=DIR ...       keeps the raw results in DIR, writes no page
+#   CE_BENCH_REPORT="DIR..."   runs nothing: writes the page from raw results,
+#                              one DIR per major (test/bench/majors.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
-trap ce_cluster_stop_all EXIT INT TERM
-out=${1:-doc/bench/partition.md}
+out=${1:-${CE_BENCH_OUT:-doc/bench/partition.md}}
+if [ -n "${CE_BENCH_REPORT:-}" ]; then
+    # shellcheck disable=SC2086
+    python3 test/bench/partition/report.py $CE_BENCH_REPORT >"$out.tmp" && mv "$out.tmp" "$out" && cat "$out"
+    exit
+fi
+raw=${CE_BENCH_RAW:-$(mktemp -d "${TMPDIR:-/tmp}/counter_ext.bench_partition.XXXXXX")}
+trap '[ -n "${CE_BENCH_RAW:-}" ] || rm -rf "$raw"; ce_cluster_stop_all' EXIT
+trap 'exit 130' INT TERM
+mkdir -p "$raw" && : >"$raw/results.txt" || exit 1
 runs=${CE_BENCH_RUNS:-5}
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 ce_require_packages "${CE_TEST_PACKAGES[@]}" postgresql-$CE_PG_MAJOR-partman || exit 1
 ce_build_and_stage || exit 1
-ce_cluster_start bench "max_locks_per_transaction = 1024" || exit 1
+# counter_ext's scheduler off: partition_manage makes a maintenance job, and a
+# worker running it between a set-up and the timed call leaves that call
+# nothing to do (as pg_partman's background worker, not loaded here, would).
+ce_cluster_start bench "max_locks_per_transaction = 1024" "counter_ext.enabled = off" || exit 1
 ce_cluster_use bench
 "$CE_PGBIN/createdb" bench || exit 1
 export PGDATABASE=bench
 psql_() { "$CE_PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 psql_ -c "CREATE SCHEMA partman; CREATE EXTENSION pg_partman SCHEMA partman; CREATE EXTENSION counter_ext;" || exit 1
 partman_version=$(psql_ -At -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_partman'")
+# pg_partman 5 dropped trigger-based partitioning: its p_type is 'range' for
+# what 4.x called 'native' (both take the interval as text, by name here).
+case $partman_version in
+4.*) partman_type=native ;;
+*) partman_type=range ;;
+esac
+# fail MESSAGE: a wrong answer stops the run (no figure for it is written).
+fail() { ce_die "wrong result: $*"; }
 
 # timed SQL-to-time [set-up SQL]: milliseconds of the timed statements (summed)
 timed() {
@@ -39,7 +64,6 @@ timed() {
     res=$(psql_ -c "${2:-SELECT 1}" -c '\timing on' -c "$1" 2>&1) || { echo "$res" >&2; return 1; }
     echo "$res" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | awk '{s += $1} END {printf "%.3f\n", s}'
 }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 table_sql() { # the same event table for both
     echo "DROP TABLE IF EXISTS $1; CREATE TABLE $1 (event_id uuid NOT NULL, link_id bigint NOT NULL,
           occurred_at timestamptz NOT NULL, UNIQUE (event_id, occurred_at)) PARTITION BY RANGE (occurred_at);
@@ -51,7 +75,8 @@ forget() { # removes a table from both tools' configuration
           DROP TABLE IF EXISTS $1; DROP TABLE IF EXISTS partman.template_public_$1;"
 }
 partman_parent() { # table hours_back premake
-    echo "SELECT partman.create_parent('public.$1', 'occurred_at', 'native', '1 hour', p_premake := $3,
+    echo "SELECT partman.create_parent(p_parent_table := 'public.$1', p_control := 'occurred_at',
+          p_type := '$partman_type', p_interval := '1 hour', p_premake := $3,
           p_start_partition := to_char(date_trunc('hour', now() AT TIME ZONE 'UTC') - interval '$2 hours', 'YYYY-MM-DD HH24:MI:SS'),
           p_jobmon := false);
           UPDATE partman.part_config SET infinite_time_partitions = true WHERE parent_table = 'public.$1';"
@@ -74,7 +99,11 @@ for i in $(seq 1 $runs); do
         FOR i IN 0..720 LOOP EXECUTE format('CREATE TABLE %I PARTITION OF ddl_setup FOR VALUES FROM (%L) TO (%L)',
             'ddl_setup_' || i, s + i * interval '1 hour', s + (i + 1) * interval '1 hour'); END LOOP; END \$\$" \
         "DROP TABLE IF EXISTS ddl_setup; $(table_sql ddl_setup)") || exit 1
-    echo "  run $i: pg_partman $p ms ($pm_n partitions), counter_ext $c ms ($ce_n partitions), plain DDL $d ms ($(nparts ddl_setup) partitions)"
+    ddl_n=$(nparts ddl_setup)
+    echo "  run $i: pg_partman $p ms ($pm_n partitions), counter_ext $c ms ($ce_n partitions), plain DDL $d ms ($ddl_n partitions)"
+    # 696 hours back, the current one, 24 ahead and the default.
+    [ "$pm_n" = 722 ] && [ "$ce_n" = 722 ] && [ "$ddl_n" = 722 ] ||
+        fail "set-up made $pm_n (pg_partman), $ce_n (counter_ext), $ddl_n (plain DDL) partitions, not 722"
     res[setup_pm]+=" $p"; res[setup_ce]+=" $c"; res[setup_ddl]+=" $d"
 done
 psql_ -c "$(forget pm_setup)" >/dev/null; psql_ -c "$(forget ce_setup)" >/dev/null; psql_ -c "DROP TABLE ddl_setup" >/dev/null
@@ -82,7 +111,9 @@ psql_ -c "$(forget pm_setup)" >/dev/null; psql_ -c "$(forget ce_setup)" >/dev/nu
 echo "== noop: one maintenance call, 2,000 partitions, nothing to do"
 psql_ -c "$(table_sql pm_big) $(partman_parent pm_big 1975 24)" >/dev/null || exit 1
 psql_ -c "$(table_sql ce_big) $(counter_parent ce_big 1975 24)" >/dev/null || exit 1
-echo "  partitions: pg_partman $(nparts pm_big), counter_ext $(nparts ce_big)"
+pm_big_n=$(nparts pm_big); ce_big_n=$(nparts ce_big)
+echo "  partitions: pg_partman $pm_big_n, counter_ext $ce_big_n"
+[ "$pm_big_n" = 2001 ] && [ "$ce_big_n" = 2001 ] || fail "2,000 partitions and the default expected, got $pm_big_n / $ce_big_n"
 psql_ -c "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)" -c "CALL counter.run_maintenance('public.ce_big')" >/dev/null
 for i in $(seq 1 $runs); do
     p=$(timed "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)") || exit 1
@@ -94,6 +125,7 @@ for i in $(seq 1 $runs); do
     res[noop_pm]+=" $p"; res[noop_ce]+=" $c"; res[warm_pm]+=" $pw"; res[warm_ce]+=" $cw"
 done
 echo "  partitions after: pg_partman $(nparts pm_big), counter_ext $(nparts ce_big)"
+[ "$(nparts pm_big)" = "$pm_big_n" ] && [ "$(nparts ce_big)" = "$ce_big_n" ] || fail "a no-op maintenance call changed the partitions"
 psql_ -c "$(forget pm_big)" >/dev/null
 psql_ -c "$(forget ce_big)" >/dev/null
 
@@ -108,6 +140,13 @@ drop_newest() {
             EXECUTE format('DROP TABLE %s', r.p);
         END LOOP; END \$\$;"
 }
+# span TABLE: oldest lower bound|newest upper bound|hours between them
+span() {
+    psql_ -At -c "SELECT min(lo) || '|' || max(hi) || '|' || extract(epoch FROM max(hi) - min(lo))::bigint / 3600
+        FROM (SELECT (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \\(''([^'']*)''\\) TO \\(''([^'']*)''\\)')) AS b
+              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '$1'::regclass) x,
+             LATERAL (SELECT b[1]::timestamptz AS lo, b[2]::timestamptz AS hi) y WHERE b IS NOT NULL"
+}
 for i in $(seq 1 $runs); do
     psql_ -c "$(forget pm_churn) $(table_sql pm_churn) $(partman_parent pm_churn 720 24)" -c "$(drop_newest pm_churn)" \
         -c "UPDATE partman.part_config SET retention = '696 hours', retention_keep_table = false WHERE parent_table = 'public.pm_churn'" \
@@ -117,59 +156,39 @@ for i in $(seq 1 $runs); do
     pm_before=$(nparts pm_churn); ce_before=$(nparts ce_churn)
     p=$(timed "SELECT partman.run_maintenance('public.pm_churn', p_jobmon := false)") || exit 1
     c=$(timed "CALL counter.run_maintenance('public.ce_churn')") || exit 1
-    echo "  run $i: pg_partman $p ms ($pm_before -> $(nparts pm_churn) partitions), counter_ext $c ms ($ce_before -> $(nparts ce_churn) partitions; $(psql_ -At -c "SELECT last_created || ' created, ' || last_dropped || ' dropped' FROM counter.partition_status WHERE parent = 'ce_churn'::regclass"))"
+    pm_after=$(nparts pm_churn); ce_after=$(nparts ce_churn)
+    ce_did=$(psql_ -At -c "SELECT last_created || ' created, ' || last_dropped || ' dropped' FROM counter.partition_status WHERE parent = 'ce_churn'::regclass")
+    echo "  run $i: pg_partman $p ms ($pm_before -> $pm_after partitions), counter_ext $c ms ($ce_before -> $ce_after partitions; $ce_did)"
+    # 720 back + current + 24 ahead + default, the newest 24 dropped: 722;
+    # the call makes those 24 again and drops the oldest 24 (25 and 25 when
+    # an hour began since the set-up): 721 hours and the default after it,
+    # the same hours for both.
+    [ "$pm_before" = 722 ] && [ "$ce_before" = 722 ] && [ "$pm_after" = 722 ] && [ "$ce_after" = 722 ] &&
+        [[ $ce_did =~ ^(24|25)\ created,\ ${ce_did%% *}\ dropped$ ]] ||
+        fail "churn: pg_partman $pm_before -> $pm_after, counter_ext $ce_before -> $ce_after ($ce_did); 722 -> 722, 24 created and 24 dropped expected"
+    pm_span=$(span pm_churn); ce_span=$(span ce_churn)
+    [ "$pm_span" = "$ce_span" ] && [[ $pm_span =~ \|721$ ]] ||
+        fail "churn: pg_partman keeps $pm_span, counter_ext $ce_span (oldest hour, newest hour, hours: 721 expected)"
     res[churn_pm]+=" $p"; res[churn_ce]+=" $c"
 done
 pm_range=$(psql_ -At -c "SELECT min(relname) || ' .. ' || max(relname) FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE i.inhparent = 'pm_churn'::regclass AND relname NOT LIKE '%default'")
 ce_range=$(psql_ -At -c "SELECT min(relname) || ' .. ' || max(relname) FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE i.inhparent = 'ce_churn'::regclass AND relname NOT LIKE '%default'")
 echo "  after: pg_partman $pm_range; counter_ext $ce_range"
 
-minimum() { printf '%s\n' "$@" | sort -g | head -1; }
-row() { # name label: best run (least disturbed by other load) and median
-    local p c pm cm d="-"
-    p=$(minimum ${res[$1_pm]}); c=$(minimum ${res[$1_ce]})
-    pm=$(median ${res[$1_pm]}); cm=$(median ${res[$1_ce]})
-    [ -n "${res[$1_ddl]:-}" ] && d=$(printf '%.0f / %.0f' "$(minimum ${res[$1_ddl]})" "$(median ${res[$1_ddl]})")
-    printf '| %s | %.0f / %.0f | %.0f / %.0f | %s | **%.1fx** / %.1fx |\n' "$2" "$p" "$pm" "$c" "$cm" "$d" \
-        "$(python3 -c "print($p / $c)")" "$(python3 -c "print($pm / $cm)")"
-}
+# The raw results (one line each: key value...), then the page.
 {
-    echo "# Benchmark: partition maintenance beside pg_partman"
-    echo
-    echo "Command: \`bash test/bench/partition/run.sh\` (one throwaway cluster, both extensions in one database)."
-    echo "Machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GB", $2 / 1048576}' /proc/meminfo);"
-    echo "PostgreSQL $("$CE_PGBIN/postgres" --version | awk '{print $3}'), pg_partman $partman_version, counter_ext $(psql_ -At -c "SELECT counter.version()")."
-    echo "Run: $(date -u '+%Y-%m-%d %H:%M UTC'), load average before the run: $load0."
-    echo "Times are server round trips measured by psql \\timing over $runs interleaved runs each; the machine is"
-    echo "shared, so the best run (least disturbed) is the headline figure and the median is shown beside it."
-    echo
-    echo "| figure | pg_partman ms (best / median) | counter_ext ms (best / median) | plain DDL ms (best / median) | pg_partman / counter_ext (best / median) |"
-    echo "| --- | ---: | ---: | ---: | ---: |"
-    row setup "set-up: 720 hourly partitions from scratch (721 + default; create_parent vs partition_manage)"
-    row noop "one maintenance call, 2,000 partitions, nothing to do (new session)"
-    row warm "the same, second call in one session (as a long-lived worker)"
-    row churn "one maintenance call creating 24 and dropping 24 partitions"
-    echo
-    echo "Raw runs (ms): set-up pg_partman${res[setup_pm]}, counter_ext${res[setup_ce]}, plain DDL${res[setup_ddl]};"
-    echo "no-op pg_partman${res[noop_pm]}, counter_ext${res[noop_ce]};"
-    echo "no-op warm pg_partman${res[warm_pm]}, counter_ext${res[warm_ce]};"
-    echo "churn pg_partman${res[churn_pm]}, counter_ext${res[churn_ce]}."
-    cat <<'NOTES'
-
-Notes:
-- Set-up is dominated by PostgreSQL's own catalog work: each new partition rebuilds the parent's
-  partition descriptor (cost grows with the partitions already there) and builds two indexes.
-  counter_ext's partition_manage is within noise of the plain-DDL floor (a DO loop of
-  CREATE TABLE ... PARTITION OF); no tool doing real DDL can be much faster than that column.
-- The no-op call in a new session pays for loading the catalog caches of 2,000 partitions
-  (both tools do); in a warm session counter_ext reads the bounds from the relcache partition
-  descriptor (C++, no deparsing) and finishes in about 2 ms.
-- The churn call: counter_ext creates with CREATE TABLE (LIKE ... INCLUDING ALL) + ATTACH PARTITION
-  (SHARE UPDATE EXCLUSIVE on the parent: writers and readers of other partitions go on) and drops
-  last, in one bounded step (pg_partman on PostgreSQL 11+ does not analyze the parent by default).
-- pg_partman tables have infinite_time_partitions = true: otherwise 4.7.2 makes no new
-  partition for a table that received no rows, and these benchmark tables are empty.
-NOTES
-} >"$out.tmp"
-cat "$out.tmp"
-mv "$out.tmp" "$out"
+    echo "pg_major $CE_PG_MAJOR"
+    echo "pg_version $("$CE_PGBIN/postgres" --version | awk '{print $3}')"
+    echo "partman_version $partman_version"
+    echo "counter_version $(psql_ -At -c "SELECT counter.version()")"
+    echo "machine $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ {printf "%.0f GB", $2 / 1048576}' /proc/meminfo)"
+    echo "date $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "load_before $load0"
+    echo "runs $runs"
+    for k in "${!res[@]}"; do echo "$k${res[$k]}"; done
+} >"$raw/results.txt"
+if [ -n "${CE_BENCH_RAW:-}" ]; then
+    echo "raw results in $raw"
+else
+    python3 test/bench/partition/report.py "$raw" >"$out.tmp" && cat "$out.tmp" && mv "$out.tmp" "$out"
+fi
