@@ -74,17 +74,9 @@ SPIPlanPtr lookup_plan = nullptr;
 SPIPlanPtr regenerate_plan = nullptr;
 SPIPlanPtr mark_plan = nullptr;
 
-// What the trigger needs of a rollup's catalog row; strings live in SPI's
-// procedure context until SPI_finish.
-struct Rollup {
-	bool found;
-	bool trigger_mode;
-	Oid owner;
-	int time_att; // the time column's number in the source
-	char *filter; // canonical text, or nullptr
-	char *filter_tree;
-	Oid filter_relid;
-};
+} // namespace
+
+namespace ce::rollup {
 
 // The UTC hour of an event time, as date_bin('1 hour', ts, '2000-01-01').
 // Owns nothing C++.
@@ -97,6 +89,43 @@ int64 hour_of(TimestampTz ts) {
 		h--;
 	return h * USECS_PER_HOUR;
 }
+
+// Appends (rid, hour) for each of 'hours' to counter.rollup_dirty. Owns
+// nothing C++: runs as the catalog's owner, inside SPI.
+void insert_dirty(int32 rid, const int64 *hours, int n) {
+	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+	for (int i = 0; i < n; i++)
+		elems[i] = TimestampTzGetDatum(hours[i]);
+	ArrayType *array = construct_array(elems, n, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	if (mark_plan == nullptr) {
+		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
+		mark_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
+		                             " SELECT $1, h FROM pg_catalog.unnest($2) h",
+		                             2, types);
+	}
+	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
+	if (SPI_execute_plan(mark_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
+}
+
+} // namespace ce::rollup
+
+namespace {
+
+using ce::rollup::hour_of;
+using ce::rollup::insert_dirty;
+
+// What the trigger needs of a rollup's catalog row; strings live in SPI's
+// procedure context until SPI_finish.
+struct Rollup {
+	bool found;
+	bool trigger_mode;
+	Oid owner;
+	int time_att; // the time column's number in the source
+	char *filter; // canonical text, or nullptr
+	char *filter_tree;
+	Oid filter_relid;
+};
 
 int compare_int64(const void *a, const void *b) {
 	int64 x = *static_cast<const int64 *>(a);
@@ -140,24 +169,6 @@ void collect_hours(Tuplestorestate *store, TupleDesc desc, int att, Hours *hours
 	}
 	tuplestore_select_read_pointer(store, 0);
 	ExecDropSingleTupleTableSlot(slot);
-}
-
-// Appends (rid, hour) for each of 'hours' to counter.rollup_dirty. Owns
-// nothing C++: runs as the catalog's owner, inside SPI.
-void insert_dirty(int32 rid, const int64 *hours, int n) {
-	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * n));
-	for (int i = 0; i < n; i++)
-		elems[i] = TimestampTzGetDatum(hours[i]);
-	ArrayType *array = construct_array(elems, n, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-	if (mark_plan == nullptr) {
-		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
-		mark_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
-		                             " SELECT $1, h FROM pg_catalog.unnest($2) h",
-		                             2, types);
-	}
-	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
-	if (SPI_execute_plan(mark_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
 }
 
 // Reads the catalog row of rollup rid into SPI_tuptable (columns: see the

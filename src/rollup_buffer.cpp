@@ -27,6 +27,7 @@
 // hour marked dirty instead, so no row is lost. Reservations not used by the
 // fold are given back when the transaction ends.
 #include "counter_ext/rollup_buffer.hpp"
+#include "counter_ext/rollup_pending.hpp"
 #include "counter_ext/buffer.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/locks.hpp"
@@ -69,6 +70,9 @@ extern "C" {
 #include <vector>
 
 namespace {
+
+using ce::rollup::hour_of;
+using ce::rollup::insert_dirty;
 
 using ce::rollup_buffer::max_sums;
 
@@ -420,7 +424,6 @@ void relcache_callback(Datum, Oid relid) {
 		else
 			++it;
 }
-SPIPlanPtr dirty_plan = nullptr;
 std::unordered_map<int32, bool> *modes = nullptr; // rollup id -> buffered (a rollup's mode never changes)
 Oid log_relid = InvalidOid;
 Oid log_nsp = InvalidOid;
@@ -500,16 +503,6 @@ Config read_config(TriggerData *td, int32 rid) {
 	return c;
 }
 
-int64 hour_of(TimestampTz ts) {
-	if (TIMESTAMP_NOT_FINITE(ts))
-		ereport(ERROR, (errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE), errmsg("timestamp out of range"),
-		                errdetail("A rollup counts events by UTC hour; an infinite event time has none.")));
-	int64 h = ts / USECS_PER_HOUR;
-	if (ts % USECS_PER_HOUR < 0)
-		h--;
-	return h * USECS_PER_HOUR;
-}
-
 struct ColumnType {
 	int16 typlen;
 	bool byval;
@@ -587,24 +580,6 @@ void insert_log(int32 rid, const int64 *hours, int n) {
 		heap_freetuple(tuple);
 	}
 	table_close(rel, RowExclusiveLock);
-}
-
-// Marks hours dirty (deferred mode's log), as the catalog's owner. Owns
-// nothing C++: inside SPI.
-void insert_dirty(int32 rid, const int64 *hours, int n) {
-	Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * n));
-	for (int i = 0; i < n; i++)
-		elems[i] = TimestampTzGetDatum(hours[i]);
-	ArrayType *array = construct_array(elems, n, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
-	if (dirty_plan == nullptr) {
-		Oid types[2] = {INT4OID, TIMESTAMPTZARRAYOID};
-		dirty_plan = ce::prepare_kept("INSERT INTO counter.rollup_dirty (rollup_id, hour)"
-		                              " SELECT $1, h FROM pg_catalog.unnest($2) h",
-		                              2, types);
-	}
-	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
-	if (SPI_execute_plan(dirty_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
 }
 
 void sort_unique(std::vector<int64> &v) {

@@ -1,6 +1,7 @@
-// Trigger-mode rollups: the rows a transaction adds to a rollup, kept in the
-// backend and written to the rollup table once, at the transaction's commit
-// (src/rollup.cpp).
+// Rollups (src/rollup.cpp): the rows a trigger-mode transaction adds to a
+// rollup, kept in the backend and written to the rollup table once, at the
+// transaction's commit; and the pieces every mode shares (the hour of an event,
+// the dirty-hours log).
 #pragma once
 
 #include "counter_ext/pg.hpp"
@@ -12,5 +13,13 @@ namespace ce::rollup {
 // it reads the events, so it never counts them twice). C++: a PostgreSQL
 // error comes out as ce::PgError; call it inside a boundary (CE_FUNCTION).
 void apply_pending(int32 rid);
+
+// The UTC hour of an event time, as date_bin('1 hour', ts, '2000-01-01');
+// raises 22008 for an infinite time. Owns nothing C++.
+int64 hour_of(TimestampTz ts);
+
+// Appends (rid, hour) for each of 'hours' to counter.rollup_dirty, through
+// one kept plan. Owns nothing C++: call it inside SPI, as the catalog's owner.
+void insert_dirty(int32 rid, const int64 *hours, int n);
 
 } // namespace ce::rollup
