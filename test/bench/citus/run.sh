@@ -213,7 +213,7 @@ part_c() {
     table rv_hand "link_id bigint NOT NULL, hour timestamptz NOT NULL, count bigint NOT NULL, PRIMARY KEY (link_id, hour)" \
         link_id rv
     for n in single citus_coord; do
-        q "$n" -c "INSERT INTO rv SELECT 1 + (g * 7919) % $LINKS, '$DAY'::timestamptz + (g % 86400) * interval '1 second'
+        q "$n" -c "INSERT INTO rv SELECT 1 + (g::bigint * 7919) % $LINKS, '$DAY'::timestamptz + (g % 86400) * interval '1 second'
                    FROM generate_series(1, $ROLLUP_ROWS) g" -c "CREATE INDEX ON rv (at)" -c "VACUUM ANALYZE rv" >/dev/null
     done
     # rows of a rollup-shaped table that differ from GROUP BY

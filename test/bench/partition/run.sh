@@ -115,6 +115,13 @@ pm_big_n=$(nparts pm_big); ce_big_n=$(nparts ce_big)
 echo "  partitions: pg_partman $pm_big_n, counter_ext $ce_big_n"
 [ "$pm_big_n" = 2001 ] && [ "$ce_big_n" = 2001 ] || fail "2,000 partitions and the default expected, got $pm_big_n / $ce_big_n"
 psql_ -c "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)" -c "CALL counter.run_maintenance('public.ce_big')" >/dev/null
+# The untimed first call may still make a partition (pg_partman 4.7 made one
+# here: its premake counts from a partition boundary): the timed calls must
+# then change nothing from where it left each table.
+if [ "$(nparts pm_big)" != "$pm_big_n" ] || [ "$(nparts ce_big)" != "$ce_big_n" ]; then
+    echo "  the untimed first call made partitions: pg_partman $(nparts pm_big), counter_ext $(nparts ce_big)"
+    pm_big_n=$(nparts pm_big); ce_big_n=$(nparts ce_big)
+fi
 for i in $(seq 1 $runs); do
     p=$(timed "SELECT partman.run_maintenance('public.pm_big', p_jobmon := false)") || exit 1
     c=$(timed "CALL counter.run_maintenance('public.ce_big')") || exit 1
