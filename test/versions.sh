@@ -128,7 +128,13 @@ done
 # keeps only its tail still says which test failed and how.
 for major in "${excerpts[@]}"; do
     echo "=== PostgreSQL $major: the failures' last lines (whole: build/versions-pg$major.log)"
-    grep -E -A12 '\.\.\. FAILED|^(not ok|test .* FAILED)' "$CE_TOP/build/versions-pg$major.log" | grep -v '^--$' | tail -n 30
+    # each failure's line, then the last 12 lines of what follows it up to
+    # the next test's line (a failed script's output ends with why)
+    awk '/\.\.\. FAILED|^not ok|^test .* FAILED/ { if (n) flush(); print; n = 0; on = 1; next }
+         on && /^(test\/|test |== |ok [0-9]+[ \t]+[-+][ \t]|no crash|failed: |[0-9]+ passed)/ { flush(); on = 0 }
+         on { buf[++n] = $0 }
+         function flush(  i) { for (i = (n > 12 ? n - 11 : 1); i <= n; i++) print "    " buf[i]; n = 0 }
+         END { if (on) flush() }' "$CE_TOP/build/versions-pg$major.log" | tail -n 40
 done
 echo "==="
 for line in "${summary[@]}"; do echo "$line"; done
