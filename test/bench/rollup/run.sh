@@ -27,7 +27,7 @@ HOT_LINKS=${HOT_LINKS:-0}
 STEPS=${STEPS:-all}
 case $STEPS in all | insert) ;; *) echo "STEPS must be all or insert" >&2; exit 2 ;; esac
 
-ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
+ce_require_packages "${CE_TEST_PACKAGES[@]}" bc || exit 1
 ce_build_and_stage || exit 1
 ce_cluster_start bench "shared_buffers = '512MB'" "max_wal_size = '8GB'" "work_mem = '64MB'" \
     "maintenance_work_mem = '256MB'" "autovacuum = off" || exit 1
