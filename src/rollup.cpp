@@ -63,10 +63,7 @@ extern "C" {
 
 namespace {
 
-struct Kept {
-	std::string sql; // the text 'plan' was made from
-	SPIPlanPtr plan = nullptr;
-};
+using Kept = ce::rollup::KeptStatement;
 
 // Per backend: the kept add plan of each rollup id.
 std::unordered_map<int32, Kept> *kept = nullptr;
@@ -106,6 +103,28 @@ void insert_dirty(int32 rid, const int64 *hours, int n) {
 	Datum args[2] = {Int32GetDatum(rid), PointerGetDatum(array)};
 	if (SPI_execute_plan(mark_plan, args, nullptr, false, 0) != SPI_OK_INSERT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("rollup %d: recording dirty hours failed", rid)));
+}
+
+void run_statement(int32 rid, KeptStatement &slot, const char *sql) {
+	if (slot.plan == nullptr || slot.sql != sql) {
+		SPIPlanPtr old = slot.plan;
+		slot.plan = nullptr;
+		slot.plan = ce::pg_guard([old, sql] {
+			if (old != nullptr)
+				SPI_freeplan(old);
+			Oid types[1] = {INT4OID};
+			return ce::prepare_kept(sql, 1, types);
+		});
+		slot.sql = sql; // if this throws, the next call makes the plan again
+	}
+	SPIPlanPtr plan = slot.plan;
+	ce::pg_guard([plan, rid] {
+		Datum args[1] = {Int32GetDatum(rid)};
+		int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
+		if (rc < 0)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("rollup %d: its trigger statement failed: %s", rid, SPI_result_code_string(rc))));
+	});
 }
 
 } // namespace ce::rollup
@@ -518,25 +537,7 @@ Tuplestorestate *merge(Tuplestorestate **parts, int n, Oid source) {
 // of rollup rid; the caller has switched to the owner. Inside SPI.
 void run_add(int32 rid, Kept &slot, const char *sql, Oid source, Tuplestorestate *rows) {
 	ce::pg_guard([source, rows] { register_new_rows(source, rows); });
-	if (slot.plan == nullptr || slot.sql != sql) {
-		SPIPlanPtr old = slot.plan;
-		slot.plan = nullptr;
-		slot.plan = ce::pg_guard([old, sql] {
-			if (old != nullptr)
-				SPI_freeplan(old);
-			Oid types[1] = {INT4OID};
-			return ce::prepare_kept(sql, 1, types);
-		});
-		slot.sql = sql; // if this throws, the next call makes the plan again
-	}
-	SPIPlanPtr plan = slot.plan;
-	ce::pg_guard([plan, rid] {
-		Datum args[1] = {Int32GetDatum(rid)};
-		int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
-		if (rc < 0)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-			                errmsg("rollup %d: its trigger statement failed: %s", rid, SPI_result_code_string(rc))));
-	});
+	ce::rollup::run_statement(rid, slot, sql);
 }
 
 // Writes the unwritten stores of rollup 'only' (all rollups: 0), in rollup id

@@ -5,8 +5,9 @@
 // counter_internal.rollup_trigger (src/rollup.cpp). It is 1.1's code as it
 // was, privileges included (doc/security.md: update to get 1.2's); 1.2's SQL
 // never calls it.
-#include "counter_ext/wall.hpp"
+#include "counter_ext/rollup_pending.hpp"
 #include "counter_ext/spi.hpp"
+#include "counter_ext/wall.hpp"
 
 extern "C" {
 #include "commands/trigger.h"
@@ -22,10 +23,7 @@ namespace legacy {
 // The statements of a rollup, in the order of the catalog's columns.
 enum Kind { add_rows = 0, mark_new = 1, mark_old = 2, kinds = 3 };
 
-struct Kept {
-	std::string sql; // the text 'plan' was made from
-	SPIPlanPtr plan = nullptr;
-};
+using Kept = ce::rollup::KeptStatement;
 
 // Per backend: one kept plan per (rollup id, kind).
 std::unordered_map<int64, Kept> *kept = nullptr;
@@ -86,26 +84,7 @@ Rollup read_rollup(int32 rid) {
 // Runs one statement of a rollup with its kept plan, made again when the
 // stored text changed.
 void run(int32 rid, Kind kind, const char *sql) {
-	Kept &slot = (*kept)[static_cast<int64>(rid) * kinds + kind];
-	if (slot.plan == nullptr || slot.sql != sql) {
-		SPIPlanPtr old = slot.plan;
-		slot.plan = nullptr;
-		slot.plan = ce::pg_guard([old, sql] {
-			if (old != nullptr)
-				SPI_freeplan(old);
-			Oid types[1] = {INT4OID};
-			return ce::prepare_kept(sql, 1, types);
-		});
-		slot.sql = sql; // if this throws, the next call makes the plan again
-	}
-	SPIPlanPtr plan = slot.plan;
-	ce::pg_guard([plan, rid] {
-		Datum args[1] = {Int32GetDatum(rid)};
-		int rc = SPI_execute_plan(plan, args, nullptr, false, 0);
-		if (rc < 0)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-			                errmsg("rollup %d: its trigger statement failed: %s", rid, SPI_result_code_string(rc))));
-	});
+	ce::rollup::run_statement(rid, (*kept)[static_cast<int64>(rid) * kinds + kind], sql);
 }
 
 } // namespace legacy

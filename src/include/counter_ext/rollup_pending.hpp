@@ -5,6 +5,9 @@
 #pragma once
 
 #include "counter_ext/pg.hpp"
+#include "counter_ext/spi.hpp"
+
+#include <string>
 
 namespace ce::rollup {
 
@@ -21,5 +24,18 @@ int64 hour_of(TimestampTz ts);
 // Appends (rid, hour) for each of 'hours' to counter.rollup_dirty, through
 // one kept plan. Owns nothing C++: call it inside SPI, as the catalog's owner.
 void insert_dirty(int32 rid, const int64 *hours, int n);
+
+// A rollup statement's plan, kept for the life of the backend, and the text
+// it was made from (the stored text changes with a rule change or a rename).
+struct KeptStatement {
+	std::string sql;
+	SPIPlanPtr plan = nullptr;
+};
+
+// Runs 'sql' (a stored statement of rollup 'rid', whose one argument is the
+// rollup id) through 'slot', making its plan again when the text differs.
+// C++: a PostgreSQL error comes out as ce::PgError. Inside SPI, as the role
+// the statement runs for.
+void run_statement(int32 rid, KeptStatement &slot, const char *sql);
 
 } // namespace ce::rollup
