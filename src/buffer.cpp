@@ -732,22 +732,6 @@ void subxact_callback(SubXactEvent event, SubTransactionId, SubTransactionId, vo
 	}
 }
 
-void xact_callback_entry(XactEvent event, void *arg) {
-	ce::boundary([&] { xact_callback(event, arg); });
-}
-
-void subxact_callback_entry(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *arg) {
-	ce::boundary([&] { subxact_callback(event, my, parent, arg); });
-}
-
-void shmem_request_entry() {
-	ce::boundary(shmem_request);
-}
-
-void shmem_startup_entry() {
-	ce::boundary(shmem_startup);
-}
-
 // Where this backend found each (counter, key, bucket) lately: the entry,
 // its gen then, the slot. An add of a key found here pins its slot holding
 // only its stripe's lock, shared (no partition lock, no table lookup): while
@@ -1044,11 +1028,11 @@ void init() {
 	                        &buffer_entries, 16384, 128, 64 * 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
 	                        nullptr);
 	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request_entry;
+	shmem_request_hook = ce::entry<shmem_request>;
 	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup_entry;
-	RegisterXactCallback(xact_callback_entry, nullptr);
-	RegisterSubXactCallback(subxact_callback_entry, nullptr);
+	shmem_startup_hook = ce::entry<shmem_startup>;
+	RegisterXactCallback(ce::entry<xact_callback>, nullptr);
+	RegisterSubXactCallback(ce::entry<subxact_callback>, nullptr);
 }
 
 bool available() {

@@ -67,13 +67,9 @@ void object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub
 		OidFunctionCall1(check, ObjectIdGetDatum(table));
 }
 
-void object_access_entry(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg) {
-	ce::boundary([&] { object_access(access, class_id, object_id, sub_id, arg); });
-}
-
 } // namespace
 
 void ce::install_citus_hook() {
 	prev_object_access_hook = object_access_hook;
-	object_access_hook = object_access_entry;
+	object_access_hook = ce::entry<object_access>;
 }

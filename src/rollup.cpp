@@ -623,7 +623,7 @@ void apply(int32 only, bool at_commit) {
 
 // The end of the transaction: write what is left (commit, prepare), then
 // forget the stores. On abort their memory and files go with the transaction.
-void pending_xact(XactEvent event) {
+void pending_xact(XactEvent event, void *) {
 	if (stores == nullptr || stores->empty())
 		return;
 	switch (event) {
@@ -648,7 +648,7 @@ void pending_xact(XactEvent event) {
 // A subtransaction's end: committed, its stores (and what it wrote) become
 // its parent's; aborted, the stores it added are dropped and those it wrote
 // are unwritten again (the upsert rolled back with it).
-void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId parent) {
+void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *) {
 	if (stores == nullptr || stores->empty())
 		return;
 	if (event == SUBXACT_EVENT_COMMIT_SUB) {
@@ -671,14 +671,6 @@ void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId p
 		stores->erase(std::remove_if(stores->begin(), stores->end(), [](const Store &s) { return s.rows == nullptr; }),
 		              stores->end());
 	}
-}
-
-void pending_xact_entry(XactEvent event, void *) {
-	ce::boundary([event] { pending_xact(event); });
-}
-
-void pending_subxact_entry(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *) {
-	ce::boundary([event, my, parent] { pending_subxact(event, my, parent); });
 }
 
 } // namespace
@@ -730,8 +722,8 @@ CE_FUNCTION(counter_rollup_fire) {
 			stores = new std::vector<Store>();
 		if (!pending_callbacks) {
 			ce::pg_guard([] {
-				RegisterXactCallback(pending_xact_entry, nullptr);
-				RegisterSubXactCallback(pending_subxact_entry, nullptr);
+				RegisterXactCallback(ce::entry<pending_xact>, nullptr);
+				RegisterSubXactCallback(ce::entry<pending_subxact>, nullptr);
 			});
 			pending_callbacks = true;
 		}

@@ -372,22 +372,6 @@ void subxact_callback(SubXactEvent event, SubTransactionId my, SubTransactionId 
 	}
 }
 
-void xact_callback_entry(XactEvent event, void *arg) {
-	ce::boundary([&] { xact_callback(event, arg); });
-}
-
-void subxact_callback_entry(SubXactEvent event, SubTransactionId my, SubTransactionId parent, void *arg) {
-	ce::boundary([&] { subxact_callback(event, my, parent, arg); });
-}
-
-void shmem_request_entry() {
-	ce::boundary(shmem_request);
-}
-
-void shmem_startup_entry() {
-	ce::boundary(shmem_startup);
-}
-
 // ---- the trigger
 
 // What the trigger needs of a buffered rollup's catalog row.
@@ -809,11 +793,11 @@ void init() {
 	                        "hour marked dirty and recomputed by the rollup's job.",
 	                        &capacity, 65536, 128, 64 * 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
 	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request_entry;
+	shmem_request_hook = ce::entry<shmem_request>;
 	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup_entry;
-	RegisterXactCallback(xact_callback_entry, nullptr);
-	RegisterSubXactCallback(subxact_callback_entry, nullptr);
+	shmem_startup_hook = ce::entry<shmem_startup>;
+	RegisterXactCallback(ce::entry<xact_callback>, nullptr);
+	RegisterSubXactCallback(ce::entry<subxact_callback>, nullptr);
 }
 
 bool fire(TriggerData *td, int32 rid) {

@@ -354,23 +354,6 @@ void process_utility(PlannedStmt *pstmt, const char *query, bool read_only_tree,
 		wake_at_commit = true;
 }
 
-void process_utility_entry(PlannedStmt *pstmt, const char *query, bool read_only_tree, ProcessUtilityContext context,
-                           ParamListInfo params, QueryEnvironment *env, DestReceiver *dest, QueryCompletion *qc) {
-	ce::boundary([&] { process_utility(pstmt, query, read_only_tree, context, params, env, dest, qc); });
-}
-
-void shmem_request_entry() {
-	ce::boundary(shmem_request);
-}
-
-void shmem_startup_entry() {
-	ce::boundary(shmem_startup);
-}
-
-void xact_callback_entry(XactEvent event, void *arg) {
-	ce::boundary([&] { xact_callback(event, arg); });
-}
-
 void define_worker_gucs() {
 	DefineCustomBoolVariable("counter_ext.enabled", "Runs counter_ext jobs in background workers.",
 	                         "Off stops every worker; counter.run_jobs() still works.", &ce::worker_enabled, true,
@@ -430,12 +413,12 @@ void init_worker() {
 	if (IsBinaryUpgrade)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request_entry;
+	shmem_request_hook = ce::entry<shmem_request>;
 	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup_entry;
+	shmem_startup_hook = ce::entry<shmem_startup>;
 	prev_process_utility_hook = ProcessUtility_hook;
-	ProcessUtility_hook = process_utility_entry;
-	RegisterXactCallback(xact_callback_entry, nullptr);
+	ProcessUtility_hook = ce::entry<process_utility>;
+	RegisterXactCallback(ce::entry<xact_callback>, nullptr);
 	register_launcher();
 }
 

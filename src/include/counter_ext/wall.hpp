@@ -78,6 +78,23 @@ auto boundary(F &&f) noexcept -> decltype(f()) {
 	detail::caught.raise();
 }
 
+// entry<f>: a hook or callback PostgreSQL calls from C (shmem hooks,
+// transaction callbacks, ProcessUtility, object access), that runs the C++
+// function f with its arguments inside the boundary. Register ce::entry<f>
+// itself: shmem_startup_hook = ce::entry<shmem_startup>;
+template <auto Body>
+struct entry_of;
+
+template <typename R, typename... Args, R (*Body)(Args...)>
+struct entry_of<Body> {
+	static R call(Args... args) noexcept {
+		return boundary([&]() -> R { return Body(args...); });
+	}
+};
+
+template <auto Body>
+constexpr auto entry = &entry_of<Body>::call;
+
 // Runs f(), a lambda that calls PostgreSQL and owns nothing; a PostgreSQL
 // ERROR raised inside it comes out as a ce::PgError exception.
 template <typename F>
