@@ -72,7 +72,8 @@ SELECT relname, relispartition FROM pg_class WHERE relname = 'events_p2026070123
 CREATE TABLE public.calls (t timestamptz NOT NULL) PARTITION BY RANGE (t);
 SELECT counter.partition_manage('public.calls', 't', premake => 2) AS created;
 CALL counter.run_maintenance('public.calls');
-CALL counter.job_partition_maintenance('public.calls') \gset
+CALL counter.run_steps('partition_maintenance', 'public.calls') \gset
+SELECT (:'result'::jsonb ->> 'rows')::bigint AS rows_affected \gset
 SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status WHERE parent = 'public.calls'::regclass;
 SELECT counter.partition_unmanage('public.calls');
 
@@ -126,7 +127,7 @@ SELECT * FROM counter.partition_maintain('public.ok_table');
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.run_maintenance('public.ok_table');
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_partition_maintenance('public.no_such_table');
+CALL counter.run_steps('partition_maintenance', 'public.no_such_table');
 \echo :LAST_ERROR_SQLSTATE
 SET ROLE partition_reader;
 SELECT counter.partition_manage('public.ok_table', 't');

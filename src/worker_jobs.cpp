@@ -15,11 +15,13 @@
 //     counter.jobs.running_run at it. The commit releases the lock;
 //     the committed claim keeps other runners off while the job runs, across
 //     the job's own COMMITs, which no transaction-level lock could survive.
-//  2. CALL <the kind's procedure>(target, NULL) in a non-atomic context, under
-//     the job's statement timeout (a timer armed for the whole call) and lock
-//     timeout. The procedure comes from counter_internal.job_kinds by OID, must
-//     be owned by a superuser and executable by the owner; the session user
-//     must be the job's owner.
+//  2. run the kind, under the job's statement timeout (a timer armed for the
+//     whole run) and lock timeout: the kind's step function in the one loop
+//     (src/spine.cpp: a commit after each step), or, for a superuser's own
+//     kind that names a procedure, CALL <procedure>(target, NULL) in a
+//     non-atomic context. The routine comes from counter_internal.job_kinds
+//     by OID and must be owned by a superuser (a procedure executable by the
+//     owner); the session user must be the job's owner.
 //  3. record the outcome and the next run (back-off after a failure).
 // Before step 2, a job whose object is not complete in this database (a
 // restore is still loading it: counter_internal.job_hold, doc/operations.md
@@ -44,6 +46,7 @@
 // directly, and ce::pg_guard turns the job's ERROR into a ce::PgError that is
 // handled after its catch block has ended.
 #include "counter_ext/owner.hpp"
+#include "counter_ext/spine.hpp"
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
@@ -63,6 +66,7 @@ extern "C" {
 #include "funcapi.h"
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/portal.h"
@@ -419,12 +423,19 @@ void recover(Runner *r) {
 	MemoryContextSwitchTo(r->cxt);
 }
 
-// The job's procedure, if it may run here; raises (and so fails the run) if not.
-void call_job(const Claim *c, Outcome *o) {
+// The kind of the job, when it may run here; raises (and so fails the run)
+// if not. A kind with a step function runs in the one loop (spine.hpp).
+ce::spine::Kind job_kind(const Claim *c) {
 	if (GetSessionUserId() != c->owner || GetUserId() != c->owner)
 		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 		                errmsg("job %lld belongs to role %u, not to this session's role %u", (long long)c->job_id,
 		                       c->owner, GetSessionUserId())));
+	return ce::spine::resolve(c->kind, c->owner);
+}
+
+// A kind whose registry row names a procedure (a superuser's own kind):
+// CALL it, if it may run here; raises (and so fails the run) if not.
+void call_job(const Claim *c, Outcome *o) {
 	if (!c->kind_known || c->proc_name == nullptr)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
 		                errmsg("job kind \"%s\" has no procedure in counter_internal.job_kinds", c->kind)));
@@ -479,7 +490,21 @@ void execute(Runner *r, const Claim *c, Outcome *o) {
 	o->ok = true;
 	o->rethrow = false;
 	try {
-		ce::pg_guard([c, o] { call_job(c, o); });
+		ce::spine::Kind kind = ce::pg_guard([c] { return job_kind(c); });
+		if (OidIsValid(kind.step)) {
+			Datum target = ce::pg_guard([r, c] {
+				MemoryContext old = MemoryContextSwitchTo(r->cxt);
+				Datum t = CStringGetTextDatum(c->target);
+				MemoryContextSwitchTo(old);
+				return t;
+			});
+			Datum args = ce::pg_guard([] { return DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")); });
+			ce::spine::Outcome out = ce::spine::run(kind.step, c->owner, target, false, args, true, r->cxt);
+			o->rows_null = out.rows_null;
+			o->rows = out.rows;
+		} else {
+			ce::pg_guard([c, o] { call_job(c, o); });
+		}
 	} catch (const ce::PgError &e) {
 		error = e.data();
 	}
@@ -544,7 +569,9 @@ void require_top_level(FunctionCallInfo fcinfo, const char *name) {
 		                errdetail("A job may COMMIT, and a failing job is rolled back at top level.")));
 }
 
-Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value, bool isnull) {
+} // namespace
+
+Datum ce::one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value, bool isnull) {
 	MemoryContextSwitchTo(cxt);
 	TupleDesc desc;
 	if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
@@ -553,6 +580,8 @@ Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value,
 	HeapTuple tuple = heap_form_tuple(desc, &value, &isnull);
 	return HeapTupleGetDatum(tuple);
 }
+
+namespace {
 
 void copy_error(ce::JobResult *res, const ErrorData *e) {
 	res->ok = false;
@@ -852,7 +881,7 @@ CE_FUNCTION(counter_run_jobs) {
 			                  errhint("The server log has the reason.")));
 	}
 	SPI_finish();
-	Datum result = one_column_result(fcinfo, entry, Int32GetDatum(ran), false);
+	Datum result = ce::one_column_result(fcinfo, entry, Int32GetDatum(ran), false);
 	MemoryContextDelete(cxt);
 	return result;
 }
@@ -932,7 +961,7 @@ CE_FUNCTION(counter_run_job) {
 	if (!res.finished || !res.ok)
 		raise_job_error(res, job_id);
 	SPI_finish();
-	return one_column_result(fcinfo, entry, Int64GetDatum(res.rows), res.rows_null);
+	return ce::one_column_result(fcinfo, entry, Int64GetDatum(res.rows), res.rows_null);
 }
 
 // counter.job_progress(phase text, done bigint, total bigint): the running
@@ -941,11 +970,20 @@ CE_FUNCTION(counter_run_job) {
 // rate since the phase began and the time left). Outside a job it changes
 // nothing.
 CE_FUNCTION(counter_job_progress) {
-	if (ce::job_worker_args == nullptr || ce::job_worker_activity[0] == '\0')
-		PG_RETURN_VOID();
-	const char *phase = PG_ARGISNULL(0) ? "working" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *phase = PG_ARGISNULL(0) ? nullptr : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	int64 done = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
 	int64 total = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT64(2);
+	ce::pg_guard([phase, done, total] { ce::job_progress(phase, done, total); });
+	PG_RETURN_VOID();
+}
+
+// The progress of the running job (see counter.job_progress above); phase
+// NULL is "working", total -1 unknown. Owns nothing C++.
+void ce::job_progress(const char *phase, int64 done, int64 total) {
+	if (ce::job_worker_args == nullptr || ce::job_worker_activity[0] == '\0')
+		return;
+	if (phase == nullptr)
+		phase = "working";
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz phase_started = now;
 	if (ce::worker_shm::shared != nullptr) {
@@ -981,7 +1019,6 @@ CE_FUNCTION(counter_job_progress) {
 	char *activity = psprintf("%s%s", ce::job_worker_activity, tail);
 	pgstat_report_activity(STATE_RUNNING, activity);
 	pfree(activity);
-	PG_RETURN_VOID();
 }
 
 // counter_internal.job_progress_entries(): the progress entries of the jobs
@@ -1023,10 +1060,13 @@ CE_FUNCTION(counter_job_progress_entries) {
 	return static_cast<Datum>(0);
 }
 
+// counter.run_deadline() and counter.run_reraise() of 1.5 and 1.6, whose
+// PL/pgSQL commit loop used them (1.7's loop is src/spine.cpp): kept so that
+// their install scripts, and an installation not yet updated, find them.
+//
 // counter.run_deadline(): when the running statement's timeout (the job's
 // timeout the worker armed, or statement_timeout) would cancel it; NULL
-// when none is armed. The commit loop of periodic work (counter.run_steps)
-// does not start a step that would likely not end before it.
+// when none is armed.
 CE_FUNCTION(counter_run_deadline) {
 	(void)fcinfo;
 	TimestampTz at = 0;
@@ -1042,8 +1082,8 @@ CE_FUNCTION(counter_run_deadline) {
 }
 
 // counter.run_reraise(sqlstate, message, detail, hint, context): raises the
-// error a failed step raised, again, once the commit loop has recorded it;
-// the step's own context comes first in the new error's context.
+// error a failed step raised, again, once the (1.6) commit loop has recorded
+// it; the step's own context comes first in the new error's context.
 CE_FUNCTION(counter_run_reraise) {
 	ce::pg_guard([fcinfo] {
 		auto arg = [fcinfo](int i) -> char * {

@@ -719,10 +719,12 @@ REVOKE ALL ON FUNCTION counter_internal.jobs_inserted() FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- The one commit loop of periodic work (doc/reference/worker.md, "How
--- periodic work runs"). A feature provides a step function,
---   counter.<feature>_run_step(target text, args jsonb, state jsonb) -> jsonb,
--- an entry point that checks its caller (the owner of what it serves) and
--- does one bounded piece of work in the caller's transaction:
+-- periodic work runs"; the loop is src/spine.cpp). A kind is a row of
+-- counter_internal.job_kinds naming its step function,
+--   counter_internal.<feature>_run_step(target text, args jsonb, state jsonb) -> jsonb,
+-- which checks its caller (the owner of what it serves; the loop notes the
+-- caller as an entry point does) and does one bounded piece of work in the
+-- caller's transaction:
 --   state NULL          begin: check, lock, start the run (run_begin);
 --   state               the next step;
 --   state with 'stop'   end the run now as partial (the time is up);
@@ -730,110 +732,21 @@ REVOKE ALL ON FUNCTION counter_internal.jobs_inserted() FROM PUBLIC;
 --                       the error, whole, and end the run.
 -- It returns the state for the next step, with 'finished' (the run ended:
 -- run_end was called), 'rows' (rows_affected so far), and its progress:
--- 'phase', 'done', 'total'. The shared part, below, commits after every
--- step, reports the progress (counter.running_jobs, pg_stat_activity),
--- stops before the statement's timeout would cancel a step, and on an error
--- has it recorded and committed, then raises it again whole.
+-- 'phase', 'done', 'total'. The loop commits after every step, reports the
+-- progress (counter.running_jobs, pg_stat_activity), stops before the
+-- statement's timeout would cancel a step, and on an error has it recorded
+-- and committed, then raises it again whole.
 
--- The step of kind 'kind': the feature's step function (every kind that
--- runs through counter.run_steps is named here, and nothing else runs).
-CREATE OR REPLACE FUNCTION counter.run_step(kind text, target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    result jsonb;
-BEGIN
-    IF kind IS NULL OR args IS NULL THEN
-        RAISE EXCEPTION 'kind and args of counter.run_step must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    result := CASE kind
-        WHEN 'reconcile' THEN counter.tracked_run_step(target, args, state)
-        WHEN 'rollup_refresh' THEN counter.rollup_run_step(target, args, state)
-        WHEN 'partition_maintenance' THEN counter.partition_run_step(target, args, state)
-    END;
-    IF result IS NULL THEN
-        RAISE EXCEPTION 'counter_ext has no periodic work of kind "%"', kind USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NOT coalesce((result ->> 'finished')::boolean, false) THEN
-        PERFORM counter.job_progress(result ->> 'phase', (result ->> 'done')::bigint, (result ->> 'total')::bigint);
-    END IF;
-    RETURN result;
-END
-$$;
-COMMENT ON FUNCTION counter.run_step(text, text, jsonb, jsonb) IS
-    'one step of counter_ext''s periodic work of a kind (called by counter.run_steps)';
-
--- When the statement running now is cancelled by its timeout (a job's
--- timeout, or statement_timeout), or NULL when no timeout is armed.
-CREATE OR REPLACE FUNCTION counter.run_deadline()
-RETURNS timestamptz
-LANGUAGE c VOLATILE PARALLEL RESTRICTED
-AS 'MODULE_PATHNAME', 'counter_run_deadline';
-COMMENT ON FUNCTION counter.run_deadline() IS
-    'when the running statement''s timeout (a job''s, or statement_timeout) would cancel it; NULL without one';
-
--- Raises an error given its parts (what a failed step raised, again, after
--- the failure is recorded); the original context goes first in the context.
-CREATE OR REPLACE FUNCTION counter.run_reraise(sqlstate text, message text, detail text DEFAULT NULL,
-    hint text DEFAULT NULL, context text DEFAULT NULL)
-RETURNS void
-LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', 'counter_run_reraise';
-COMMENT ON FUNCTION counter.run_reraise(text, text, text, text, text) IS
-    'raises an error of the given SQLSTATE, message, detail, hint and context (a failed step''s, after its record)';
-
--- The loop: one transaction per step. A procedure that COMMITs may have
--- neither SET nor SECURITY DEFINER, so it only calls schema-qualified
--- functions and uses schema-qualified operators; result = the last state.
--- A step that would likely not end before the deadline is not started: the
--- run ends as partial instead (twice the longest step so far must fit).
+-- The loop: one transaction per step (src/spine.cpp, the one loop the job
+-- runner uses too). The kind's step function comes from
+-- counter_internal.job_kinds and is called through fmgr, for the caller;
+-- result = the last state. A step that would likely not end before the
+-- deadline is not started: the run ends as partial instead (twice the
+-- longest step so far must fit). (No SET clause: a procedure with one may
+-- not commit.)
 CREATE OR REPLACE PROCEDURE counter.run_steps(kind text, target text, args jsonb DEFAULT '{}',
     INOUT result jsonb DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    st pg_catalog.jsonb;
-    deadline pg_catalog.timestamptz;
-    began pg_catalog.timestamptz;
-    longest pg_catalog.interval := '0';
-    e_state pg_catalog.text;
-    e_message pg_catalog.text;
-    e_detail pg_catalog.text;
-    e_hint pg_catalog.text;
-    e_context pg_catalog.text;
-BEGIN
-    st := counter.run_step(kind, target, args, NULL);
-    LOOP
-        EXIT WHEN pg_catalog.jsonb_extract_path_text(st, 'finished') OPERATOR(pg_catalog.=) 'true';
-        COMMIT;
-        deadline := counter.run_deadline();
-        IF deadline IS NOT NULL AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) longest
-                OPERATOR(pg_catalog.+) longest OPERATOR(pg_catalog.>=) deadline THEN
-            st := counter.run_step(kind, target, args,
-                                   st OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('stop', 'timeout'));
-            EXIT;
-        END IF;
-        began := pg_catalog.clock_timestamp();
-        BEGIN
-            st := counter.run_step(kind, target, args, st);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
-                e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT, e_context = PG_EXCEPTION_CONTEXT;
-        END;
-        IF e_state IS NOT NULL THEN
-            st := counter.run_step(kind, target, args, st OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('error',
-                pg_catalog.jsonb_build_object('sqlstate', e_state, 'message', e_message,
-                    'detail', NULLIF(e_detail, ''), 'hint', NULLIF(e_hint, ''), 'context', NULLIF(e_context, ''))));
-            COMMIT;
-            PERFORM counter.run_reraise(e_state, e_message, e_detail, e_hint, e_context);
-        END IF;
-        longest := pg_catalog.interval_larger(longest, pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) began);
-    END LOOP;
-    COMMIT;
-    result := st;
-END
-$$;
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_run_steps';
 COMMENT ON PROCEDURE counter.run_steps(text, text, jsonb, jsonb) IS
     'runs counter_ext''s periodic work of a kind on a target, one transaction per step (CALL it outside a transaction block)';

@@ -978,7 +978,7 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
 -- The reconciliation's step function for the one commit loop
--- (counter.run_steps, 06_jobs_code.sql; an entry point: checks the caller
+-- (src/spine.cpp, kind 'reconcile': the job's run; checks the caller
 -- owns the counter, and from the second step on that the run is this
 -- counter's running run). One run, with the default watermark: the dirty
 -- keys (every key while a full run is pending), phase 'keys', a batch per
@@ -1094,30 +1094,6 @@ BEGIN
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected);
 END
 $fn$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.tracked_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.tracked_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
--- The job the background worker (or pg_cron) runs, in a session of the
--- counter's owner: one reconciliation run, one transaction per batch (the
--- one commit loop). rows_affected = keys corrected.
-CREATE OR REPLACE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $fn$
-DECLARE
-    st pg_catalog.jsonb;
-BEGIN
-    CALL counter.run_steps('reconcile', target, '{}', st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
-END
-$fn$;
-COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
-    'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
-
 CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,

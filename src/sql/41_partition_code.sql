@@ -693,25 +693,30 @@ AS $$
 $$;
 
 -- Partition maintenance's step function for the one commit loop
--- (counter.run_steps, 06_jobs_code.sql; an entry point: checks its caller
--- owns the table). args: {"parent": oid}. One bounded step of
--- counter_internal.partition_step per call; when the run ends (done, skipped,
--- error, the step limit, or the time is up) its outcome is recorded; 'busy'
--- (another session maintains the table) records nothing.
+-- (src/spine.cpp; checks its caller owns the table at every step). args:
+-- {"parent": oid}, or {} for the table named target (the job's form). One
+-- bounded step of counter_internal.partition_step per call; when the run ends
+-- (done, skipped, error, the step limit, or the time is up) its outcome is
+-- recorded; 'busy' (another session maintains the table) records nothing.
+-- In the job's form a run that ends skipped (locks) or failed hands the loop
+-- an error to raise once the outcome is committed ('raise': 55P03, 55000), so
+-- the runner counts a failure and backs off.
 CREATE OR REPLACE FUNCTION counter_internal.partition_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    parent regclass := (args ->> 'parent')::oid::regclass;
+    parent regclass := coalesce((args ->> 'parent')::oid::regclass, pg_catalog.to_regclass(target));
     s record;
     outcome text;
     error text;
     outside bigint;
 BEGIN
     IF parent IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t
-                                     WHERE t.parent OPERATOR(pg_catalog.=) (args ->> 'parent')::oid) THEN
+                                     WHERE t.parent::pg_catalog.oid OPERATOR(pg_catalog.=)
+                                           coalesce((args ->> 'parent')::pg_catalog.oid,
+                                                    pg_catalog.to_regclass(target)::pg_catalog.oid)) THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', coalesce(parent::text, target)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -753,16 +758,17 @@ BEGIN
     END IF;
     PERFORM counter_internal.partition_record(parent, outcome, error, (state ->> 'created')::bigint,
         (state ->> 'dropped')::bigint, (state ->> 'moved')::bigint, outside, state -> 'error', state -> 'skipped');
-    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
+    state := state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
+    IF NOT args ? 'parent' AND outcome IN ('skipped', 'error') THEN
+        state := state || pg_catalog.jsonb_build_object('raise', pg_catalog.jsonb_build_object(
+            'sqlstate', CASE outcome WHEN 'skipped' THEN '55P03' ELSE '55000' END,
+            'message', pg_catalog.format('partition maintenance of %s %s', target,
+                                         CASE outcome WHEN 'skipped' THEN 'skipped' ELSE 'failed' END),
+            'detail', error));
+    END IF;
+    RETURN state;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.partition_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.partition_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
@@ -848,35 +854,6 @@ BEGIN
         CALL counter.run_steps('partition_maintenance', p::pg_catalog.text,
                                pg_catalog.jsonb_build_object('parent', p::pg_catalog.oid), st);
     END LOOP;
-END
-$$;
-
--- The job the background worker (or counter.run_jobs()) runs for a target
--- registered by partition_manage: maintains that table, committing per step.
--- rows_affected = partitions created + partitions dropped or detached + rows
--- moved out of the default partition. A table skipped for locks ends in
--- SQLSTATE 55P03, any other failure in 55000, after its outcome is recorded.
-CREATE OR REPLACE PROCEDURE counter.job_partition_maintenance(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    p regclass := pg_catalog.to_regclass(target);
-    st pg_catalog.jsonb;
-    o pg_catalog.text;
-    e pg_catalog.text;
-BEGIN
-    IF p IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) p) THEN
-        RAISE EXCEPTION 'table % is not managed by counter_ext', target USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    CALL counter.run_steps('partition_maintenance', target, pg_catalog.jsonb_build_object('parent', p::pg_catalog.oid), st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
-    o := pg_catalog.jsonb_extract_path_text(st, 'outcome');
-    e := pg_catalog.jsonb_extract_path_text(st, 'error');
-    IF o OPERATOR(pg_catalog.=) 'skipped' THEN
-        RAISE EXCEPTION 'partition maintenance of % skipped', target USING ERRCODE = 'lock_not_available', DETAIL = e;
-    ELSIF o OPERATOR(pg_catalog.=) 'error' THEN
-        RAISE EXCEPTION 'partition maintenance of % failed', target USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = e;
-    END IF;
 END
 $$;
 

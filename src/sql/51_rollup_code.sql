@@ -311,7 +311,7 @@ DECLARE
     n bigint;
 BEGIN
     IF rid IS NULL OR from_h IS NULL OR to_h IS NULL OR wait IS NULL THEN
-        RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
+        RAISE EXCEPTION 'only hours of counter_internal.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup %s', rid), 'refresh it');
@@ -348,15 +348,6 @@ BEGIN
     RETURN n;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_refresh_chunk above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
-                                             hours timestamptz[], wait boolean)
-RETURNS bigint
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- The chunks (UTC days, clamped to the source's retention) of a full
 -- recompute of [from_ts, to_ts). An entry point of the refresh procedures
 -- (checks its caller).
@@ -398,14 +389,6 @@ BEGIN
     END LOOP;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_range_chunks above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
-RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
-LANGUAGE c STABLE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
 -- hours outside the source's retention are dropped from the log (they can
 -- never be recomputed into a smaller number). An entry point of the refresh
@@ -437,14 +420,6 @@ BEGIN
         ORDER BY 2;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_dirty_chunks above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
-RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
-LANGUAGE c VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- Records a refresh in the one run record (counter.job_runs, kind
 -- 'rollup_refresh': the job's run, or a row of its own for a direct call;
 -- the rollup's part in info). Every refresh has its row, so none waits for
@@ -479,20 +454,11 @@ BEGIN
         rows_affected => n, error => error);
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_record above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
-    error jsonb DEFAULT NULL)
-RETURNS void
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
 -- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
-CREATE OR REPLACE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -500,20 +466,27 @@ DECLARE
     total bigint := 0;
     started timestamptz := clock_timestamp();
 BEGIN
-    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
-        total := total + counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
+    FOR c IN SELECT * FROM counter_internal.rollup_range_chunks(name, from_ts, to_ts) LOOP
+        total := total + counter_internal.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
     END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
+    PERFORM counter_internal.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
     RETURN total;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_recompute above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS bigint
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Recomputes the dirty hours of a rollup in the caller's transaction,
 -- skipping chunks another session is refreshing. Returns the rollup rows
 -- written or deleted.
-CREATE OR REPLACE FUNCTION counter.rollup_refresh_dirty(name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_refresh_dirty(name text)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -523,8 +496,8 @@ DECLARE
     skipped integer := 0;
     started timestamptz := clock_timestamp();
 BEGIN
-    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(name) LOOP
-        n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+    FOR c IN SELECT * FROM counter_internal.rollup_dirty_chunks(name) LOOP
+        n := counter_internal.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
         IF n IS NULL THEN
             skipped := skipped + 1;
             RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', name, c.from_h;
@@ -532,15 +505,22 @@ BEGIN
             total := total + n;
         END IF;
     END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(name), started,
+    PERFORM counter_internal.rollup_record(counter.rollup_id(name), started,
                                   CASE WHEN skipped = 0 THEN 'ok' ELSE format('skipped %s locked chunks', skipped) END,
                                   total, NULL);
     RETURN total;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_refresh_dirty above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_refresh_dirty(name text)
+RETURNS bigint
+LANGUAGE c VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
--- The refresh's step function for the one commit loop (counter.run_steps,
--- 06_jobs_code.sql; an entry point: checks its caller owns the rollup). One
+-- The refresh's step function for the one commit loop (src/spine.cpp,
+-- kind 'rollup_refresh'; checks its caller owns the rollup at every step). One
 -- chunk (a UTC day at most) per step. args {"from", "to"}: a full recompute
 -- of that range, waiting for chunks refreshed elsewhere; args {}: the dirty
 -- hours, a day at a time in day order, skipping a day another session is
@@ -575,10 +555,10 @@ BEGIN
         END IF;
         -- checks the range (or drops dirty hours outside the retention), and counts the chunks
         IF ranged THEN
-            SELECT count(*), min(x.from_h) INTO n, from_h FROM counter.rollup_range_chunks(target,
+            SELECT count(*), min(x.from_h) INTO n, from_h FROM counter_internal.rollup_range_chunks(target,
                 (args ->> 'from')::timestamptz, (args ->> 'to')::timestamptz) x;
         ELSE
-            SELECT count(*) INTO n FROM counter.rollup_dirty_chunks(target);
+            SELECT count(*) INTO n FROM counter_internal.rollup_dirty_chunks(target);
         END IF;
         RETURN pg_catalog.jsonb_build_object('started', pg_catalog.clock_timestamp(), 'phase', 'days', 'done', 0,
             'total', n, 'rows', 0, 'skipped', 0, 'next', from_h, 'after_day', NULL,
@@ -603,7 +583,7 @@ BEGIN
             LIMIT 1;
         END IF;
         IF from_h IS NOT NULL THEN
-            n := counter.rollup_refresh_chunk(rid, from_h, to_h, hours, ranged);
+            n := counter_internal.rollup_refresh_chunk(rid, from_h, to_h, hours, ranged);
             IF n IS NULL THEN
                 RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, from_h;
             END IF;
@@ -615,19 +595,11 @@ BEGIN
         outcome := CASE WHEN (state ->> 'skipped')::bigint = 0 THEN 'ok'
                         ELSE format('skipped %s locked chunks', state ->> 'skipped') END;
     END IF;
-    PERFORM counter.rollup_record(rid, (state ->> 'started')::timestamptz, outcome, (state ->> 'rows')::bigint,
+    PERFORM counter_internal.rollup_record(rid, (state ->> 'started')::timestamptz, outcome, (state ->> 'rows')::bigint,
                                   state -> 'error');
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome);
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- Procedure forms: one transaction per chunk (a UTC day at most), in the
 -- one commit loop (counter.run_steps). A full recompute of [from_ts, to_ts):
 CREATE OR REPLACE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
@@ -637,20 +609,6 @@ DECLARE
     st pg_catalog.jsonb;
 BEGIN
     CALL counter.run_steps('rollup_refresh', name, pg_catalog.jsonb_build_object('from', from_ts, 'to', to_ts), st);
-END
-$$;
-
--- The job the background worker (or counter.run_jobs(), or pg_cron) runs:
--- recompute the dirty hours of one rollup, one UTC day per transaction,
--- skipping chunks another session is refreshing.
-CREATE OR REPLACE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    st pg_catalog.jsonb;
-BEGIN
-    CALL counter.run_steps('rollup_refresh', target, '{}', st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
 END
 $$;
 

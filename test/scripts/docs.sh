@@ -67,20 +67,6 @@ fi
 declare -A exception=(
     # plumbing users must never call, listed by issue 22 (rollup_id and
     # rollup_newest_hour, on its list too, have examples: issue 25 asks for them)
-    [run_step]="plumbing, to move to counter_internal (issue 22)"
-    [run_reraise]="plumbing, to move to counter_internal (issue 22)"
-    [run_deadline]="plumbing, to move to counter_internal (issue 22)"
-    [tracked_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [partition_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [job_reconcile]="plumbing, to move to counter_internal (issue 22)"
-    [job_rollup_refresh]="plumbing, to move to counter_internal (issue 22)"
-    [job_partition_maintenance]="plumbing, to move to counter_internal (issue 22)"
-    [job_flush]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_record]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_refresh_chunk]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_dirty_chunks]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_range_chunks]="plumbing, to move to counter_internal (issue 22)"
     [rollup_lock_key]="plumbing, to move to counter_internal (issue 22)"
     [rollup_hour_number]="plumbing, to move to counter_internal (issue 22)"
     [rollup_day_number]="plumbing, to move to counter_internal (issue 22)"
