@@ -79,11 +79,11 @@ SELECT counter.partition_unmanage('public.calls');
 
 -- Names: parent || _pYYYYMMDDHH24 (MI added below an hour), shortened with a
 -- pinned md5 tag past 63 bytes (golden values: they never change).
-SELECT counter.partition_name_for('events', '_p2026070103');
-SELECT counter.partition_name_for(repeat('e', 60), '_p2026070103');
-SELECT counter.partition_name_for(repeat('é', 31), '_default');
-SELECT octet_length(counter.partition_name_for(repeat('é', 31), '_p202607010315'));
-SELECT counter.partition_suffix('2026-07-01 23:15-04', '15 minutes'), counter.partition_suffix('2026-07-01 23:15-04', '1 day');
+SELECT counter_internal.partition_name_for('events', '_p2026070103');
+SELECT counter_internal.partition_name_for(repeat('e', 60), '_p2026070103');
+SELECT counter_internal.partition_name_for(repeat('é', 31), '_default');
+SELECT octet_length(counter_internal.partition_name_for(repeat('é', 31), '_p202607010315'));
+SELECT counter_internal.partition_suffix('2026-07-01 23:15-04', '15 minutes'), counter_internal.partition_suffix('2026-07-01 23:15-04', '1 day');
 SELECT counter.partition_slot('2026-07-01 23:15-04', 3600 * 6) AT TIME ZONE 'UTC' AS six_hour_slot;
 
 -- Bad input: clear errors with SQLSTATEs.

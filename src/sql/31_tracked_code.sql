@@ -438,8 +438,8 @@ BEGIN
             USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
     END IF;
 
-    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter.column_of(source, key_column) c;
-    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter.column_of(source, time_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter_internal.column_of(source, key_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter_internal.column_of(source, time_column) c;
     IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
@@ -451,8 +451,8 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
                    WHERE i.indrelid OPERATOR(pg_catalog.=) source
-                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum
-                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum)) THEN
+                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter_internal.column_of(source, time_column)).attnum
+                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter_internal.column_of(source, time_column)).attnum)) THEN
         RAISE WARNING 'no index on %(%): each scheduled reconciliation scans the table for rows newly past the watermark',
             source, time_column
             USING HINT = format('CREATE INDEX ON %s (%I)', source, time_column);

@@ -176,7 +176,7 @@ BEGIN
     SELECT * INTO STRICT cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_make_table.parent;
     SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) partition_make_table.parent;
     SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) rel.relnamespace;
-    tname := counter.partition_name_for(rel.relname, counter.partition_suffix(lo, cfg.part_interval));
+    tname := counter_internal.partition_name_for(rel.relname, counter_internal.partition_suffix(lo, cfg.part_interval));
     IF how = 'direct' THEN
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
                        nsp, tname, nsp, rel.relname, lo, hi));
@@ -315,9 +315,9 @@ BEGIN
             format('SELECT EXISTS (SELECT 1 FROM ONLY %s) WHERE $1', t), true) AS x(e boolean);
     END IF;
     IF has_rows THEN
-        held_name := counter.partition_name_for(
+        held_name := counter_internal.partition_name_for(
             (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent),
-            counter.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
+            counter_internal.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
                                           WHERE c.parent OPERATOR(pg_catalog.=) partition_attach.parent)) || '_held');
         PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s RENAME TO %I', t, held_name));
         held := t;
@@ -406,7 +406,7 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) OPERATOR(pg_catalog.*) 1000)::bigint::text, true);
-    step := counter.partition_interval_seconds(cfg.part_interval);
+    step := counter_internal.partition_interval_seconds(cfg.part_interval);
     d := counter.partition_default(parent);
     whole_slots := counter_internal.citus_distributed(parent);
     cur := counter.partition_slot(as_of, step);
@@ -912,7 +912,7 @@ BEGIN
         RAISE EXCEPTION '% is not partitioned by range over one column', parent
             USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
     END IF;
-    att := counter.column_of(parent, control);
+    att := counter_internal.column_of(parent, control);
     IF att.attnum <> pt.partattrs[0] THEN
         RAISE EXCEPTION 'column "%" is not the partition key of %', control, parent
             USING ERRCODE = 'invalid_parameter_value';
@@ -921,7 +921,7 @@ BEGIN
         RAISE EXCEPTION 'partition key "%" of % is %, not timestamptz', control, parent, att.atttypid::regtype
             USING ERRCODE = 'datatype_mismatch';
     END IF;
-    step := counter.partition_interval_seconds(part_interval);
+    step := counter_internal.partition_interval_seconds(part_interval);
     IF premake < 1 THEN
         RAISE EXCEPTION 'premake must be at least 1, not %', premake USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -979,7 +979,7 @@ BEGIN
     -- check of the default partition's rows.
     IF d IS NULL THEN
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
-                       counter.partition_name_for(rel.relname, '_default'), parent));
+                       counter_internal.partition_name_for(rel.relname, '_default'), parent));
         d := counter.partition_default(parent);
         t := d;
         -- privileges as for every partition

@@ -320,7 +320,7 @@ BEGIN
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
     r := counter_internal.rollup_sql(rid);
-    IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
+    IF counter_internal.rollup_day_number(from_h) <> counter_internal.rollup_day_number(to_h - interval '1 hour') THEN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
@@ -416,7 +416,7 @@ BEGIN
         SELECT rid, min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
         FROM counter.rollup_dirty d
         WHERE d.rollup_id = rid
-        GROUP BY counter.rollup_day_number(d.hour)
+        GROUP BY counter_internal.rollup_day_number(d.hour)
         ORDER BY 2;
 END
 $$;
@@ -577,8 +577,8 @@ BEGIN
             SELECT min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
             INTO from_h, to_h, hours
             FROM counter.rollup_dirty d
-            WHERE d.rollup_id = rid AND counter.rollup_day_number(d.hour) > coalesce((state ->> 'after_day')::bigint, -9223372036854775808)
-            GROUP BY counter.rollup_day_number(d.hour)
+            WHERE d.rollup_id = rid AND counter_internal.rollup_day_number(d.hour) > coalesce((state ->> 'after_day')::bigint, -9223372036854775808)
+            GROUP BY counter_internal.rollup_day_number(d.hour)
             ORDER BY 1
             LIMIT 1;
         END IF;
@@ -590,7 +590,7 @@ BEGIN
             RETURN state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
                 'rows', (state ->> 'rows')::bigint + coalesce(n, 0),
                 'skipped', (state ->> 'skipped')::bigint + CASE WHEN n IS NULL THEN 1 ELSE 0 END,
-                'next', to_h, 'after_day', counter.rollup_day_number(from_h));
+                'next', to_h, 'after_day', counter_internal.rollup_day_number(from_h));
         END IF;
         outcome := CASE WHEN (state ->> 'skipped')::bigint = 0 THEN 'ok'
                         ELSE format('skipped %s locked chunks', state ->> 'skipped') END;
@@ -683,7 +683,7 @@ BEGIN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
 
-    SELECT c.atttypid, c.attnotnull INTO col FROM counter.column_of(source, time_column) c;
+    SELECT c.atttypid, c.attnotnull INTO col FROM counter_internal.column_of(source, time_column) c;
     IF col.atttypid <> 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
             USING ERRCODE = 'datatype_mismatch',
@@ -708,7 +708,7 @@ BEGIN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter.column_of(source, g) c;
+        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter_internal.column_of(source, g) c;
         IF NOT col.attnotnull THEN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
@@ -731,7 +731,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in sums', g USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT c.atttypid INTO col FROM counter.column_of(source, g) c;
+        SELECT c.atttypid INTO col FROM counter_internal.column_of(source, g) c;
         IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype) THEN
             RAISE EXCEPTION 'cannot sum column "%" of type %', g, format_type(col.atttypid, NULL)
                 USING ERRCODE = 'datatype_mismatch', HINT = 'sums are exact: smallint, integer, bigint or numeric';
@@ -758,7 +758,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
         END IF;
-        PERFORM counter.column_of(source, g);
+        PERFORM counter_internal.column_of(source, g);
         IF octet_length('distinct_' || g) > 63 THEN
             RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
         END IF;
@@ -1136,7 +1136,7 @@ BEGIN
             HINT = 'use mode => ''deferred'' for more sums';
     END IF;
     FOREACH g IN ARRAY sums LOOP
-        IF (SELECT c.atttypid FROM counter.column_of(source, g) c) = 'numeric'::regtype THEN
+        IF (SELECT c.atttypid FROM counter_internal.column_of(source, g) c) = 'numeric'::regtype THEN
             RAISE EXCEPTION 'a buffered rollup sums smallint, integer and bigint columns, not numeric column "%"', g
                 USING ERRCODE = 'feature_not_supported', HINT = 'use mode => ''deferred'' for numeric sums';
         END IF;

@@ -1,7 +1,7 @@
 -- DROP and rename (doc/operations.md): what a user drops or renames leaves
 -- no catalog row and no job pointing at nothing. Tracked counters follow
 -- their own tables (30_tracked.sql); a dropped partitioned table is
--- forgotten by counter.partition_forget_dropped (40_partition.sql). This
+-- forgotten by counter_internal.partition_forget_dropped (40_partition.sql). This
 -- piece holds functions and event triggers only, so the update includes it
 -- as it is.
 

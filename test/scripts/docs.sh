@@ -65,17 +65,6 @@ fi
 # functions no SQL can call (an internal argument or result: 1.4's aggregate
 # support kept for its install script) and the exceptions below.
 declare -A exception=(
-    # plumbing users must never call, listed by issue 22 (rollup_id and
-    # rollup_newest_hour, on its list too, have examples: issue 25 asks for them)
-    [rollup_lock_key]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_hour_number]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_day_number]="plumbing, to move to counter_internal (issue 22)"
-    [partition_slot]="plumbing, to move to counter_internal (issue 22)"
-    [partition_suffix]="plumbing, to move to counter_internal (issue 22)"
-    [partition_name_for]="plumbing, to move to counter_internal (issue 22)"
-    [partition_forget_dropped]="plumbing, to move to counter_internal (issue 22)"
-    [partition_interval_seconds]="plumbing, to move to counter_internal (issue 22)"
-    [column_of]="plumbing, to move to counter_internal (issue 22)"
 )
 db=docs_coverage
 ce_psql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1 || exit 1
