@@ -177,16 +177,27 @@ bool owner_alive(int pid, TimestampTz started, int64 run_id) {
 void fail_orphan(int64 run_id) {
 	Oid types[2] = {INT8OID, TEXTOID};
 	Datum values[2] = {Int64GetDatum(run_id), CStringGetTextDatum(orphan_message)};
-	spi_run("UPDATE counter.job_runs SET outcome = 'failed', finished_at = clock_timestamp(), message = $2"
-	        " WHERE run_id = $1 AND outcome = 'running'",
-	        2, types, values, nullptr, false, SPI_OK_UPDATE, "marking an abandoned run");
+	spi_run("SELECT counter_internal.run_abandon($1, $2)", 2, types, values, nullptr, false, SPI_OK_SELECT,
+	        "marking an abandoned run");
 	spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
 	        " WHERE j.running_run = $1",
 	        1, types, values, nullptr, false, SPI_OK_UPDATE, "backing off a job whose run was abandoned");
 }
 
+// Whether the SQL objects have the run record's functions (1.7's; the
+// library may be newer than the SQL until ALTER EXTENSION counter_ext
+// UPDATE, and then leaves the record alone). Bookkeeping.
+bool run_record_ready() {
+	spi_run("SELECT pg_catalog.to_regprocedure('counter_internal.run_claim(bigint,text,timestamptz)') IS NOT NULL", 0,
+	        nullptr, nullptr, nullptr, true, SPI_OK_SELECT, "looking for the run record's functions");
+	bool isnull;
+	return DatumGetBool(column(0, 1, &isnull));
+}
+
 // Marks failed every 'running' run whose process is gone. Bookkeeping.
 void sweep_orphans(MemoryContext cxt) {
+	if (!run_record_ready())
+		return;
 	spi_run("SELECT run_id, pid, backend_start FROM counter.job_runs WHERE outcome = 'running'", 0, nullptr, nullptr,
 	        nullptr, true, SPI_OK_SELECT, "reading runs in progress");
 	uint64 n = SPI_processed;
@@ -216,6 +227,8 @@ void sweep_orphans(MemoryContext cxt) {
 // changed (ALTER ... OWNER TO, REASSIGN OWNED): a job runs as the owner of
 // what it serves.
 void settle_owners(Oid only_owner) {
+	if (!run_record_ready())
+		return;
 	// Counters, rollups and the jobs not running follow their tables' owners
 	// (a change no event trigger saw: REASSIGN OWNED).
 	spi_run("SELECT counter.follow_owners()", 0, nullptr, nullptr, nullptr, false, SPI_OK_SELECT,
@@ -227,12 +240,10 @@ void settle_owners(Oid only_owner) {
 	        " WHERE j.enabled AND j.running_run IS NULL"
 	        "  AND (j.owner IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = j.owner))"
 	        " RETURNING j.job_id, j.kind, j.target, j.disabled_reason)"
-	        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at,"
-	        "  outcome, sqlstate, message)"
-	        " SELECT g.job_id, g.kind, g.target, 'worker', pg_backend_pid(), pg_postmaster_start_time(),"
-	        "  clock_timestamp(), clock_timestamp(), 'failed', '42704', 'job disabled: ' || g.disabled_reason"
+	        " SELECT counter_internal.run_closed(g.job_id, g.kind, g.target, 'worker', pg_postmaster_start_time(),"
+	        "  'failed', '42704', 'job disabled: ' || g.disabled_reason, NULL)"
 	        " FROM gone g",
-	        0, nullptr, nullptr, nullptr, false, SPI_OK_INSERT, "disabling the jobs of dropped roles");
+	        0, nullptr, nullptr, nullptr, false, SPI_OK_SELECT, "disabling the jobs of dropped roles");
 	Oid types[1] = {OIDOID};
 	Datum values[1] = {ObjectIdGetDatum(only_owner)};
 	const char nulls[2] = {OidIsValid(only_owner) ? ' ' : 'n', '\0'};
@@ -242,21 +253,18 @@ void settle_owners(Oid only_owner) {
 	        " WHERE r.oid = j.owner AND NOT r.rolcanlogin AND j.enabled AND j.running_run IS NULL"
 	        "  AND j.next_run <= clock_timestamp() AND ($1::oid IS NULL OR j.owner = $1)"
 	        " RETURNING j.job_id, j.kind, j.target, r.rolname)"
-	        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at,"
-	        "  outcome, sqlstate, message)"
-	        " SELECT n.job_id, n.kind, n.target, 'worker', pg_backend_pid(), pg_postmaster_start_time(),"
-	        "  clock_timestamp(), clock_timestamp(), 'failed', '28000',"
+	        " SELECT counter_internal.run_closed(n.job_id, n.kind, n.target, 'worker', pg_postmaster_start_time(),"
+	        "  'failed', '28000',"
 	        "  format('role \"%s\" cannot log in, so no session can run its job (ALTER ROLE %I LOGIN)',"
-	        "         n.rolname, n.rolname)"
+	        "         n.rolname, n.rolname), NULL)"
 	        " FROM nologin n",
-	        1, types, values, nulls, false, SPI_OK_INSERT, "recording the jobs of roles that cannot log in");
+	        1, types, values, nulls, false, SPI_OK_SELECT, "recording the jobs of roles that cannot log in");
 }
 
 ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid) {
-	Oid types[5] = {INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-	Datum values[5] = {0, Int64GetDatum(job_id), 0, 0, 0};
-	// (no lock space: the SQL is still 1.4's; no job runs until the update)
-	if (ce::locks::space() == InvalidOid ||
+	// (no lock space: the SQL is still 1.4's; no run record functions: it is
+	// older than 1.7; no job runs until the update)
+	if (ce::locks::space() == InvalidOid || !run_record_ready() ||
 	    !ce::locks::take(ce::locks::job, static_cast<uint32>(static_cast<uint64>(job_id) & 0xffffffffu), false, false))
 		return busy;
 	bool isnull;
@@ -334,27 +342,18 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 		spi_run("WITH h AS (UPDATE counter.jobs j"
 		        " SET next_run = clock_timestamp() + LEAST(j.run_every, interval '10 seconds')"
 		        " WHERE j.job_id = $1 RETURNING j.job_id, j.kind, j.target)"
-		        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at,"
-		        "  finished_at, outcome, sqlstate, message, run_as)"
-		        " SELECT h.job_id, h.kind, h.target, $2, pg_backend_pid(), $3, clock_timestamp(), clock_timestamp(),"
-		        "  'held', '55000', $4, pg_catalog.quote_ident(session_user)::pg_catalog.regrole FROM h",
-		        4, ht, hv, nullptr, false, SPI_OK_INSERT, "recording a held job");
+		        " SELECT counter_internal.run_closed(h.job_id, h.kind, h.target, $2, $3, 'held', '55000', $4,"
+		        "  pg_catalog.quote_ident(session_user)::pg_catalog.regrole) FROM h",
+		        4, ht, hv, nullptr, false, SPI_OK_SELECT, "recording a held job");
 		return held;
 	}
 
-	values[1] = Int64GetDatum(job_id);
-	values[2] = CStringGetTextDatum(r->runner_name);
-	values[3] = TimestampTzGetDatum(MyStartTimestamp);
-	spi_run(
-	    "INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)"
-	    " SELECT j.job_id, j.kind, j.target, $3, pg_backend_pid(), $4, clock_timestamp(), 'running',"
-	    " pg_catalog.quote_ident(session_user)::pg_catalog.regrole"
-	    " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
-	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
+	// the 'running' row (and the bound of the run record per role)
+	Oid ct[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
+	Datum cv[3] = {Int64GetDatum(job_id), CStringGetTextDatum(r->runner_name), TimestampTzGetDatum(MyStartTimestamp)};
+	spi_run("SELECT counter_internal.run_claim($1, $2, $3)", 3, ct, cv, nullptr, false, SPI_OK_SELECT,
+	        "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));
-	// the bound of the run record per role (one place: counter_internal.run_trim)
-	spi_run("SELECT counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole)", 0, nullptr,
-	        nullptr, nullptr, false, SPI_OK_SELECT, "trimming the owner's run history");
 	Oid types2[2] = {INT8OID, INT8OID};
 	Datum values2[2] = {Int64GetDatum(job_id), Int64GetDatum(out->run_id)};
 	spi_run("UPDATE counter.jobs SET running_run = $2 WHERE job_id = $1", 2, types2, values2, nullptr, false,
@@ -368,11 +367,8 @@ void record(const Claim *c, const Outcome *o) {
 		Datum values[3] = {Int64GetDatum(c->run_id), Int64GetDatum(o->rows), Int64GetDatum(c->job_id)};
 		const char nulls[4] = {' ', o->rows_null ? 'n' : ' ', ' ', '\0'};
 		// a run whose work could not be done says so (counter_internal.run_skipped)
-		spi_run(
-		    "UPDATE counter.job_runs SET outcome = CASE WHEN info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,"
-		    " message = coalesce(message, info ->> 'skip_reason'), finished_at = clock_timestamp(),"
-		    " rows_affected = $2 WHERE run_id = $1",
-		    2, types, values, nulls, false, SPI_OK_UPDATE, "recording a run");
+		spi_run("SELECT counter_internal.run_finish($1, $2)", 2, types, values, nulls, false, SPI_OK_SELECT,
+		        "recording a run");
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = 0, next_run = clock_timestamp() + j.run_every"
 		        " WHERE j.job_id = $1 AND j.running_run = $2",
@@ -394,9 +390,8 @@ void record(const Claim *c, const Outcome *o) {
 		                       e->hint != nullptr ? ' ' : 'n',
 		                       e->context != nullptr ? ' ' : 'n',
 		                       '\0'};
-		spi_run("UPDATE counter.job_runs SET outcome = 'failed', finished_at = clock_timestamp(),"
-		        " sqlstate = $2, message = $3, detail = $4, hint = $5, context = $6 WHERE run_id = $1",
-		        6, types, values, nulls, false, SPI_OK_UPDATE, "recording a failed run");
+		spi_run("SELECT counter_internal.run_finish($1, NULL, $2, $3, $4, $5, $6)", 6, types, values, nulls, false,
+		        SPI_OK_SELECT, "recording a failed run");
 		Oid t2[2] = {INT8OID, INT8OID};
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
@@ -549,11 +544,12 @@ IdList due_jobs(Runner *r) {
 }
 
 void trim_history() {
+	if (!run_record_ready())
+		return;
 	Oid types[1] = {INT4OID};
 	Datum values[1] = {Int32GetDatum(ce::history_retention_s)};
-	spi_run("DELETE FROM counter.job_runs WHERE run_id IN (SELECT run_id FROM counter.job_runs"
-	        " WHERE finished_at < clock_timestamp() - make_interval(secs => $1) ORDER BY finished_at LIMIT 10000)",
-	        1, types, values, nullptr, false, SPI_OK_DELETE, "trimming the run history");
+	spi_run("SELECT counter_internal.run_expire($1)", 1, types, values, nullptr, false, SPI_OK_SELECT,
+	        "trimming the run history");
 }
 
 void require_top_level(FunctionCallInfo fcinfo, const char *name) {

@@ -113,8 +113,7 @@ AS $$
 BEGIN
     RAISE WARNING '%', message USING DETAIL = coalesce(detail, '');
     IF run IS NOT NULL THEN
-        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) '{"alerted": true}'
-        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        PERFORM counter_internal.run_note(run, '{"alerted": true}');
     END IF;
     IF NOT pg_catalog.pg_is_in_recovery() AND (run IS NOT NULL OR parent IS NOT NULL) THEN
         PERFORM pg_catalog.pg_notify('counter_ext_drift',
@@ -429,6 +428,117 @@ AS $$
     WHERE x.kind OPERATOR(pg_catalog.=) run_forget.kind
       AND (x.object_id OPERATOR(pg_catalog.=) run_forget.object_id
            OR (run_forget.object_id IS NULL AND x.target OPERATOR(pg_catalog.=) run_forget.target))
+$$;
+
+-- run_note: a feature's part merged into run 'run' (info), and for a direct
+-- call's row its rows_affected when given.
+CREATE OR REPLACE FUNCTION counter_internal.run_note(run bigint, info jsonb, rows_affected bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET info = coalesce(x.info, '{}') OPERATOR(pg_catalog.||) run_note.info,
+        rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' AND run_note.rows_affected IS NOT NULL
+                             THEN run_note.rows_affected ELSE x.rows_affected END
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_note.run
+$$;
+
+-- run_retarget: the runs of (kind, target) follow their object's new name
+-- (a renamed partitioned table: its runs are found by target).
+CREATE OR REPLACE FUNCTION counter_internal.run_retarget(kind text, target text, new_target text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x SET target = run_retarget.new_target
+    WHERE x.kind OPERATOR(pg_catalog.=) run_retarget.kind AND x.target OPERATOR(pg_catalog.=) run_retarget.target
+$$;
+
+-- The job runner's side of the run record (src/worker_jobs.cpp calls these,
+-- as the extension's owner, between the job's transactions).
+-- run_claim: the 'running' row of job 'job' run by this backend (runner
+-- 'worker' or 'session'); the owner's oldest runs beyond the bound go.
+CREATE OR REPLACE FUNCTION counter_internal.run_claim(job bigint, runner text, backend_start timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run bigint;
+BEGIN
+    INSERT INTO counter.job_runs AS x (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)
+    SELECT j.job_id, j.kind, j.target, run_claim.runner, pg_catalog.pg_backend_pid(), run_claim.backend_start,
+           pg_catalog.clock_timestamp(), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole
+    FROM counter.jobs j WHERE j.job_id OPERATOR(pg_catalog.=) job
+    RETURNING x.run_id INTO run;
+    PERFORM counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole);
+    RETURN run;
+END
+$$;
+
+-- run_closed: a run of job 'job' that ended as it began, not run: 'held'
+-- (its object is not complete here; sqlstate 55000) or 'failed' (its owner
+-- cannot run it: 42704 dropped, 28000 no LOGIN). run_as: the session user
+-- (held), or NULL (refused before any session of the owner).
+CREATE OR REPLACE FUNCTION counter_internal.run_closed(job bigint, kind text, target text, runner text,
+    backend_start timestamptz, outcome text, sqlstate text, message text, run_as regrole)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at, outcome,
+                                  sqlstate, message, run_as)
+    VALUES (job, kind, target, runner, pg_catalog.pg_backend_pid(), backend_start, pg_catalog.clock_timestamp(),
+            pg_catalog.clock_timestamp(), outcome, sqlstate, message, run_as)
+$$;
+
+-- run_finish: a job's run ended: succeeded (or skipped, when its feature
+-- said why: info.skip_reason) with rows_affected, or failed with the error
+-- whole (sqlstate not NULL).
+CREATE OR REPLACE FUNCTION counter_internal.run_finish(run bigint, rows_affected bigint, sqlstate text DEFAULT NULL,
+    message text DEFAULT NULL, detail text DEFAULT NULL, hint text DEFAULT NULL, context text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET outcome = CASE WHEN run_finish.sqlstate IS NOT NULL THEN 'failed'
+                       WHEN x.info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,
+        finished_at = pg_catalog.clock_timestamp(),
+        rows_affected = CASE WHEN run_finish.sqlstate IS NULL THEN run_finish.rows_affected ELSE x.rows_affected END,
+        sqlstate = run_finish.sqlstate,
+        message = CASE WHEN run_finish.sqlstate IS NULL THEN coalesce(x.message, x.info ->> 'skip_reason')
+                       ELSE run_finish.message END,
+        detail = CASE WHEN run_finish.sqlstate IS NULL THEN x.detail ELSE run_finish.detail END,
+        hint = CASE WHEN run_finish.sqlstate IS NULL THEN x.hint ELSE run_finish.hint END,
+        context = CASE WHEN run_finish.sqlstate IS NULL THEN x.context ELSE run_finish.context END
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_finish.run
+$$;
+
+-- run_abandon: a run still 'running' whose process is gone is failed.
+CREATE OR REPLACE FUNCTION counter_internal.run_abandon(run bigint, message text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET outcome = 'failed', finished_at = pg_catalog.clock_timestamp(), message = run_abandon.message
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_abandon.run AND x.outcome OPERATOR(pg_catalog.=) 'running'
+$$;
+
+-- run_expire: runs that ended more than keep_s seconds ago go (10,000 at a
+-- time: the worker calls it after every pass).
+CREATE OR REPLACE FUNCTION counter_internal.run_expire(keep_s integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM counter.job_runs x WHERE x.run_id IN (
+        SELECT y.run_id FROM counter.job_runs y
+        WHERE y.finished_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+                                                    pg_catalog.make_interval(secs => keep_s))
+        ORDER BY y.finished_at LIMIT 10000)
 $$;
 
 -- The owner of the object a job serves, found from its target: the owner

@@ -815,11 +815,13 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    part jsonb;
 BEGIN
     -- a backfill run (counter_internal.tracked_start_run): counts missing
     -- from the counter are the rows its table held before track, up to as
     -- many as are left of them (t.backfill_left, less what this run took)
-    UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.jsonb_build_object(
         'keys_checked', (x.info ->> 'keys_checked')::bigint + GREATEST(b.checked, 0),
         'keys_corrected', (x.info ->> 'keys_corrected')::bigint + b.corrected,
         'drift_positive', LEAST((x.info ->> 'drift_positive')::numeric + b.pos, 9223372036854775807)::bigint,
@@ -831,12 +833,17 @@ BEGIN
         'keys_busy', (x.info ->> 'keys_busy')::bigint + b.busy)
         OPERATOR(pg_catalog.||) CASE WHEN x.info ? 'backfill'
             THEN pg_catalog.jsonb_build_object('backfill', (x.info ->> 'backfill')::bigint + f.took) ELSE '{}'::jsonb END
-    FROM (SELECT CASE WHEN y.info ? 'backfill'
+    INTO part
+    FROM counter.job_runs x,
+         (SELECT CASE WHEN y.info ? 'backfill'
                       THEN GREATEST(LEAST(OPERATOR(pg_catalog.-) b.neg,
                                           t.backfill_left OPERATOR(pg_catalog.-) (y.info ->> 'backfill')::bigint), 0)
                       ELSE 0 END AS took
           FROM counter.job_runs y WHERE y.run_id OPERATOR(pg_catalog.=) run) f
     WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
+    IF part IS NOT NULL THEN
+        PERFORM counter_internal.run_note(run, part);
+    END IF;
 END
 $fn$;
 
@@ -1083,9 +1090,10 @@ BEGIN
         UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
     END IF;
     IF verifying THEN
-        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
-            'keys_verified', (x.info ->> 'keys_verified')::bigint + (state ->> 'verified')::bigint)
-        WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
+        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
+            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
+             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
+            + (state ->> 'verified')::bigint));
     END IF;
     IF outcome = 'ok' AND (state ->> 'every_key')::boolean THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;

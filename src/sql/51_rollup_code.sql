@@ -442,10 +442,8 @@ BEGIN
         -- stay): the run is recorded as skipped, with the reason
         run := counter_internal.run_skipped('rollup_refresh', r.name, rid,
             outcome || ': another session is refreshing them');
-        UPDATE counter.job_runs x
-        SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n),
-            rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' THEN n ELSE x.rows_affected END
-        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        PERFORM counter_internal.run_note(run,
+            pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n), n);
         RETURN;
     END IF;
     PERFORM counter_internal.run_end(
