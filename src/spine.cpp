@@ -294,9 +294,11 @@ ce::spine::Outcome ce::spine::run(Oid step, Oid caller, Datum target, bool targe
 		});
 		// A step that would likely not end before the deadline is not
 		// started (twice the longest so far must fit): the run ends as
-		// partial instead of being cancelled.
+		// partial instead of being cancelled, and the next run goes on from
+		// there. (In the caller's transaction a statement asked for the whole
+		// work: a timeout cancels it, as it would cancel any statement.)
 		TimestampTz now = GetCurrentTimestamp();
-		TimestampTz at = pg_guard([] { return deadline(); });
+		TimestampTz at = commits ? pg_guard([] { return deadline(); }) : 0;
 		if (at != 0 && now + 2 * longest >= at) {
 			state = pg_guard([l, state] { return call_step(l, with(l, state, "{\"stop\": \"timeout\"}"), false); });
 			break;
@@ -340,4 +342,28 @@ CE_FUNCTION(counter_run_steps) {
 		SPI_finish();
 		return ce::one_column_result(fcinfo, entry, out.state, false);
 	});
+}
+
+// counter_internal.run_steps_here(kind, target, args) -> jsonb: the same
+// loop in the caller's transaction, without commits (the functions that
+// refresh or maintain inside a transaction: counter.rollup_recompute); the
+// last state. For the role the entry point around it acts for.
+CE_FUNCTION(counter_run_steps_here) {
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(2))
+		throw ce::Error("22004", "kind and args must not be NULL");
+	MemoryContext entry = CurrentMemoryContext;
+	Oid caller = ce::pg_guard([] { return ce::entry_caller(); });
+	char *kind = ce::pg_guard([fcinfo] { return text_to_cstring(PG_GETARG_TEXT_PP(0)); });
+	ce::spine::Kind k = ce::pg_guard([kind, caller] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "counter_ext: SPI_connect failed");
+		ce::spine::Kind found = ce::spine::resolve(kind, caller);
+		SPI_finish();
+		return found;
+	});
+	if (!OidIsValid(k.step))
+		throw ce::Error("22023", std::string("counter_ext has no periodic work of kind \"") + kind + "\"");
+	ce::spine::Outcome out =
+	    ce::spine::run(k.step, caller, PG_GETARG_DATUM(1), PG_ARGISNULL(1), PG_GETARG_DATUM(2), false, entry);
+	PG_RETURN_DATUM(out.state);
 }

@@ -858,5 +858,13 @@ CREATE OR REPLACE PROCEDURE counter.run_steps(kind text, target text, args jsonb
     INOUT result jsonb DEFAULT NULL)
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_run_steps';
+-- The same loop in the caller's transaction, without commits (the function
+-- forms of the work: counter.rollup_recompute); returns the last state. For
+-- the implementations of entry points (EXECUTE revoked from PUBLIC).
+CREATE OR REPLACE FUNCTION counter_internal.run_steps_here(kind text, target text, args jsonb)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_run_steps_here';
+
 COMMENT ON PROCEDURE counter.run_steps(text, text, jsonb, jsonb) IS
     'runs counter_ext''s periodic work of a kind on a target, one transaction per step (CALL it outside a transaction block)';

@@ -453,22 +453,18 @@ BEGIN
 END
 $$;
 -- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
--- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
+-- chunks being refreshed elsewhere. Returns the rollup rows written or
+-- deleted. The steps of CALL counter.rollup_refresh(name, from_ts, to_ts),
+-- in the one loop (src/spine.cpp) without its commits.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    c record;
-    total bigint := 0;
-    started timestamptz := clock_timestamp();
 BEGIN
-    FOR c IN SELECT * FROM counter_internal.rollup_range_chunks(name, from_ts, to_ts) LOOP
-        total := total + counter_internal.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
-    END LOOP;
-    PERFORM counter_internal.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
-    RETURN total;
+    -- the steps of CALL counter.rollup_refresh (the one loop), here without commits
+    RETURN (counter_internal.run_steps_here('rollup_refresh', name,
+        pg_catalog.jsonb_build_object('from', from_ts, 'to', to_ts)) ->> 'rows')::bigint;
 END
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
