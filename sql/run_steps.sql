@@ -90,6 +90,9 @@ CALL counter.rollup_refresh('rs_daily', '2026-07-01 00:00+00', '2026-07-07 00:00
 SELECT counter_internal.rollup_run_step('rs_daily', '{}', NULL);
 SELECT counter_internal.rollup_run_step('rs_daily', '{}', '{"started": "2026-07-01", "rows": 0, "skipped": 0, "done": 0, "error": {"message": "x"}}');
 SELECT counter_internal.run_end(1, '{}');
+SELECT counter_internal.run_steps_here('rollup_refresh', 'rs_daily', '{"from": "2026-07-01", "to": "2026-07-07"}');
+-- the function form goes through the same loop, for its caller
+SELECT counter.rollup_recompute('rs_daily', '2026-07-01 00:00+00', '2026-07-07 00:00+00');
 SELECT count(*) AS runs_seen FROM counter.rollup_status;
 RESET ROLE;
 SELECT count(*) AS runs_recorded, count(*) FILTER (WHERE run_as::text = 'rs_other') AS by_other FROM counter.job_runs;
