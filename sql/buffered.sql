@@ -71,7 +71,8 @@ SELECT counter, pending, in_flight, flushes FROM counter.buffered WHERE counter 
 SELECT key, bucket, delta FROM counter_internal.tracked_1_delta ORDER BY key, bucket;
 SELECT counter.value('buf_calls', 'search'::text);
 SELECT counter.flush('buf_calls') AS nothing_left;
-CALL counter.job_flush('buf_calls', NULL);
+CALL counter.run_steps('flush', 'buf_calls') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT counter.flush() AS every_counter;
 -- a plain counter flushes nothing
 SELECT counter.flush('buf_plain');

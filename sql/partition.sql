@@ -72,17 +72,18 @@ SELECT relname, relispartition FROM pg_class WHERE relname = 'events_p2026070123
 CREATE TABLE public.calls (t timestamptz NOT NULL) PARTITION BY RANGE (t);
 SELECT counter.partition_manage('public.calls', 't', premake => 2) AS created;
 CALL counter.run_maintenance('public.calls');
-CALL counter.job_partition_maintenance('public.calls') \gset
+CALL counter.run_steps('partition_maintenance', 'public.calls') \gset
+SELECT (:'result'::jsonb ->> 'rows')::bigint AS rows_affected \gset
 SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status WHERE parent = 'public.calls'::regclass;
 SELECT counter.partition_unmanage('public.calls');
 
 -- Names: parent || _pYYYYMMDDHH24 (MI added below an hour), shortened with a
 -- pinned md5 tag past 63 bytes (golden values: they never change).
-SELECT counter.partition_name_for('events', '_p2026070103');
-SELECT counter.partition_name_for(repeat('e', 60), '_p2026070103');
-SELECT counter.partition_name_for(repeat('é', 31), '_default');
-SELECT octet_length(counter.partition_name_for(repeat('é', 31), '_p202607010315'));
-SELECT counter.partition_suffix('2026-07-01 23:15-04', '15 minutes'), counter.partition_suffix('2026-07-01 23:15-04', '1 day');
+SELECT counter_internal.partition_name_for('events', '_p2026070103');
+SELECT counter_internal.partition_name_for(repeat('e', 60), '_p2026070103');
+SELECT counter_internal.partition_name_for(repeat('é', 31), '_default');
+SELECT octet_length(counter_internal.partition_name_for(repeat('é', 31), '_p202607010315'));
+SELECT counter_internal.partition_suffix('2026-07-01 23:15-04', '15 minutes'), counter_internal.partition_suffix('2026-07-01 23:15-04', '1 day');
 SELECT counter.partition_slot('2026-07-01 23:15-04', 3600 * 6) AT TIME ZONE 'UTC' AS six_hour_slot;
 
 -- Bad input: clear errors with SQLSTATEs.
@@ -126,7 +127,7 @@ SELECT * FROM counter.partition_maintain('public.ok_table');
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.run_maintenance('public.ok_table');
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_partition_maintenance('public.no_such_table');
+CALL counter.run_steps('partition_maintenance', 'public.no_such_table');
 \echo :LAST_ERROR_SQLSTATE
 SET ROLE partition_reader;
 SELECT counter.partition_manage('public.ok_table', 't');

@@ -130,13 +130,15 @@ SELECT counter.rollup_refresh_dirty('clicks_hourly') AS rows_written;
 
 -- The straggler's hour is older than the oldest partition: outside the
 -- retention, so the job drops it from the log with a warning.
-CALL counter.job_rollup_refresh('clicks_hourly');
+CALL counter.run_steps('rollup_refresh', 'clicks_hourly') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT name, dirty_hours, last_outcome, last_rows FROM counter.rollup_state;
 
 -- A deleted event (a privacy request) marks its hour dirty; the job fixes it.
 DELETE FROM clicks WHERE event_id = '00000000-0000-0000-0000-000000000003';
 SELECT name, newest_event_hour, dirty_hours FROM counter.rollup_state;
-CALL counter.job_rollup_refresh('clicks_hourly', NULL);
+CALL counter.run_steps('rollup_refresh', 'clicks_hourly') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT * FROM clicks_hourly ORDER BY link_id, hour;
 -- An update of the time column marks both hours.
 UPDATE clicks SET occurred_at = '2026-10-06 10:15+00' WHERE event_id = '00000000-0000-0000-0000-000000000002';
@@ -151,13 +153,15 @@ SELECT counter.rollup_create('clicks_deferred', 'clicks', 'occurred_at', '{link_
                              distinct_on => '{visitor_id}', refresh_every => '5 minutes');
 \d clicks_deferred
 SELECT count(*) AS rows_before_refresh FROM clicks_deferred;
-CALL counter.job_rollup_refresh('clicks_deferred');
+CALL counter.run_steps('rollup_refresh', 'clicks_deferred') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT link_id, kind, hour, count, counter.hll_cardinality(distinct_visitor_id) AS visitors
 FROM clicks_deferred ORDER BY link_id, kind, hour;
 INSERT INTO clicks (event_id, link_id, visitor_id, occurred_at) VALUES
     ('00000000-0000-0000-0000-000000000007', 2, 14, '2026-10-06 11:45+00');
 SELECT name, dirty_hours FROM counter.rollup_state ORDER BY name;
-CALL counter.job_rollup_refresh('clicks_deferred');
+CALL counter.run_steps('rollup_refresh', 'clicks_deferred') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT link_id, kind, hour, count, counter.hll_cardinality(distinct_visitor_id) AS visitors
 FROM clicks_deferred WHERE link_id = 2 ORDER BY kind, hour;
 
@@ -168,7 +172,7 @@ CALL counter.rollup_refresh('clicks_hourly', '2026-10-06 11:00+00', '2026-10-06 
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.rollup_refresh('no_such_rollup', '2026-10-06 09:00+00', '2026-10-06 11:00+00');
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_rollup_refresh('no_such_rollup');
+CALL counter.run_steps('rollup_refresh', 'no_such_rollup');
 \echo :LAST_ERROR_SQLSTATE
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT counter.rollup_recompute('clicks_hourly', '2026-10-06 09:00+00', '2026-10-06 11:00+00');

@@ -78,7 +78,6 @@ CALL counter.run_steps(NULL, 'x', '{}', NULL);
 CALL counter.run_steps('rollup_refresh', NULL, '{}', NULL);
 CALL counter.run_steps('rollup_refresh', 'no_such_rollup', '{}', NULL);
 CALL counter.run_steps('partition_maintenance', 'public.rs_src', '{"parent": 1}', NULL);
-SELECT counter.run_deadline() IS NULL AS no_deadline_without_timeout;
 
 -- Another role drives nothing of the owner's: every kind's step checks its
 -- caller, and the loop has no rights of its own.
@@ -86,28 +85,32 @@ RESET ROLE;
 SET ROLE rs_other;
 CALL counter.run_steps('rollup_refresh', 'rs_daily', '{}', NULL);
 CALL counter.rollup_refresh('rs_daily', '2026-07-01 00:00+00', '2026-07-07 00:00+00');
-SELECT counter.run_step('rollup_refresh', 'rs_daily', '{}', NULL);
-SELECT counter.run_step('rollup_refresh', 'rs_daily', '{}', '{"started": "2026-07-01", "rows": 0, "skipped": 0, "done": 0, "error": {"message": "x"}}');
+-- the step functions are counter_ext's own (schema counter_internal): only
+-- the loop calls them, for its caller; no role may call them itself
+SELECT counter_internal.rollup_run_step('rs_daily', '{}', NULL);
+SELECT counter_internal.rollup_run_step('rs_daily', '{}', '{"started": "2026-07-01", "rows": 0, "skipped": 0, "done": 0, "error": {"message": "x"}}');
+SELECT counter_internal.run_end(1, '{}');
+SELECT counter_internal.run_steps_here('rollup_refresh', 'rs_daily', '{"from": "2026-07-01", "to": "2026-07-07"}');
+-- the function form goes through the same loop, for its caller
+SELECT counter.rollup_recompute('rs_daily', '2026-07-01 00:00+00', '2026-07-07 00:00+00');
 SELECT count(*) AS runs_seen FROM counter.rollup_status;
 RESET ROLE;
 SELECT count(*) AS runs_recorded, count(*) FILTER (WHERE run_as::text = 'rs_other') AS by_other FROM counter.job_runs;
--- run_reraise raises what it is given, nothing more
-DO $$
-DECLARE det text;
-BEGIN
-    PERFORM counter.run_reraise('2200X', 'given', 'a detail', NULL, 'a context');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS det = PG_EXCEPTION_DETAIL;
-    RAISE WARNING 'raised % "%" detail "%"', SQLSTATE, SQLERRM, det;
-END $$;
-DO $$
-DECLARE st text; msg text; det text; ctx text;
-BEGIN
-    PERFORM counter.run_reraise('bad', 'given', NULL, NULL, 'a context');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, ctx = PG_EXCEPTION_CONTEXT;
-    RAISE WARNING 'raised % "%", context first: %', st, msg, split_part(ctx, E'\n', 1);
-END $$;
+-- The registry is the gate: a kind runs only a step function owned by a
+-- superuser, and one outside counter_internal only for a role that may
+-- execute it.
+CREATE FUNCTION public.rs_step(target text, args jsonb, state jsonb) RETURNS jsonb LANGUAGE sql
+    AS $$ SELECT '{"finished": true, "rows": 7}'::jsonb $$;
+INSERT INTO counter_internal.job_kinds (kind, procedure) VALUES ('rs_mine', 'public.rs_step(text, jsonb, jsonb)');
+CALL counter.run_steps('rs_mine', 'x');
+REVOKE EXECUTE ON FUNCTION public.rs_step(text, jsonb, jsonb) FROM PUBLIC;
+SET ROLE rs_other;
+CALL counter.run_steps('rs_mine', 'x');
+RESET ROLE;
+ALTER FUNCTION public.rs_step(text, jsonb, jsonb) OWNER TO rs_owner;
+CALL counter.run_steps('rs_mine', 'x');
+DELETE FROM counter_internal.job_kinds WHERE kind = 'rs_mine';
+DROP FUNCTION public.rs_step(text, jsonb, jsonb);
 
 DROP EXTENSION counter_ext CASCADE;
 DROP TABLE public.rs_src, public.rs_mode, public.rs_daily;

@@ -83,10 +83,10 @@ SELECT counter.partition_unmanage('public.v_ev');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM counter.partition_maintain('public.v_ev');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid), NULL);
+SELECT counter_internal.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid), NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid),
-                                  '{"done": 0, "created": 0, "dropped": 0, "moved": 0, "error": {"message": "forged"}}');
+SELECT counter_internal.partition_run_step('public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid),
+                                           '{"done": 0, "created": 0, "dropped": 0, "moved": 0, "error": {"message": "forged"}}');
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.run_steps('partition_maintenance', 'public.v_ev', jsonb_build_object('parent', 'public.v_ev'::regclass::oid));
 \echo :LAST_ERROR_SQLSTATE
@@ -108,7 +108,8 @@ SELECT count(*) AS victim_rows FROM public.v_ev;
 -- The committing procedure and the job, as the (non-superuser) owner.
 SET ROLE psec_victim;
 CALL counter.run_maintenance('public.v_ev');
-CALL counter.job_partition_maintenance('public.v_ev') \gset
+CALL counter.run_steps('partition_maintenance', 'public.v_ev') \gset
+SELECT (:'result'::jsonb ->> 'rows')::bigint AS rows_affected \gset
 SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status;
 RESET ROLE;
 

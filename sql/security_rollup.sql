@@ -105,7 +105,8 @@ RESET ROLE;
 -- A superuser runs the attacker's job (as the worker and pg_cron's CALL
 -- counter.run_jobs() do): every statement of the refresh runs as the owner,
 -- restricted, so nothing the filter or the trigger tries leaves that role.
-CALL counter.job_rollup_refresh('att_r');
+CALL counter.run_steps('rollup_refresh', 'att_r') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'rsec_attacker';
 SELECT * FROM public.seen_by ORDER BY tag;
 SELECT k, count FROM att.att_r;
@@ -181,19 +182,19 @@ SELECT counter.rollup_set_filter('v_r', 'false');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_recompute('v_r', '2026-11-30 00:00+00', '2026-12-01 00:00+00');
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_rollup_refresh('v_d');
+CALL counter.run_steps('rollup_refresh', 'v_d');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM counter.rollup_totals('v_r', '2026-11-30 00:00+00', '2026-12-01 00:00+00');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.rollup_refresh_chunk(1, '2026-11-30 00:00+00', '2026-11-30 01:00+00', NULL, true);
+SELECT counter_internal.rollup_refresh_chunk(1, '2026-11-30 00:00+00', '2026-11-30 01:00+00', NULL, true);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.rollup_record(1, now(), 'ok', 0, NULL);
+SELECT counter_internal.rollup_record(1, now(), 'ok', 0, NULL);
 \echo :LAST_ERROR_SQLSTATE
 -- issue 24, item 5: a rollup that does not exist says exactly what a hidden
 -- one says (the same message, the same errcode): nothing tells them apart
-SELECT counter.rollup_record(999999, now(), 'ok', 0, NULL);
+SELECT counter_internal.rollup_record(999999, now(), 'ok', 0, NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.rollup_refresh_chunk(999999, '2026-11-30 00:00+00', '2026-11-30 01:00+00', NULL, true);
+SELECT counter_internal.rollup_refresh_chunk(999999, '2026-11-30 00:00+00', '2026-11-30 01:00+00', NULL, true);
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter_internal.rollup_job_sync('v_d');
 \echo :LAST_ERROR_SQLSTATE

@@ -122,7 +122,9 @@ END $$;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT outcome FROM counter.reconcile('sec_t_posts', all_keys => true);
-CALL counter.job_reconcile('sec_t_posts');                         -- what pg_cron would call
+-- what a job runs (the worker, or pg_cron's run_jobs)
+CALL counter.run_steps('reconcile', 'sec_t_posts') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 -- A row-level security policy on the delta table whose check calls the
 -- owner's function (a table with a primary key cannot become a view).
 SET ROLE sec_t_victim;
@@ -178,7 +180,7 @@ SELECT outcome FROM counter.reconcile('sec_t_esc2', all_keys => true);
 \echo :LAST_ERROR_SQLSTATE
 SELECT outcome FROM counter.reconcile('sec_t_esc3', all_keys => true);
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_reconcile('sec_t_esc');
+CALL counter.run_steps('reconcile', 'sec_t_esc');
 \echo :LAST_ERROR_SQLSTATE
 -- the trigger path, as a superuser inserting
 INSERT INTO sec_t_v.ev VALUES (2, '2024-01-01');
@@ -200,11 +202,11 @@ SET ROLE sec_t_attacker;
 INSERT INTO sec_t_a.mine VALUES (1, '2024-01-01');
 \echo :LAST_ERROR_SQLSTATE
 -- the victim's runs: neither forged nor ended by someone else
-SELECT counter.tracked_run_step('sec_t_posts', '{}', NULL);
+SELECT counter_internal.tracked_run_step('sec_t_posts', '{}', NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "from": "-infinity", "every_key": true, "phase": "every key", "done": 0, "verified": 0}');
+SELECT counter_internal.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "from": "-infinity", "every_key": true, "phase": "every key", "done": 0, "verified": 0}');
 \echo :LAST_ERROR_SQLSTATE
-SELECT counter.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "stop": "forged"}');
+SELECT counter_internal.tracked_run_step('sec_t_posts', '{}', '{"run": 1, "watermark": "2024-01-01", "stop": "forged"}');
 \echo :LAST_ERROR_SQLSTATE
 CALL counter.run_steps('reconcile', 'sec_t_posts');
 \echo :LAST_ERROR_SQLSTATE

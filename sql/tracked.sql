@@ -123,7 +123,8 @@ INSERT INTO tt.comments VALUES (1, 5, '2024-01-03');
 SELECT * FROM tt.mismatches('comments', :'truth_comments');
 
 -- The job procedure reconciles with the default watermark.
-CALL counter.job_reconcile('comments');
+CALL counter.run_steps('reconcile', 'comments') \gset
+SELECT :'result'::jsonb ->> 'rows' AS rows_affected;
 SELECT counter, all_keys, outcome FROM counter.tracked_history WHERE counter = 'comments' ORDER BY run_id;
 SELECT counter, runs, keys_corrected, drift_positive, drift_negative, max_abs_drift FROM counter.tracked_drift;
 
@@ -237,7 +238,7 @@ SELECT counter.value('nope', 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.reconcile('nope');
 \echo :LAST_ERROR_SQLSTATE
-CALL counter.job_reconcile('nope');
+CALL counter.run_steps('reconcile', 'nope');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.untrack('nope');
 \echo :LAST_ERROR_SQLSTATE

@@ -120,17 +120,18 @@ constexpr int max_entry_depth = 64;
 Oid entry_callers[max_entry_depth];
 int entry_depth = 0;
 
-// The caller noted for the length of one entry point's call.
-class EntryScope {
-public:
-	explicit EntryScope(Oid caller) noexcept { entry_callers[entry_depth++] = caller; }
-	~EntryScope() { entry_depth--; }
-	EntryScope(const EntryScope &) = delete;
-	EntryScope &operator=(const EntryScope &) = delete;
-};
+} // namespace
+
+ce::CallerScope::CallerScope(Oid caller) noexcept {
+	entry_callers[entry_depth++] = caller;
+}
+
+ce::CallerScope::~CallerScope() {
+	entry_depth--;
+}
 
 // The role an entry point called now acts for. Owns nothing C++.
-Oid entry_caller() {
+Oid ce::entry_caller() {
 	if (InSecurityRestrictedOperation())
 		ereport(ERROR,
 		        (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -147,6 +148,8 @@ Oid entry_caller() {
 		return entry_callers[entry_depth - 1];
 	return user;
 }
+
+namespace {
 
 // The implementation of the entry point fcinfo calls: the function of
 // counter_internal with its name and argument types, looked up once per
@@ -254,7 +257,7 @@ void ce::install_older_sql_hook() {
 
 Oid ce::effective_caller() {
 	if (InSecurityRestrictedOperation())
-		(void)entry_caller(); // refuses, as at an entry point
+		(void)ce::entry_caller(); // refuses, as at an entry point
 	if (entry_depth == 0)
 		return older_sql_caller();
 	return entry_callers[entry_depth - 1];
@@ -264,9 +267,9 @@ Oid ce::effective_caller() {
 // caller: notes the caller, then runs counter_internal.<name>(...) with the
 // same arguments, result and set-returning context.
 CE_FUNCTION(counter_entry) {
-	Oid caller = ce::pg_guard([] { return entry_caller(); });
+	Oid caller = ce::pg_guard([] { return ce::entry_caller(); });
 	FmgrInfo *impl = ce::pg_guard([fcinfo] { return entry_implementation(fcinfo); });
-	EntryScope scope(caller);
+	ce::CallerScope scope(caller);
 	FmgrInfo *outer = fcinfo->flinfo;
 	fcinfo->flinfo = impl;
 	try {

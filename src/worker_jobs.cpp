@@ -15,11 +15,13 @@
 //     counter.jobs.running_run at it. The commit releases the lock;
 //     the committed claim keeps other runners off while the job runs, across
 //     the job's own COMMITs, which no transaction-level lock could survive.
-//  2. CALL <the kind's procedure>(target, NULL) in a non-atomic context, under
-//     the job's statement timeout (a timer armed for the whole call) and lock
-//     timeout. The procedure comes from counter_internal.job_kinds by OID, must
-//     be owned by a superuser and executable by the owner; the session user
-//     must be the job's owner.
+//  2. run the kind, under the job's statement timeout (a timer armed for the
+//     whole run) and lock timeout: the kind's step function in the one loop
+//     (src/spine.cpp: a commit after each step), or, for a superuser's own
+//     kind that names a procedure, CALL <procedure>(target, NULL) in a
+//     non-atomic context. The routine comes from counter_internal.job_kinds
+//     by OID and must be owned by a superuser (a procedure executable by the
+//     owner); the session user must be the job's owner.
 //  3. record the outcome and the next run (back-off after a failure).
 // Before step 2, a job whose object is not complete in this database (a
 // restore is still loading it: counter_internal.job_hold, doc/operations.md
@@ -44,6 +46,7 @@
 // directly, and ce::pg_guard turns the job's ERROR into a ce::PgError that is
 // handled after its catch block has ended.
 #include "counter_ext/owner.hpp"
+#include "counter_ext/spine.hpp"
 #include "counter_ext/wall.hpp"
 #include "counter_ext/worker.hpp"
 #include "counter_ext/worker_shmem.hpp"
@@ -63,6 +66,7 @@ extern "C" {
 #include "funcapi.h"
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/portal.h"
@@ -173,16 +177,27 @@ bool owner_alive(int pid, TimestampTz started, int64 run_id) {
 void fail_orphan(int64 run_id) {
 	Oid types[2] = {INT8OID, TEXTOID};
 	Datum values[2] = {Int64GetDatum(run_id), CStringGetTextDatum(orphan_message)};
-	spi_run("UPDATE counter.job_runs SET outcome = 'failed', finished_at = clock_timestamp(), message = $2"
-	        " WHERE run_id = $1 AND outcome = 'running'",
-	        2, types, values, nullptr, false, SPI_OK_UPDATE, "marking an abandoned run");
+	spi_run("SELECT counter_internal.run_abandon($1, $2)", 2, types, values, nullptr, false, SPI_OK_SELECT,
+	        "marking an abandoned run");
 	spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
 	        " WHERE j.running_run = $1",
 	        1, types, values, nullptr, false, SPI_OK_UPDATE, "backing off a job whose run was abandoned");
 }
 
+// Whether the SQL objects have the run record's functions (1.7's; the
+// library may be newer than the SQL until ALTER EXTENSION counter_ext
+// UPDATE, and then leaves the record alone). Bookkeeping.
+bool run_record_ready() {
+	spi_run("SELECT pg_catalog.to_regprocedure('counter_internal.run_claim(bigint,text,timestamptz)') IS NOT NULL", 0,
+	        nullptr, nullptr, nullptr, true, SPI_OK_SELECT, "looking for the run record's functions");
+	bool isnull;
+	return DatumGetBool(column(0, 1, &isnull));
+}
+
 // Marks failed every 'running' run whose process is gone. Bookkeeping.
 void sweep_orphans(MemoryContext cxt) {
+	if (!run_record_ready())
+		return;
 	spi_run("SELECT run_id, pid, backend_start FROM counter.job_runs WHERE outcome = 'running'", 0, nullptr, nullptr,
 	        nullptr, true, SPI_OK_SELECT, "reading runs in progress");
 	uint64 n = SPI_processed;
@@ -212,6 +227,8 @@ void sweep_orphans(MemoryContext cxt) {
 // changed (ALTER ... OWNER TO, REASSIGN OWNED): a job runs as the owner of
 // what it serves.
 void settle_owners(Oid only_owner) {
+	if (!run_record_ready())
+		return;
 	// Counters, rollups and the jobs not running follow their tables' owners
 	// (a change no event trigger saw: REASSIGN OWNED).
 	spi_run("SELECT counter.follow_owners()", 0, nullptr, nullptr, nullptr, false, SPI_OK_SELECT,
@@ -223,12 +240,10 @@ void settle_owners(Oid only_owner) {
 	        " WHERE j.enabled AND j.running_run IS NULL"
 	        "  AND (j.owner IS NULL OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.oid = j.owner))"
 	        " RETURNING j.job_id, j.kind, j.target, j.disabled_reason)"
-	        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at,"
-	        "  outcome, sqlstate, message)"
-	        " SELECT g.job_id, g.kind, g.target, 'worker', pg_backend_pid(), pg_postmaster_start_time(),"
-	        "  clock_timestamp(), clock_timestamp(), 'failed', '42704', 'job disabled: ' || g.disabled_reason"
+	        " SELECT counter_internal.run_closed(g.job_id, g.kind, g.target, 'worker', pg_postmaster_start_time(),"
+	        "  'failed', '42704', 'job disabled: ' || g.disabled_reason, NULL)"
 	        " FROM gone g",
-	        0, nullptr, nullptr, nullptr, false, SPI_OK_INSERT, "disabling the jobs of dropped roles");
+	        0, nullptr, nullptr, nullptr, false, SPI_OK_SELECT, "disabling the jobs of dropped roles");
 	Oid types[1] = {OIDOID};
 	Datum values[1] = {ObjectIdGetDatum(only_owner)};
 	const char nulls[2] = {OidIsValid(only_owner) ? ' ' : 'n', '\0'};
@@ -238,21 +253,18 @@ void settle_owners(Oid only_owner) {
 	        " WHERE r.oid = j.owner AND NOT r.rolcanlogin AND j.enabled AND j.running_run IS NULL"
 	        "  AND j.next_run <= clock_timestamp() AND ($1::oid IS NULL OR j.owner = $1)"
 	        " RETURNING j.job_id, j.kind, j.target, r.rolname)"
-	        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at,"
-	        "  outcome, sqlstate, message)"
-	        " SELECT n.job_id, n.kind, n.target, 'worker', pg_backend_pid(), pg_postmaster_start_time(),"
-	        "  clock_timestamp(), clock_timestamp(), 'failed', '28000',"
+	        " SELECT counter_internal.run_closed(n.job_id, n.kind, n.target, 'worker', pg_postmaster_start_time(),"
+	        "  'failed', '28000',"
 	        "  format('role \"%s\" cannot log in, so no session can run its job (ALTER ROLE %I LOGIN)',"
-	        "         n.rolname, n.rolname)"
+	        "         n.rolname, n.rolname), NULL)"
 	        " FROM nologin n",
-	        1, types, values, nulls, false, SPI_OK_INSERT, "recording the jobs of roles that cannot log in");
+	        1, types, values, nulls, false, SPI_OK_SELECT, "recording the jobs of roles that cannot log in");
 }
 
 ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid) {
-	Oid types[5] = {INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID, INT8OID};
-	Datum values[5] = {0, Int64GetDatum(job_id), 0, 0, 0};
-	// (no lock space: the SQL is still 1.4's; no job runs until the update)
-	if (ce::locks::space() == InvalidOid ||
+	// (no lock space: the SQL is still 1.4's; no run record functions: it is
+	// older than 1.7; no job runs until the update)
+	if (ce::locks::space() == InvalidOid || !run_record_ready() ||
 	    !ce::locks::take(ce::locks::job, static_cast<uint32>(static_cast<uint64>(job_id) & 0xffffffffu), false, false))
 		return busy;
 	bool isnull;
@@ -330,27 +342,18 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 		spi_run("WITH h AS (UPDATE counter.jobs j"
 		        " SET next_run = clock_timestamp() + LEAST(j.run_every, interval '10 seconds')"
 		        " WHERE j.job_id = $1 RETURNING j.job_id, j.kind, j.target)"
-		        " INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at,"
-		        "  finished_at, outcome, sqlstate, message, run_as)"
-		        " SELECT h.job_id, h.kind, h.target, $2, pg_backend_pid(), $3, clock_timestamp(), clock_timestamp(),"
-		        "  'held', '55000', $4, pg_catalog.quote_ident(session_user)::pg_catalog.regrole FROM h",
-		        4, ht, hv, nullptr, false, SPI_OK_INSERT, "recording a held job");
+		        " SELECT counter_internal.run_closed(h.job_id, h.kind, h.target, $2, $3, 'held', '55000', $4,"
+		        "  pg_catalog.quote_ident(session_user)::pg_catalog.regrole) FROM h",
+		        4, ht, hv, nullptr, false, SPI_OK_SELECT, "recording a held job");
 		return held;
 	}
 
-	values[1] = Int64GetDatum(job_id);
-	values[2] = CStringGetTextDatum(r->runner_name);
-	values[3] = TimestampTzGetDatum(MyStartTimestamp);
-	spi_run(
-	    "INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)"
-	    " SELECT j.job_id, j.kind, j.target, $3, pg_backend_pid(), $4, clock_timestamp(), 'running',"
-	    " pg_catalog.quote_ident(session_user)::pg_catalog.regrole"
-	    " FROM counter.jobs j WHERE j.job_id = $2 RETURNING run_id",
-	    4, types, values, nullptr, false, SPI_OK_INSERT_RETURNING, "recording the start of a run");
+	// the 'running' row (and the bound of the run record per role)
+	Oid ct[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
+	Datum cv[3] = {Int64GetDatum(job_id), CStringGetTextDatum(r->runner_name), TimestampTzGetDatum(MyStartTimestamp)};
+	spi_run("SELECT counter_internal.run_claim($1, $2, $3)", 3, ct, cv, nullptr, false, SPI_OK_SELECT,
+	        "recording the start of a run");
 	out->run_id = DatumGetInt64(column(0, 1, &isnull));
-	// the bound of the run record per role (one place: counter_internal.run_trim)
-	spi_run("SELECT counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole)", 0, nullptr,
-	        nullptr, nullptr, false, SPI_OK_SELECT, "trimming the owner's run history");
 	Oid types2[2] = {INT8OID, INT8OID};
 	Datum values2[2] = {Int64GetDatum(job_id), Int64GetDatum(out->run_id)};
 	spi_run("UPDATE counter.jobs SET running_run = $2 WHERE job_id = $1", 2, types2, values2, nullptr, false,
@@ -364,11 +367,8 @@ void record(const Claim *c, const Outcome *o) {
 		Datum values[3] = {Int64GetDatum(c->run_id), Int64GetDatum(o->rows), Int64GetDatum(c->job_id)};
 		const char nulls[4] = {' ', o->rows_null ? 'n' : ' ', ' ', '\0'};
 		// a run whose work could not be done says so (counter_internal.run_skipped)
-		spi_run(
-		    "UPDATE counter.job_runs SET outcome = CASE WHEN info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,"
-		    " message = coalesce(message, info ->> 'skip_reason'), finished_at = clock_timestamp(),"
-		    " rows_affected = $2 WHERE run_id = $1",
-		    2, types, values, nulls, false, SPI_OK_UPDATE, "recording a run");
+		spi_run("SELECT counter_internal.run_finish($1, $2)", 2, types, values, nulls, false, SPI_OK_SELECT,
+		        "recording a run");
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = 0, next_run = clock_timestamp() + j.run_every"
 		        " WHERE j.job_id = $1 AND j.running_run = $2",
@@ -390,9 +390,8 @@ void record(const Claim *c, const Outcome *o) {
 		                       e->hint != nullptr ? ' ' : 'n',
 		                       e->context != nullptr ? ' ' : 'n',
 		                       '\0'};
-		spi_run("UPDATE counter.job_runs SET outcome = 'failed', finished_at = clock_timestamp(),"
-		        " sqlstate = $2, message = $3, detail = $4, hint = $5, context = $6 WHERE run_id = $1",
-		        6, types, values, nulls, false, SPI_OK_UPDATE, "recording a failed run");
+		spi_run("SELECT counter_internal.run_finish($1, NULL, $2, $3, $4, $5, $6)", 6, types, values, nulls, false,
+		        SPI_OK_SELECT, "recording a failed run");
 		Oid t2[2] = {INT8OID, INT8OID};
 		Datum v2[2] = {Int64GetDatum(c->job_id), Int64GetDatum(c->run_id)};
 		spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
@@ -419,12 +418,19 @@ void recover(Runner *r) {
 	MemoryContextSwitchTo(r->cxt);
 }
 
-// The job's procedure, if it may run here; raises (and so fails the run) if not.
-void call_job(const Claim *c, Outcome *o) {
+// The kind of the job, when it may run here; raises (and so fails the run)
+// if not. A kind with a step function runs in the one loop (spine.hpp).
+ce::spine::Kind job_kind(const Claim *c) {
 	if (GetSessionUserId() != c->owner || GetUserId() != c->owner)
 		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 		                errmsg("job %lld belongs to role %u, not to this session's role %u", (long long)c->job_id,
 		                       c->owner, GetSessionUserId())));
+	return ce::spine::resolve(c->kind, c->owner);
+}
+
+// A kind whose registry row names a procedure (a superuser's own kind):
+// CALL it, if it may run here; raises (and so fails the run) if not.
+void call_job(const Claim *c, Outcome *o) {
 	if (!c->kind_known || c->proc_name == nullptr)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
 		                errmsg("job kind \"%s\" has no procedure in counter_internal.job_kinds", c->kind)));
@@ -479,7 +485,21 @@ void execute(Runner *r, const Claim *c, Outcome *o) {
 	o->ok = true;
 	o->rethrow = false;
 	try {
-		ce::pg_guard([c, o] { call_job(c, o); });
+		ce::spine::Kind kind = ce::pg_guard([c] { return job_kind(c); });
+		if (OidIsValid(kind.step)) {
+			Datum target = ce::pg_guard([r, c] {
+				MemoryContext old = MemoryContextSwitchTo(r->cxt);
+				Datum t = CStringGetTextDatum(c->target);
+				MemoryContextSwitchTo(old);
+				return t;
+			});
+			Datum args = ce::pg_guard([] { return DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")); });
+			ce::spine::Outcome out = ce::spine::run(kind.step, c->owner, target, false, args, true, r->cxt);
+			o->rows_null = out.rows_null;
+			o->rows = out.rows;
+		} else {
+			ce::pg_guard([c, o] { call_job(c, o); });
+		}
 	} catch (const ce::PgError &e) {
 		error = e.data();
 	}
@@ -524,11 +544,12 @@ IdList due_jobs(Runner *r) {
 }
 
 void trim_history() {
+	if (!run_record_ready())
+		return;
 	Oid types[1] = {INT4OID};
 	Datum values[1] = {Int32GetDatum(ce::history_retention_s)};
-	spi_run("DELETE FROM counter.job_runs WHERE run_id IN (SELECT run_id FROM counter.job_runs"
-	        " WHERE finished_at < clock_timestamp() - make_interval(secs => $1) ORDER BY finished_at LIMIT 10000)",
-	        1, types, values, nullptr, false, SPI_OK_DELETE, "trimming the run history");
+	spi_run("SELECT counter_internal.run_expire($1)", 1, types, values, nullptr, false, SPI_OK_SELECT,
+	        "trimming the run history");
 }
 
 void require_top_level(FunctionCallInfo fcinfo, const char *name) {
@@ -544,7 +565,9 @@ void require_top_level(FunctionCallInfo fcinfo, const char *name) {
 		                errdetail("A job may COMMIT, and a failing job is rolled back at top level.")));
 }
 
-Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value, bool isnull) {
+} // namespace
+
+Datum ce::one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value, bool isnull) {
 	MemoryContextSwitchTo(cxt);
 	TupleDesc desc;
 	if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
@@ -553,6 +576,8 @@ Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value,
 	HeapTuple tuple = heap_form_tuple(desc, &value, &isnull);
 	return HeapTupleGetDatum(tuple);
 }
+
+namespace {
 
 void copy_error(ce::JobResult *res, const ErrorData *e) {
 	res->ok = false;
@@ -852,7 +877,7 @@ CE_FUNCTION(counter_run_jobs) {
 			                  errhint("The server log has the reason.")));
 	}
 	SPI_finish();
-	Datum result = one_column_result(fcinfo, entry, Int32GetDatum(ran), false);
+	Datum result = ce::one_column_result(fcinfo, entry, Int32GetDatum(ran), false);
 	MemoryContextDelete(cxt);
 	return result;
 }
@@ -932,7 +957,7 @@ CE_FUNCTION(counter_run_job) {
 	if (!res.finished || !res.ok)
 		raise_job_error(res, job_id);
 	SPI_finish();
-	return one_column_result(fcinfo, entry, Int64GetDatum(res.rows), res.rows_null);
+	return ce::one_column_result(fcinfo, entry, Int64GetDatum(res.rows), res.rows_null);
 }
 
 // counter.job_progress(phase text, done bigint, total bigint): the running
@@ -941,11 +966,20 @@ CE_FUNCTION(counter_run_job) {
 // rate since the phase began and the time left). Outside a job it changes
 // nothing.
 CE_FUNCTION(counter_job_progress) {
-	if (ce::job_worker_args == nullptr || ce::job_worker_activity[0] == '\0')
-		PG_RETURN_VOID();
-	const char *phase = PG_ARGISNULL(0) ? "working" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *phase = PG_ARGISNULL(0) ? nullptr : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	int64 done = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
 	int64 total = PG_ARGISNULL(2) ? -1 : PG_GETARG_INT64(2);
+	ce::pg_guard([phase, done, total] { ce::job_progress(phase, done, total); });
+	PG_RETURN_VOID();
+}
+
+// The progress of the running job (see counter.job_progress above); phase
+// NULL is "working", total -1 unknown. Owns nothing C++.
+void ce::job_progress(const char *phase, int64 done, int64 total) {
+	if (ce::job_worker_args == nullptr || ce::job_worker_activity[0] == '\0')
+		return;
+	if (phase == nullptr)
+		phase = "working";
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz phase_started = now;
 	if (ce::worker_shm::shared != nullptr) {
@@ -981,7 +1015,6 @@ CE_FUNCTION(counter_job_progress) {
 	char *activity = psprintf("%s%s", ce::job_worker_activity, tail);
 	pgstat_report_activity(STATE_RUNNING, activity);
 	pfree(activity);
-	PG_RETURN_VOID();
 }
 
 // counter_internal.job_progress_entries(): the progress entries of the jobs
@@ -1023,10 +1056,13 @@ CE_FUNCTION(counter_job_progress_entries) {
 	return static_cast<Datum>(0);
 }
 
+// counter.run_deadline() and counter.run_reraise() of 1.5 and 1.6, whose
+// PL/pgSQL commit loop used them (1.7's loop is src/spine.cpp): kept so that
+// their install scripts, and an installation not yet updated, find them.
+//
 // counter.run_deadline(): when the running statement's timeout (the job's
 // timeout the worker armed, or statement_timeout) would cancel it; NULL
-// when none is armed. The commit loop of periodic work (counter.run_steps)
-// does not start a step that would likely not end before it.
+// when none is armed.
 CE_FUNCTION(counter_run_deadline) {
 	(void)fcinfo;
 	TimestampTz at = 0;
@@ -1042,8 +1078,8 @@ CE_FUNCTION(counter_run_deadline) {
 }
 
 // counter.run_reraise(sqlstate, message, detail, hint, context): raises the
-// error a failed step raised, again, once the commit loop has recorded it;
-// the step's own context comes first in the new error's context.
+// error a failed step raised, again, once the (1.6) commit loop has recorded
+// it; the step's own context comes first in the new error's context.
 CE_FUNCTION(counter_run_reraise) {
 	ce::pg_guard([fcinfo] {
 		auto arg = [fcinfo](int i) -> char * {

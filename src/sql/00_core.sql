@@ -30,7 +30,7 @@ REVOKE ALL ON TABLE counter_internal.lock_space FROM PUBLIC;
 
 -- The catalog row of a user column of a table, or undefined_column (42703):
 -- the one check every feature makes of the columns it is given.
-CREATE FUNCTION counter.column_of(rel regclass, col name)
+CREATE FUNCTION counter_internal.column_of(rel regclass, col name)
 RETURNS pg_catalog.pg_attribute
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp

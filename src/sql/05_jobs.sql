@@ -8,21 +8,23 @@
 -- scheduler, or a superuser's CALL counter.run_jobs() from psql or pg_cron.
 --
 -- A kind is dispatched through counter_internal.job_kinds, a list only a
--- superuser can extend, to one procedure identified by its OID: no procedure
--- is ever found by its name (a counter.job_<kind> or <schema>.job_<kind>
--- someone creates is never called). The procedure does the work for one
--- target and may COMMIT between bounded steps:
---   reconcile              counter.job_reconcile(target, rows)
---   rollup_refresh         counter.job_rollup_refresh(target, rows)
---   partition_maintenance  counter.job_partition_maintenance(target, rows)
--- (target text, INOUT rows_affected bigint DEFAULT NULL). A job procedure
--- cannot carry SET clauses (PostgreSQL forbids COMMIT in such procedures), so
--- it schema-qualifies what it uses; it runs under the job's statement and lock
--- timeouts, and an ERROR it raises is recorded in counter.job_runs and backs
--- the job off (the other jobs go on).
+-- superuser can extend, to one routine identified by its OID: no routine is
+-- ever found by its name (a counter.job_<kind> or <schema>.job_<kind>
+-- someone creates is never called). The built-in kinds name their step
+-- functions, which the one loop (src/spine.cpp) runs with a commit between
+-- bounded steps:
+--   reconcile              counter_internal.tracked_run_step
+--   rollup_refresh         counter_internal.rollup_run_step
+--   partition_maintenance  counter_internal.partition_run_step
+--   flush                  counter_internal.flush_run_step
+-- (target text, args jsonb, state jsonb) -> jsonb. A superuser's own kind may
+-- name a procedure (target text, INOUT rows_affected bigint DEFAULT NULL)
+-- instead, which the runner CALLs. Either runs under the job's statement and
+-- lock timeouts, and an ERROR it raises is recorded in counter.job_runs and
+-- backs the job off (the other jobs go on).
 
--- The kinds of job and the procedure each one runs. The rows of the built-in
--- kinds are added by 60_worker.sql (after the procedures exist); a superuser
+-- The kinds of job and the routine each one runs. The rows of the built-in
+-- kinds are added by 61_job_kinds.sql (after the step functions exist); a superuser
 -- may add a kind of their own (only superuser-owned procedures are run).
 CREATE TABLE counter_internal.job_kinds (
     kind       text PRIMARY KEY CHECK (kind ~ '^[a-z][a-z0-9_]{0,58}$'),

@@ -113,8 +113,7 @@ AS $$
 BEGIN
     RAISE WARNING '%', message USING DETAIL = coalesce(detail, '');
     IF run IS NOT NULL THEN
-        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) '{"alerted": true}'
-        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        PERFORM counter_internal.run_note(run, '{"alerted": true}');
     END IF;
     IF NOT pg_catalog.pg_is_in_recovery() AND (run IS NOT NULL OR parent IS NOT NULL) THEN
         PERFORM pg_catalog.pg_notify('counter_ext_drift',
@@ -431,6 +430,117 @@ AS $$
            OR (run_forget.object_id IS NULL AND x.target OPERATOR(pg_catalog.=) run_forget.target))
 $$;
 
+-- run_note: a feature's part merged into run 'run' (info), and for a direct
+-- call's row its rows_affected when given.
+CREATE OR REPLACE FUNCTION counter_internal.run_note(run bigint, info jsonb, rows_affected bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET info = coalesce(x.info, '{}') OPERATOR(pg_catalog.||) run_note.info,
+        rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' AND run_note.rows_affected IS NOT NULL
+                             THEN run_note.rows_affected ELSE x.rows_affected END
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_note.run
+$$;
+
+-- run_retarget: the runs of (kind, target) follow their object's new name
+-- (a renamed partitioned table: its runs are found by target).
+CREATE OR REPLACE FUNCTION counter_internal.run_retarget(kind text, target text, new_target text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x SET target = run_retarget.new_target
+    WHERE x.kind OPERATOR(pg_catalog.=) run_retarget.kind AND x.target OPERATOR(pg_catalog.=) run_retarget.target
+$$;
+
+-- The job runner's side of the run record (src/worker_jobs.cpp calls these,
+-- as the extension's owner, between the job's transactions).
+-- run_claim: the 'running' row of job 'job' run by this backend (runner
+-- 'worker' or 'session'); the owner's oldest runs beyond the bound go.
+CREATE OR REPLACE FUNCTION counter_internal.run_claim(job bigint, runner text, backend_start timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run bigint;
+BEGIN
+    INSERT INTO counter.job_runs AS x (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)
+    SELECT j.job_id, j.kind, j.target, run_claim.runner, pg_catalog.pg_backend_pid(), run_claim.backend_start,
+           pg_catalog.clock_timestamp(), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole
+    FROM counter.jobs j WHERE j.job_id OPERATOR(pg_catalog.=) job
+    RETURNING x.run_id INTO run;
+    PERFORM counter_internal.run_trim(pg_catalog.quote_ident(session_user)::pg_catalog.regrole);
+    RETURN run;
+END
+$$;
+
+-- run_closed: a run of job 'job' that ended as it began, not run: 'held'
+-- (its object is not complete here; sqlstate 55000) or 'failed' (its owner
+-- cannot run it: 42704 dropped, 28000 no LOGIN). run_as: the session user
+-- (held), or NULL (refused before any session of the owner).
+CREATE OR REPLACE FUNCTION counter_internal.run_closed(job bigint, kind text, target text, runner text,
+    backend_start timestamptz, outcome text, sqlstate text, message text, run_as regrole)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at, outcome,
+                                  sqlstate, message, run_as)
+    VALUES (job, kind, target, runner, pg_catalog.pg_backend_pid(), backend_start, pg_catalog.clock_timestamp(),
+            pg_catalog.clock_timestamp(), outcome, sqlstate, message, run_as)
+$$;
+
+-- run_finish: a job's run ended: succeeded (or skipped, when its feature
+-- said why: info.skip_reason) with rows_affected, or failed with the error
+-- whole (sqlstate not NULL).
+CREATE OR REPLACE FUNCTION counter_internal.run_finish(run bigint, rows_affected bigint, sqlstate text DEFAULT NULL,
+    message text DEFAULT NULL, detail text DEFAULT NULL, hint text DEFAULT NULL, context text DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET outcome = CASE WHEN run_finish.sqlstate IS NOT NULL THEN 'failed'
+                       WHEN x.info ? 'skip_reason' THEN 'skipped' ELSE 'succeeded' END,
+        finished_at = pg_catalog.clock_timestamp(),
+        rows_affected = CASE WHEN run_finish.sqlstate IS NULL THEN run_finish.rows_affected ELSE x.rows_affected END,
+        sqlstate = run_finish.sqlstate,
+        message = CASE WHEN run_finish.sqlstate IS NULL THEN coalesce(x.message, x.info ->> 'skip_reason')
+                       ELSE run_finish.message END,
+        detail = CASE WHEN run_finish.sqlstate IS NULL THEN x.detail ELSE run_finish.detail END,
+        hint = CASE WHEN run_finish.sqlstate IS NULL THEN x.hint ELSE run_finish.hint END,
+        context = CASE WHEN run_finish.sqlstate IS NULL THEN x.context ELSE run_finish.context END
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_finish.run
+$$;
+
+-- run_abandon: a run still 'running' whose process is gone is failed.
+CREATE OR REPLACE FUNCTION counter_internal.run_abandon(run bigint, message text)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE counter.job_runs x
+    SET outcome = 'failed', finished_at = pg_catalog.clock_timestamp(), message = run_abandon.message
+    WHERE x.run_id OPERATOR(pg_catalog.=) run_abandon.run AND x.outcome OPERATOR(pg_catalog.=) 'running'
+$$;
+
+-- run_expire: runs that ended more than keep_s seconds ago go (10,000 at a
+-- time: the worker calls it after every pass).
+CREATE OR REPLACE FUNCTION counter_internal.run_expire(keep_s integer)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM counter.job_runs x WHERE x.run_id IN (
+        SELECT y.run_id FROM counter.job_runs y
+        WHERE y.finished_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+                                                    pg_catalog.make_interval(secs => keep_s))
+        ORDER BY y.finished_at LIMIT 10000)
+$$;
+
 -- The owner of the object a job serves, found from its target: the owner
 -- the feature records (counter.tracked.owner, counter.rollups.owner: the
 -- role its own checks and its state belong to), or the partitioned table's
@@ -719,10 +829,12 @@ REVOKE ALL ON FUNCTION counter_internal.jobs_inserted() FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- The one commit loop of periodic work (doc/reference/worker.md, "How
--- periodic work runs"). A feature provides a step function,
---   counter.<feature>_run_step(target text, args jsonb, state jsonb) -> jsonb,
--- an entry point that checks its caller (the owner of what it serves) and
--- does one bounded piece of work in the caller's transaction:
+-- periodic work runs"; the loop is src/spine.cpp). A kind is a row of
+-- counter_internal.job_kinds naming its step function,
+--   counter_internal.<feature>_run_step(target text, args jsonb, state jsonb) -> jsonb,
+-- which checks its caller (the owner of what it serves; the loop notes the
+-- caller as an entry point does) and does one bounded piece of work in the
+-- caller's transaction:
 --   state NULL          begin: check, lock, start the run (run_begin);
 --   state               the next step;
 --   state with 'stop'   end the run now as partial (the time is up);
@@ -730,110 +842,29 @@ REVOKE ALL ON FUNCTION counter_internal.jobs_inserted() FROM PUBLIC;
 --                       the error, whole, and end the run.
 -- It returns the state for the next step, with 'finished' (the run ended:
 -- run_end was called), 'rows' (rows_affected so far), and its progress:
--- 'phase', 'done', 'total'. The shared part, below, commits after every
--- step, reports the progress (counter.running_jobs, pg_stat_activity),
--- stops before the statement's timeout would cancel a step, and on an error
--- has it recorded and committed, then raises it again whole.
+-- 'phase', 'done', 'total'. The loop commits after every step, reports the
+-- progress (counter.running_jobs, pg_stat_activity), stops before the
+-- statement's timeout would cancel a step, and on an error has it recorded
+-- and committed, then raises it again whole.
 
--- The step of kind 'kind': the feature's step function (every kind that
--- runs through counter.run_steps is named here, and nothing else runs).
-CREATE OR REPLACE FUNCTION counter.run_step(kind text, target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    result jsonb;
-BEGIN
-    IF kind IS NULL OR args IS NULL THEN
-        RAISE EXCEPTION 'kind and args of counter.run_step must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    result := CASE kind
-        WHEN 'reconcile' THEN counter.tracked_run_step(target, args, state)
-        WHEN 'rollup_refresh' THEN counter.rollup_run_step(target, args, state)
-        WHEN 'partition_maintenance' THEN counter.partition_run_step(target, args, state)
-    END;
-    IF result IS NULL THEN
-        RAISE EXCEPTION 'counter_ext has no periodic work of kind "%"', kind USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF NOT coalesce((result ->> 'finished')::boolean, false) THEN
-        PERFORM counter.job_progress(result ->> 'phase', (result ->> 'done')::bigint, (result ->> 'total')::bigint);
-    END IF;
-    RETURN result;
-END
-$$;
-COMMENT ON FUNCTION counter.run_step(text, text, jsonb, jsonb) IS
-    'one step of counter_ext''s periodic work of a kind (called by counter.run_steps)';
-
--- When the statement running now is cancelled by its timeout (a job's
--- timeout, or statement_timeout), or NULL when no timeout is armed.
-CREATE OR REPLACE FUNCTION counter.run_deadline()
-RETURNS timestamptz
-LANGUAGE c VOLATILE PARALLEL RESTRICTED
-AS 'MODULE_PATHNAME', 'counter_run_deadline';
-COMMENT ON FUNCTION counter.run_deadline() IS
-    'when the running statement''s timeout (a job''s, or statement_timeout) would cancel it; NULL without one';
-
--- Raises an error given its parts (what a failed step raised, again, after
--- the failure is recorded); the original context goes first in the context.
-CREATE OR REPLACE FUNCTION counter.run_reraise(sqlstate text, message text, detail text DEFAULT NULL,
-    hint text DEFAULT NULL, context text DEFAULT NULL)
-RETURNS void
-LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', 'counter_run_reraise';
-COMMENT ON FUNCTION counter.run_reraise(text, text, text, text, text) IS
-    'raises an error of the given SQLSTATE, message, detail, hint and context (a failed step''s, after its record)';
-
--- The loop: one transaction per step. A procedure that COMMITs may have
--- neither SET nor SECURITY DEFINER, so it only calls schema-qualified
--- functions and uses schema-qualified operators; result = the last state.
--- A step that would likely not end before the deadline is not started: the
--- run ends as partial instead (twice the longest step so far must fit).
+-- The loop: one transaction per step (src/spine.cpp, the one loop the job
+-- runner uses too). The kind's step function comes from
+-- counter_internal.job_kinds and is called through fmgr, for the caller;
+-- result = the last state. A step that would likely not end before the
+-- deadline is not started: the run ends as partial instead (twice the
+-- longest step so far must fit). (No SET clause: a procedure with one may
+-- not commit.)
 CREATE OR REPLACE PROCEDURE counter.run_steps(kind text, target text, args jsonb DEFAULT '{}',
     INOUT result jsonb DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    st pg_catalog.jsonb;
-    deadline pg_catalog.timestamptz;
-    began pg_catalog.timestamptz;
-    longest pg_catalog.interval := '0';
-    e_state pg_catalog.text;
-    e_message pg_catalog.text;
-    e_detail pg_catalog.text;
-    e_hint pg_catalog.text;
-    e_context pg_catalog.text;
-BEGIN
-    st := counter.run_step(kind, target, args, NULL);
-    LOOP
-        EXIT WHEN pg_catalog.jsonb_extract_path_text(st, 'finished') OPERATOR(pg_catalog.=) 'true';
-        COMMIT;
-        deadline := counter.run_deadline();
-        IF deadline IS NOT NULL AND pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) longest
-                OPERATOR(pg_catalog.+) longest OPERATOR(pg_catalog.>=) deadline THEN
-            st := counter.run_step(kind, target, args,
-                                   st OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('stop', 'timeout'));
-            EXIT;
-        END IF;
-        began := pg_catalog.clock_timestamp();
-        BEGIN
-            st := counter.run_step(kind, target, args, st);
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
-                e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT, e_context = PG_EXCEPTION_CONTEXT;
-        END;
-        IF e_state IS NOT NULL THEN
-            st := counter.run_step(kind, target, args, st OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('error',
-                pg_catalog.jsonb_build_object('sqlstate', e_state, 'message', e_message,
-                    'detail', NULLIF(e_detail, ''), 'hint', NULLIF(e_hint, ''), 'context', NULLIF(e_context, ''))));
-            COMMIT;
-            PERFORM counter.run_reraise(e_state, e_message, e_detail, e_hint, e_context);
-        END IF;
-        longest := pg_catalog.interval_larger(longest, pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) began);
-    END LOOP;
-    COMMIT;
-    result := st;
-END
-$$;
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_run_steps';
+-- The same loop in the caller's transaction, without commits (the function
+-- forms of the work: counter.rollup_recompute); returns the last state. For
+-- the implementations of entry points (EXECUTE revoked from PUBLIC).
+CREATE OR REPLACE FUNCTION counter_internal.run_steps_here(kind text, target text, args jsonb)
+RETURNS jsonb
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_run_steps_here';
+
 COMMENT ON PROCEDURE counter.run_steps(text, text, jsonb, jsonb) IS
     'runs counter_ext''s periodic work of a kind on a target, one transaction per step (CALL it outside a transaction block)';

@@ -438,8 +438,8 @@ BEGIN
             USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
     END IF;
 
-    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter.column_of(source, key_column) c;
-    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter.column_of(source, time_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter_internal.column_of(source, key_column) c;
+    SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter_internal.column_of(source, time_column) c;
     IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
@@ -451,8 +451,8 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
                    WHERE i.indrelid OPERATOR(pg_catalog.=) source
-                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum
-                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter.column_of(source, time_column)).attnum)) THEN
+                     AND (i.indkey[0] OPERATOR(pg_catalog.=) (counter_internal.column_of(source, time_column)).attnum
+                          OR i.indkey[1] OPERATOR(pg_catalog.=) (counter_internal.column_of(source, time_column)).attnum)) THEN
         RAISE WARNING 'no index on %(%): each scheduled reconciliation scans the table for rows newly past the watermark',
             source, time_column
             USING HINT = format('CREATE INDEX ON %s (%I)', source, time_column);
@@ -815,11 +815,13 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    part jsonb;
 BEGIN
     -- a backfill run (counter_internal.tracked_start_run): counts missing
     -- from the counter are the rows its table held before track, up to as
     -- many as are left of them (t.backfill_left, less what this run took)
-    UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+    SELECT pg_catalog.jsonb_build_object(
         'keys_checked', (x.info ->> 'keys_checked')::bigint + GREATEST(b.checked, 0),
         'keys_corrected', (x.info ->> 'keys_corrected')::bigint + b.corrected,
         'drift_positive', LEAST((x.info ->> 'drift_positive')::numeric + b.pos, 9223372036854775807)::bigint,
@@ -831,12 +833,17 @@ BEGIN
         'keys_busy', (x.info ->> 'keys_busy')::bigint + b.busy)
         OPERATOR(pg_catalog.||) CASE WHEN x.info ? 'backfill'
             THEN pg_catalog.jsonb_build_object('backfill', (x.info ->> 'backfill')::bigint + f.took) ELSE '{}'::jsonb END
-    FROM (SELECT CASE WHEN y.info ? 'backfill'
+    INTO part
+    FROM counter.job_runs x,
+         (SELECT CASE WHEN y.info ? 'backfill'
                       THEN GREATEST(LEAST(OPERATOR(pg_catalog.-) b.neg,
                                           t.backfill_left OPERATOR(pg_catalog.-) (y.info ->> 'backfill')::bigint), 0)
                       ELSE 0 END AS took
           FROM counter.job_runs y WHERE y.run_id OPERATOR(pg_catalog.=) run) f
     WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
+    IF part IS NOT NULL THEN
+        PERFORM counter_internal.run_note(run, part);
+    END IF;
 END
 $fn$;
 
@@ -978,7 +985,7 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
 -- The reconciliation's step function for the one commit loop
--- (counter.run_steps, 06_jobs_code.sql; an entry point: checks the caller
+-- (src/spine.cpp, kind 'reconcile': the job's run; checks the caller
 -- owns the counter, and from the second step on that the run is this
 -- counter's running run). One run, with the default watermark: the dirty
 -- keys (every key while a full run is pending), phase 'keys', a batch per
@@ -1083,9 +1090,10 @@ BEGIN
         UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
     END IF;
     IF verifying THEN
-        UPDATE counter.job_runs x SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
-            'keys_verified', (x.info ->> 'keys_verified')::bigint + (state ->> 'verified')::bigint)
-        WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id;
+        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
+            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
+             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
+            + (state ->> 'verified')::bigint));
     END IF;
     IF outcome = 'ok' AND (state ->> 'every_key')::boolean THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
@@ -1094,30 +1102,6 @@ BEGIN
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected);
 END
 $fn$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.tracked_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.tracked_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
--- The job the background worker (or pg_cron) runs, in a session of the
--- counter's owner: one reconciliation run, one transaction per batch (the
--- one commit loop). rows_affected = keys corrected.
-CREATE OR REPLACE PROCEDURE counter.job_reconcile(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $fn$
-DECLARE
-    st pg_catalog.jsonb;
-BEGIN
-    CALL counter.run_steps('reconcile', target, '{}', st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
-END
-$fn$;
-COMMENT ON PROCEDURE counter.job_reconcile(text, bigint) IS
-    'reconciliation job of a tracked counter (one transaction per batch); rows_affected = keys corrected';
-
 CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS
 SELECT c.name AS counter, r.run_id, r.started_at, r.finished_at - r.started_at AS duration, r.watermark,
        r.all_keys, r.keys_checked, r.keys_corrected, r.drift_positive, r.drift_negative, r.max_abs_drift,

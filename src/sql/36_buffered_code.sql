@@ -43,18 +43,19 @@ AS 'MODULE_PATHNAME', 'counter_flush';
 COMMENT ON FUNCTION counter.flush(text) IS
     'writes the published, not yet flushed adds of buffered counters to their delta tables';
 
--- The job kind 'flush' (one job per buffered counter, run_every =
--- counter_ext.flush_interval when the counter was registered).
-CREATE OR REPLACE PROCEDURE counter.job_flush(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
+-- The step function of kind 'flush' (src/spine.cpp; one job per buffered
+-- counter, run_every = counter_ext.flush_interval when the counter was
+-- registered): one step, the flush of one buffered counter, for the caller
+-- (counter.flush checks it); rows = entries written.
+CREATE OR REPLACE FUNCTION counter_internal.flush_run_step(target text, args jsonb, state jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    rows_affected := counter.flush(target);
+    RETURN pg_catalog.jsonb_build_object('finished', true, 'rows', counter.flush(target));
 END
 $fn$;
-COMMENT ON PROCEDURE counter.job_flush(text, bigint) IS
-    'flush job of a buffered counter; rows_affected = entries written';
 
 -- One row per buffered counter the caller may act for.
 CREATE OR REPLACE FUNCTION counter.buffer_status()

@@ -85,7 +85,7 @@ GRANT SELECT ON counter.partition_staging TO PUBLIC;
 -- that fits in 63 bytes; otherwise the parent's name cut on a character
 -- boundary, '_', the first 8 hex digits of md5(parent name) (a pinned hash:
 -- the same name forever) and the suffix. Never a silent truncation.
-CREATE FUNCTION counter.partition_name_for(parent_name name, suffix text)
+CREATE FUNCTION counter_internal.partition_name_for(parent_name name, suffix text)
 RETURNS name
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -111,12 +111,12 @@ BEGIN
     RETURN (cut OPERATOR(pg_catalog.||) tag OPERATOR(pg_catalog.||) suffix)::name;
 END
 $$;
-COMMENT ON FUNCTION counter.partition_name_for(name, text) IS
+COMMENT ON FUNCTION counter_internal.partition_name_for(name, text) IS
     'parent name plus suffix, shortened with a pinned md5 tag when longer than 63 bytes';
 
 -- The UTC suffix of the partition starting at lo: _pYYYYMMDDHH24, plus MI
 -- for intervals shorter than an hour.
-CREATE FUNCTION counter.partition_suffix(lo timestamptz, part_interval interval)
+CREATE FUNCTION counter_internal.partition_suffix(lo timestamptz, part_interval interval)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -138,7 +138,7 @@ AS $$
 $$;
 
 -- Checks an interval for partitioning; returns its length in seconds.
-CREATE FUNCTION counter.partition_interval_seconds(part_interval interval)
+CREATE FUNCTION counter_internal.partition_interval_seconds(part_interval interval)
 RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -184,7 +184,7 @@ $$;
 -- DEFINER: it runs for every DROP TABLE in the database, by any role, and
 -- must not need privileges on schema counter; it touches only rows of the
 -- tables that very command dropped.
-CREATE FUNCTION counter.partition_forget_dropped()
+CREATE FUNCTION counter_internal.partition_forget_dropped()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -203,5 +203,5 @@ END
 $$;
 CREATE EVENT TRIGGER counter_partition_forget_dropped ON sql_drop
     WHEN TAG IN ('DROP TABLE', 'DROP SCHEMA', 'DROP OWNED')
-    EXECUTE FUNCTION counter.partition_forget_dropped();
-REVOKE ALL ON FUNCTION counter.partition_forget_dropped() FROM PUBLIC;
+    EXECUTE FUNCTION counter_internal.partition_forget_dropped();
+REVOKE ALL ON FUNCTION counter_internal.partition_forget_dropped() FROM PUBLIC;

@@ -176,7 +176,7 @@ BEGIN
     SELECT * INTO STRICT cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_make_table.parent;
     SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) partition_make_table.parent;
     SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) rel.relnamespace;
-    tname := counter.partition_name_for(rel.relname, counter.partition_suffix(lo, cfg.part_interval));
+    tname := counter_internal.partition_name_for(rel.relname, counter_internal.partition_suffix(lo, cfg.part_interval));
     IF how = 'direct' THEN
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %I.%I FOR VALUES FROM (%L) TO (%L)',
                        nsp, tname, nsp, rel.relname, lo, hi));
@@ -315,9 +315,9 @@ BEGIN
             format('SELECT EXISTS (SELECT 1 FROM ONLY %s) WHERE $1', t), true) AS x(e boolean);
     END IF;
     IF has_rows THEN
-        held_name := counter.partition_name_for(
+        held_name := counter_internal.partition_name_for(
             (SELECT c.relname FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent),
-            counter.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
+            counter_internal.partition_suffix(lo, (SELECT c.part_interval FROM counter.partitioned_tables c
                                           WHERE c.parent OPERATOR(pg_catalog.=) partition_attach.parent)) || '_held');
         PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s RENAME TO %I', t, held_name));
         held := t;
@@ -406,7 +406,7 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) OPERATOR(pg_catalog.*) 1000)::bigint::text, true);
-    step := counter.partition_interval_seconds(cfg.part_interval);
+    step := counter_internal.partition_interval_seconds(cfg.part_interval);
     d := counter.partition_default(parent);
     whole_slots := counter_internal.citus_distributed(parent);
     cur := counter.partition_slot(as_of, step);
@@ -693,25 +693,30 @@ AS $$
 $$;
 
 -- Partition maintenance's step function for the one commit loop
--- (counter.run_steps, 06_jobs_code.sql; an entry point: checks its caller
--- owns the table). args: {"parent": oid}. One bounded step of
--- counter_internal.partition_step per call; when the run ends (done, skipped,
--- error, the step limit, or the time is up) its outcome is recorded; 'busy'
--- (another session maintains the table) records nothing.
+-- (src/spine.cpp; checks its caller owns the table at every step). args:
+-- {"parent": oid}, or {} for the table named target (the job's form). One
+-- bounded step of counter_internal.partition_step per call; when the run ends
+-- (done, skipped, error, the step limit, or the time is up) its outcome is
+-- recorded; 'busy' (another session maintains the table) records nothing.
+-- In the job's form a run that ends skipped (locks) or failed hands the loop
+-- an error to raise once the outcome is committed ('raise': 55P03, 55000), so
+-- the runner counts a failure and backs off.
 CREATE OR REPLACE FUNCTION counter_internal.partition_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    parent regclass := (args ->> 'parent')::oid::regclass;
+    parent regclass := coalesce((args ->> 'parent')::oid::regclass, pg_catalog.to_regclass(target));
     s record;
     outcome text;
     error text;
     outside bigint;
 BEGIN
     IF parent IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t
-                                     WHERE t.parent OPERATOR(pg_catalog.=) (args ->> 'parent')::oid) THEN
+                                     WHERE t.parent::pg_catalog.oid OPERATOR(pg_catalog.=)
+                                           coalesce((args ->> 'parent')::pg_catalog.oid,
+                                                    pg_catalog.to_regclass(target)::pg_catalog.oid)) THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', coalesce(parent::text, target)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -753,16 +758,17 @@ BEGIN
     END IF;
     PERFORM counter_internal.partition_record(parent, outcome, error, (state ->> 'created')::bigint,
         (state ->> 'dropped')::bigint, (state ->> 'moved')::bigint, outside, state -> 'error', state -> 'skipped');
-    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
+    state := state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'error', error);
+    IF NOT args ? 'parent' AND outcome IN ('skipped', 'error') THEN
+        state := state || pg_catalog.jsonb_build_object('raise', pg_catalog.jsonb_build_object(
+            'sqlstate', CASE outcome WHEN 'skipped' THEN '55P03' ELSE '55000' END,
+            'message', pg_catalog.format('partition maintenance of %s %s', target,
+                                         CASE outcome WHEN 'skipped' THEN 'skipped' ELSE 'failed' END),
+            'detail', error));
+    END IF;
+    RETURN state;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.partition_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.partition_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
@@ -851,35 +857,6 @@ BEGIN
 END
 $$;
 
--- The job the background worker (or counter.run_jobs()) runs for a target
--- registered by partition_manage: maintains that table, committing per step.
--- rows_affected = partitions created + partitions dropped or detached + rows
--- moved out of the default partition. A table skipped for locks ends in
--- SQLSTATE 55P03, any other failure in 55000, after its outcome is recorded.
-CREATE OR REPLACE PROCEDURE counter.job_partition_maintenance(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    p regclass := pg_catalog.to_regclass(target);
-    st pg_catalog.jsonb;
-    o pg_catalog.text;
-    e pg_catalog.text;
-BEGIN
-    IF p IS NULL OR NOT EXISTS (SELECT 1 FROM counter.partitioned_tables t WHERE t.parent OPERATOR(pg_catalog.=) p) THEN
-        RAISE EXCEPTION 'table % is not managed by counter_ext', target USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    CALL counter.run_steps('partition_maintenance', target, pg_catalog.jsonb_build_object('parent', p::pg_catalog.oid), st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
-    o := pg_catalog.jsonb_extract_path_text(st, 'outcome');
-    e := pg_catalog.jsonb_extract_path_text(st, 'error');
-    IF o OPERATOR(pg_catalog.=) 'skipped' THEN
-        RAISE EXCEPTION 'partition maintenance of % skipped', target USING ERRCODE = 'lock_not_available', DETAIL = e;
-    ELSIF o OPERATOR(pg_catalog.=) 'error' THEN
-        RAISE EXCEPTION 'partition maintenance of % failed', target USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = e;
-    END IF;
-END
-$$;
-
 -- Puts a table under maintenance: checks it, records it, creates its default
 -- partition (if it has none) and its partitions from start_at (default: the
 -- current slot; never before as_of - retention) through as_of + premake
@@ -935,7 +912,7 @@ BEGIN
         RAISE EXCEPTION '% is not partitioned by range over one column', parent
             USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
     END IF;
-    att := counter.column_of(parent, control);
+    att := counter_internal.column_of(parent, control);
     IF att.attnum <> pt.partattrs[0] THEN
         RAISE EXCEPTION 'column "%" is not the partition key of %', control, parent
             USING ERRCODE = 'invalid_parameter_value';
@@ -944,7 +921,7 @@ BEGIN
         RAISE EXCEPTION 'partition key "%" of % is %, not timestamptz', control, parent, att.atttypid::regtype
             USING ERRCODE = 'datatype_mismatch';
     END IF;
-    step := counter.partition_interval_seconds(part_interval);
+    step := counter_internal.partition_interval_seconds(part_interval);
     IF premake < 1 THEN
         RAISE EXCEPTION 'premake must be at least 1, not %', premake USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1002,7 +979,7 @@ BEGIN
     -- check of the default partition's rows.
     IF d IS NULL THEN
         PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
-                       counter.partition_name_for(rel.relname, '_default'), parent));
+                       counter_internal.partition_name_for(rel.relname, '_default'), parent));
         d := counter.partition_default(parent);
         t := d;
         -- privileges as for every partition

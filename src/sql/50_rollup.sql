@@ -98,7 +98,7 @@ GRANT SELECT ON counter.rollup_dirty TO PUBLIC;
 -- Rollup id and a day or hour number folded into 32 bits (the second int of
 -- 1.4's advisory lock keys; 1.5 takes no advisory lock, and its own lock ids
 -- are computed in C++, src/include/counter_ext/locks.hpp).
-CREATE FUNCTION counter.rollup_lock_key(rollup_id integer, n bigint)
+CREATE FUNCTION counter_internal.rollup_lock_key(rollup_id integer, n bigint)
 RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
@@ -108,12 +108,12 @@ AS $$
 $$;
 
 -- Hour and day numbers (since 1970-01-01 00:00 UTC) of an instant.
-CREATE FUNCTION counter.rollup_hour_number(ts timestamptz)
+CREATE FUNCTION counter_internal.rollup_hour_number(ts timestamptz)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.floor(pg_catalog.date_part('epoch', ts) OPERATOR(pg_catalog./) 3600)::bigint $$;
 
-CREATE FUNCTION counter.rollup_day_number(ts timestamptz)
+CREATE FUNCTION counter_internal.rollup_day_number(ts timestamptz)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT pg_catalog.floor(pg_catalog.date_part('epoch', ts) OPERATOR(pg_catalog./) 86400)::bigint $$;

@@ -311,7 +311,7 @@ DECLARE
     n bigint;
 BEGIN
     IF rid IS NULL OR from_h IS NULL OR to_h IS NULL OR wait IS NULL THEN
-        RAISE EXCEPTION 'only hours of counter.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
+        RAISE EXCEPTION 'only hours of counter_internal.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup %s', rid), 'refresh it');
@@ -320,7 +320,7 @@ BEGIN
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
     r := counter_internal.rollup_sql(rid);
-    IF counter.rollup_day_number(from_h) <> counter.rollup_day_number(to_h - interval '1 hour') THEN
+    IF counter_internal.rollup_day_number(from_h) <> counter_internal.rollup_day_number(to_h - interval '1 hour') THEN
         RAISE EXCEPTION 'a refresh chunk is at most one UTC day' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF wait THEN
@@ -348,15 +348,6 @@ BEGIN
     RETURN n;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_refresh_chunk above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_refresh_chunk(rid integer, from_h timestamptz, to_h timestamptz,
-                                             hours timestamptz[], wait boolean)
-RETURNS bigint
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- The chunks (UTC days, clamped to the source's retention) of a full
 -- recompute of [from_ts, to_ts). An entry point of the refresh procedures
 -- (checks its caller).
@@ -398,14 +389,6 @@ BEGIN
     END LOOP;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_range_chunks above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_range_chunks(rollup_name text, from_ts timestamptz, to_ts timestamptz)
-RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz)
-LANGUAGE c STABLE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- The chunks of a routine refresh: the dirty hours grouped by UTC day. Dirty
 -- hours outside the source's retention are dropped from the log (they can
 -- never be recomputed into a smaller number). An entry point of the refresh
@@ -433,18 +416,10 @@ BEGIN
         SELECT rid, min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
         FROM counter.rollup_dirty d
         WHERE d.rollup_id = rid
-        GROUP BY counter.rollup_day_number(d.hour)
+        GROUP BY counter_internal.rollup_day_number(d.hour)
         ORDER BY 2;
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_dirty_chunks above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_dirty_chunks(rollup_name text)
-RETURNS TABLE (rollup_id integer, from_h timestamptz, to_h timestamptz, hours timestamptz[])
-LANGUAGE c VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- Records a refresh in the one run record (counter.job_runs, kind
 -- 'rollup_refresh': the job's run, or a row of its own for a direct call;
 -- the rollup's part in info). Every refresh has its row, so none waits for
@@ -467,10 +442,8 @@ BEGIN
         -- stay): the run is recorded as skipped, with the reason
         run := counter_internal.run_skipped('rollup_refresh', r.name, rid,
             outcome || ': another session is refreshing them');
-        UPDATE counter.job_runs x
-        SET info = x.info OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n),
-            rows_affected = CASE WHEN x.runner OPERATOR(pg_catalog.=) 'call' THEN n ELSE x.rows_affected END
-        WHERE x.run_id OPERATOR(pg_catalog.=) run;
+        PERFORM counter_internal.run_note(run,
+            pg_catalog.jsonb_build_object('outcome', rollup_record.outcome, 'rows', n), n);
         RETURN;
     END IF;
     PERFORM counter_internal.run_end(
@@ -479,41 +452,35 @@ BEGIN
         rows_affected => n, error => error);
 END
 $$;
+-- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
+-- chunks being refreshed elsewhere. Returns the rollup rows written or
+-- deleted. The steps of CALL counter.rollup_refresh(name, from_ts, to_ts),
+-- in the one loop (src/spine.cpp) without its commits.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- the steps of CALL counter.rollup_refresh (the one loop), here without commits
+    RETURN (counter_internal.run_steps_here('rollup_refresh', name,
+        pg_catalog.jsonb_build_object('from', from_ts, 'to', to_ts)) ->> 'rows')::bigint;
+END
+$$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_record above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_record(rid integer, started timestamptz, outcome text, n bigint,
-    error jsonb DEFAULT NULL)
-RETURNS void
+-- counter_internal.rollup_recompute above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
+RETURNS bigint
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_entry';
 
--- Full recompute of [from_ts, to_ts) in the caller's transaction; waits for
--- chunks being refreshed elsewhere. Returns the rollup rows written or deleted.
-CREATE OR REPLACE FUNCTION counter.rollup_recompute(name text, from_ts timestamptz, to_ts timestamptz)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    c record;
-    total bigint := 0;
-    started timestamptz := clock_timestamp();
-BEGIN
-    FOR c IN SELECT * FROM counter.rollup_range_chunks(name, from_ts, to_ts) LOOP
-        total := total + counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, NULL, true);
-    END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(name), started, 'ok', total, NULL);
-    RETURN total;
-END
-$$;
-
 -- Recomputes the dirty hours of a rollup in the caller's transaction,
 -- skipping chunks another session is refreshing. Returns the rollup rows
 -- written or deleted.
-CREATE OR REPLACE FUNCTION counter.rollup_refresh_dirty(name text)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_refresh_dirty(name text)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -523,8 +490,8 @@ DECLARE
     skipped integer := 0;
     started timestamptz := clock_timestamp();
 BEGIN
-    FOR c IN SELECT * FROM counter.rollup_dirty_chunks(name) LOOP
-        n := counter.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
+    FOR c IN SELECT * FROM counter_internal.rollup_dirty_chunks(name) LOOP
+        n := counter_internal.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
         IF n IS NULL THEN
             skipped := skipped + 1;
             RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', name, c.from_h;
@@ -532,15 +499,22 @@ BEGIN
             total := total + n;
         END IF;
     END LOOP;
-    PERFORM counter.rollup_record(counter.rollup_id(name), started,
+    PERFORM counter_internal.rollup_record(counter.rollup_id(name), started,
                                   CASE WHEN skipped = 0 THEN 'ok' ELSE format('skipped %s locked chunks', skipped) END,
                                   total, NULL);
     RETURN total;
 END
 $$;
+-- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_refresh_dirty above with the same arguments.
+CREATE OR REPLACE FUNCTION counter.rollup_refresh_dirty(name text)
+RETURNS bigint
+LANGUAGE c VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_entry';
 
--- The refresh's step function for the one commit loop (counter.run_steps,
--- 06_jobs_code.sql; an entry point: checks its caller owns the rollup). One
+-- The refresh's step function for the one commit loop (src/spine.cpp,
+-- kind 'rollup_refresh'; checks its caller owns the rollup at every step). One
 -- chunk (a UTC day at most) per step. args {"from", "to"}: a full recompute
 -- of that range, waiting for chunks refreshed elsewhere; args {}: the dirty
 -- hours, a day at a time in day order, skipping a day another session is
@@ -575,10 +549,10 @@ BEGIN
         END IF;
         -- checks the range (or drops dirty hours outside the retention), and counts the chunks
         IF ranged THEN
-            SELECT count(*), min(x.from_h) INTO n, from_h FROM counter.rollup_range_chunks(target,
+            SELECT count(*), min(x.from_h) INTO n, from_h FROM counter_internal.rollup_range_chunks(target,
                 (args ->> 'from')::timestamptz, (args ->> 'to')::timestamptz) x;
         ELSE
-            SELECT count(*) INTO n FROM counter.rollup_dirty_chunks(target);
+            SELECT count(*) INTO n FROM counter_internal.rollup_dirty_chunks(target);
         END IF;
         RETURN pg_catalog.jsonb_build_object('started', pg_catalog.clock_timestamp(), 'phase', 'days', 'done', 0,
             'total', n, 'rows', 0, 'skipped', 0, 'next', from_h, 'after_day', NULL,
@@ -597,37 +571,29 @@ BEGIN
             SELECT min(d.hour), max(d.hour) + interval '1 hour', array_agg(DISTINCT d.hour ORDER BY d.hour)
             INTO from_h, to_h, hours
             FROM counter.rollup_dirty d
-            WHERE d.rollup_id = rid AND counter.rollup_day_number(d.hour) > coalesce((state ->> 'after_day')::bigint, -9223372036854775808)
-            GROUP BY counter.rollup_day_number(d.hour)
+            WHERE d.rollup_id = rid AND counter_internal.rollup_day_number(d.hour) > coalesce((state ->> 'after_day')::bigint, -9223372036854775808)
+            GROUP BY counter_internal.rollup_day_number(d.hour)
             ORDER BY 1
             LIMIT 1;
         END IF;
         IF from_h IS NOT NULL THEN
-            n := counter.rollup_refresh_chunk(rid, from_h, to_h, hours, ranged);
+            n := counter_internal.rollup_refresh_chunk(rid, from_h, to_h, hours, ranged);
             IF n IS NULL THEN
                 RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', target, from_h;
             END IF;
             RETURN state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
                 'rows', (state ->> 'rows')::bigint + coalesce(n, 0),
                 'skipped', (state ->> 'skipped')::bigint + CASE WHEN n IS NULL THEN 1 ELSE 0 END,
-                'next', to_h, 'after_day', counter.rollup_day_number(from_h));
+                'next', to_h, 'after_day', counter_internal.rollup_day_number(from_h));
         END IF;
         outcome := CASE WHEN (state ->> 'skipped')::bigint = 0 THEN 'ok'
                         ELSE format('skipped %s locked chunks', state ->> 'skipped') END;
     END IF;
-    PERFORM counter.rollup_record(rid, (state ->> 'started')::timestamptz, outcome, (state ->> 'rows')::bigint,
+    PERFORM counter_internal.rollup_record(rid, (state ->> 'started')::timestamptz, outcome, (state ->> 'rows')::bigint,
                                   state -> 'error');
     RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome);
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_run_step above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_run_step(target text, args jsonb, state jsonb)
-RETURNS jsonb
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'counter_entry';
-
 -- Procedure forms: one transaction per chunk (a UTC day at most), in the
 -- one commit loop (counter.run_steps). A full recompute of [from_ts, to_ts):
 CREATE OR REPLACE PROCEDURE counter.rollup_refresh(name text, from_ts timestamptz, to_ts timestamptz)
@@ -637,20 +603,6 @@ DECLARE
     st pg_catalog.jsonb;
 BEGIN
     CALL counter.run_steps('rollup_refresh', name, pg_catalog.jsonb_build_object('from', from_ts, 'to', to_ts), st);
-END
-$$;
-
--- The job the background worker (or counter.run_jobs(), or pg_cron) runs:
--- recompute the dirty hours of one rollup, one UTC day per transaction,
--- skipping chunks another session is refreshing.
-CREATE OR REPLACE PROCEDURE counter.job_rollup_refresh(target text, INOUT rows_affected bigint DEFAULT NULL)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    st pg_catalog.jsonb;
-BEGIN
-    CALL counter.run_steps('rollup_refresh', target, '{}', st);
-    rows_affected := pg_catalog.jsonb_extract_path_text(st, 'rows')::pg_catalog.int8;
 END
 $$;
 
@@ -725,7 +677,7 @@ BEGIN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
 
-    SELECT c.atttypid, c.attnotnull INTO col FROM counter.column_of(source, time_column) c;
+    SELECT c.atttypid, c.attnotnull INTO col FROM counter_internal.column_of(source, time_column) c;
     IF col.atttypid <> 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
             USING ERRCODE = 'datatype_mismatch',
@@ -750,7 +702,7 @@ BEGIN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter.column_of(source, g) c;
+        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter_internal.column_of(source, g) c;
         IF NOT col.attnotnull THEN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
@@ -773,7 +725,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in sums', g USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT c.atttypid INTO col FROM counter.column_of(source, g) c;
+        SELECT c.atttypid INTO col FROM counter_internal.column_of(source, g) c;
         IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype) THEN
             RAISE EXCEPTION 'cannot sum column "%" of type %', g, format_type(col.atttypid, NULL)
                 USING ERRCODE = 'datatype_mismatch', HINT = 'sums are exact: smallint, integer, bigint or numeric';
@@ -800,7 +752,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in distinct_on', g USING ERRCODE = 'duplicate_column';
         END IF;
-        PERFORM counter.column_of(source, g);
+        PERFORM counter_internal.column_of(source, g);
         IF octet_length('distinct_' || g) > 63 THEN
             RAISE EXCEPTION 'distinct column name "distinct_%" is too long', g USING ERRCODE = 'name_too_long';
         END IF;
@@ -1178,7 +1130,7 @@ BEGIN
             HINT = 'use mode => ''deferred'' for more sums';
     END IF;
     FOREACH g IN ARRAY sums LOOP
-        IF (SELECT c.atttypid FROM counter.column_of(source, g) c) = 'numeric'::regtype THEN
+        IF (SELECT c.atttypid FROM counter_internal.column_of(source, g) c) = 'numeric'::regtype THEN
             RAISE EXCEPTION 'a buffered rollup sums smallint, integer and bigint columns, not numeric column "%"', g
                 USING ERRCODE = 'feature_not_supported', HINT = 'use mode => ''deferred'' for numeric sums';
         END IF;

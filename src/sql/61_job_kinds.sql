@@ -1,11 +1,12 @@
--- The built-in job kinds: rows of counter_internal.job_kinds, added once the
--- procedures exist (30, 36, 40 and 50 made them). Included as it is by the update
--- from 1.1, after the procedures of 1.2 are made.
+-- The built-in kinds of periodic work: rows of counter_internal.job_kinds,
+-- each naming its step function (the one registry: src/spine.cpp runs the
+-- step functions in the one loop), added once the functions exist (31, 36,
+-- 41 and 51 made them).
 INSERT INTO counter_internal.job_kinds (kind, procedure, builtin) VALUES
-    ('reconcile', 'counter.job_reconcile(text, bigint)', true),
-    ('rollup_refresh', 'counter.job_rollup_refresh(text, bigint)', true),
-    ('partition_maintenance', 'counter.job_partition_maintenance(text, bigint)', true),
-    ('flush', 'counter.job_flush(text, bigint)', true);
+    ('reconcile', 'counter_internal.tracked_run_step(text, jsonb, jsonb)', true),
+    ('rollup_refresh', 'counter_internal.rollup_run_step(text, jsonb, jsonb)', true),
+    ('partition_maintenance', 'counter_internal.partition_run_step(text, jsonb, jsonb)', true),
+    ('flush', 'counter_internal.flush_run_step(text, jsonb, jsonb)', true);
 
 
 -- (05_jobs.sql's table, 06_jobs_code.sql's function: see jobs_inserted)

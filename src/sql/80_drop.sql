@@ -1,7 +1,7 @@
 -- DROP and rename (doc/operations.md): what a user drops or renames leaves
 -- no catalog row and no job pointing at nothing. Tracked counters follow
 -- their own tables (30_tracked.sql); a dropped partitioned table is
--- forgotten by counter.partition_forget_dropped (40_partition.sql). This
+-- forgotten by counter_internal.partition_forget_dropped (40_partition.sql). This
 -- piece holds functions and event triggers only, so the update includes it
 -- as it is.
 
@@ -62,8 +62,7 @@ BEGIN
         UPDATE counter.partitioned_tables c SET job_target = p.current_name
         WHERE c.parent OPERATOR(pg_catalog.=) p.parent;
         -- its runs (the one run record finds them by this name) follow it
-        UPDATE counter.job_runs x SET target = p.current_name
-        WHERE x.kind OPERATOR(pg_catalog.=) 'partition_maintenance' AND x.target OPERATOR(pg_catalog.=) p.job_target;
+        PERFORM counter_internal.run_retarget('partition_maintenance', p.job_target, p.current_name);
     END LOOP;
 END
 $$;

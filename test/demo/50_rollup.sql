@@ -36,7 +36,7 @@ ORDER BY count DESC LIMIT 3;
 -- and the job (run by the background worker, here by hand) recomputes them.
 DELETE FROM demo.rollup_clicks WHERE visitor_id = 1;
 SELECT name, mode, newest_event_hour, dirty_hours FROM counter.rollup_state;
-CALL counter.job_rollup_refresh('clicks_hourly');
+CALL counter.run_steps('rollup_refresh', 'clicks_hourly');
 SELECT sum(count) AS counted, (SELECT count(*) FROM demo.rollup_clicks) AS events FROM demo.clicks_hourly;
 
 -- A rule change: link 1 is a health check, stop counting it; recompute the day.

@@ -74,12 +74,12 @@ SELECT is((SELECT count(*) FROM ((TABLE snap EXCEPT TABLE r_trig) UNION ALL (TAB
 SELECT is(pg_temp.diff('r_trig'), 0::bigint, 'and the rollup still equals the GROUP BY');
 SELECT is((SELECT sum(count) FROM r_trig), 8000::numeric, 'every event counted once');
 
-CALL counter.job_rollup_refresh('r_def');
+CALL counter.run_steps('rollup_refresh', 'r_def');
 SELECT is(pg_temp.diff('r_def'), 0::bigint, 'deferred mode equals the GROUP BY after the job');
 SELECT is((SELECT dirty_hours FROM counter.rollup_state WHERE name = 'r_def'), 0::bigint, 'no dirty hours left');
 
 -- Unchanged rows produce no writes and no dead tuples.
-CALL counter.job_rollup_refresh('r_trig');
+CALL counter.run_steps('rollup_refresh', 'r_trig');
 SELECT pg_stat_force_next_flush();
 INSERT INTO marks VALUES ('before', pg_temp.tup('r_trig'));
 CALL counter.rollup_refresh('r_trig', '2026-10-05 00:00+00', '2026-10-09 00:00+00');
@@ -124,7 +124,7 @@ SELECT is(pg_temp.diff('r_trig', 'kind <> ''bot''', '2026-10-05 12:00+00'), 0::b
           'new events follow the new rule in the trigger');
 
 -- Totals: a day in a zone is assembled from its hours, DST included.
-CALL counter.job_rollup_refresh('r_def');
+CALL counter.run_steps('rollup_refresh', 'r_def');
 SELECT is((SELECT array_agg(t.count ORDER BY t.period_start) FROM counter.rollup_totals(
                'r_def', '2026-10-04 16:00+00', '2026-10-08 16:00+00', 'Asia/Taipei', 'total') t WHERE t.key->>'link_id' = '3'),
           (SELECT ARRAY[count(*)] FROM ev WHERE link_id = 3 AND occurred_at >= '2026-10-04 16:00+00'
@@ -195,7 +195,7 @@ CREATE TABLE recent_ev (event_id bigint NOT NULL, link_id bigint NOT NULL, occur
 INSERT INTO recent_ev VALUES (1, 1, now() - interval '5 hours'), (2, 1, now() - interval '10 minutes');
 SELECT counter.rollup_create('r_recent', 'recent_ev', 'occurred_at', '{link_id}', mode => 'deferred',
                              retention => '3 hours');
-CALL counter.job_rollup_refresh('r_recent');
+CALL counter.run_steps('rollup_refresh', 'r_recent');
 SELECT is((SELECT array_agg(hour ORDER BY hour) FROM r_recent), ARRAY[counter.rollup_hour(now() - interval '10 minutes')],
           'the job fills the retained hour and leaves the old one');
 INSERT INTO r_recent VALUES (1, counter.rollup_hour(now() - interval '5 hours'), 42);
@@ -250,7 +250,7 @@ SELECT counter.rollup_create('r_owned', 'owned_ev', 'occurred_at', '{link_id}', 
                              filter => 'current_user = ''counter_rollup_test_owner''');
 RESET ROLE;
 INSERT INTO owned_ev VALUES (1, 1, '2026-10-06 09:00+00'), (2, 1, '2026-10-06 09:30+00');
-CALL counter.job_rollup_refresh('r_owned');
+CALL counter.run_steps('rollup_refresh', 'r_owned');
 SELECT is((SELECT count FROM r_owned), 2::bigint, 'the job ran the filter as the rollup owner');
 SELECT is(current_user::text, session_user::text, 'and the caller''s role is back after the job');
 SELECT is((SELECT tableowner::text FROM pg_tables WHERE tablename = 'r_owned'), 'counter_rollup_test_owner',

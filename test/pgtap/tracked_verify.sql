@@ -14,7 +14,7 @@ SELECT ok(counter.track('ver', 'ver', 'k', 't', bucket_width => '1 hour', batch_
                         reconcile_every => '6 seconds', verify_every => '1 minute') > 0, 'registered');
 INSERT INTO ver (k, t) SELECT g % 200, '2024-01-01'::timestamptz + (g % 50) * interval '1 hour'
 FROM generate_series(1, 2000) g;
-CALL counter.job_reconcile('ver');          -- the first run is a full one
+CALL counter.run_steps('reconcile', 'ver');          -- the first run is a full one
 ANALYZE counter_internal.tracked_1_base;    -- (autovacuum does this; the slice size reads reltuples)
 
 CREATE FUNCTION ver_mismatches() RETURNS bigint LANGUAGE sql AS $$
@@ -37,10 +37,10 @@ SELECT cmp_ok(ver_mismatches(), '>=', 50::bigint, 'many keys drifted');
 CREATE TEMP TABLE runs AS SELECT * FROM counter.tracked_history WHERE false;
 DO $$
 DECLARE
-    n bigint;
+    n jsonb;
 BEGIN
     FOR i IN 1..14 LOOP
-        CALL counter.job_reconcile('ver', n);
+        CALL counter.run_steps('reconcile', 'ver', '{}', n);
     END LOOP;
 END $$;
 INSERT INTO runs SELECT * FROM counter.tracked_history WHERE counter = 'ver' AND NOT all_keys;

@@ -65,31 +65,6 @@ fi
 # functions no SQL can call (an internal argument or result: 1.4's aggregate
 # support kept for its install script) and the exceptions below.
 declare -A exception=(
-    # plumbing users must never call, listed by issue 22 (rollup_id and
-    # rollup_newest_hour, on its list too, have examples: issue 25 asks for them)
-    [run_step]="plumbing, to move to counter_internal (issue 22)"
-    [run_reraise]="plumbing, to move to counter_internal (issue 22)"
-    [run_deadline]="plumbing, to move to counter_internal (issue 22)"
-    [tracked_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [partition_run_step]="plumbing, to move to counter_internal (issue 22)"
-    [job_reconcile]="plumbing, to move to counter_internal (issue 22)"
-    [job_rollup_refresh]="plumbing, to move to counter_internal (issue 22)"
-    [job_partition_maintenance]="plumbing, to move to counter_internal (issue 22)"
-    [job_flush]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_record]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_refresh_chunk]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_dirty_chunks]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_range_chunks]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_lock_key]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_hour_number]="plumbing, to move to counter_internal (issue 22)"
-    [rollup_day_number]="plumbing, to move to counter_internal (issue 22)"
-    [partition_slot]="plumbing, to move to counter_internal (issue 22)"
-    [partition_suffix]="plumbing, to move to counter_internal (issue 22)"
-    [partition_name_for]="plumbing, to move to counter_internal (issue 22)"
-    [partition_forget_dropped]="plumbing, to move to counter_internal (issue 22)"
-    [partition_interval_seconds]="plumbing, to move to counter_internal (issue 22)"
-    [column_of]="plumbing, to move to counter_internal (issue 22)"
 )
 db=docs_coverage
 ce_psql -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1 || exit 1

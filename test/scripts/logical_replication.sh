@@ -152,7 +152,7 @@ pub -c "DELETE FROM public.events WHERE event_id % 31 = 0; DELETE FROM public.ev
 # The trigger-mode rollup on events (owned by app, not a superuser, so the
 # drains ran as app) counted no moved row twice (once the hours the deletes
 # marked are recomputed).
-pub -c "CALL counter.job_rollup_refresh('events_hourly')" >/dev/null || fail "rollup refresh"
+pub -c "CALL counter.run_steps('rollup_refresh', 'events_hourly')" >/dev/null || fail "rollup refresh"
 [ "$(pub -Atc "SELECT count(*) FROM (SELECT link_id, date_bin('1 hour', occurred_at, '2000-01-01 00:00+00') AS hour,
                                             count(*) AS n FROM public.events GROUP BY 1, 2) e
               FULL JOIN public.events_hourly r USING (link_id, hour) WHERE r.count IS DISTINCT FROM e.n")" = 0 ] ||

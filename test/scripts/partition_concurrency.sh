@@ -118,7 +118,7 @@ echo "maintenance gave up after ${took}s: $outcome $err"
 [ "$outcome" = skipped ] || fail "outcome $outcome, not skipped"
 [[ "$err" == *"could not lock"* ]] || fail "error does not say what: $err"
 [ $took -lt 30 ] || fail "maintenance waited for the reader ($took s)"
-if "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "CALL counter.job_partition_maintenance('public.lk')" \
+if "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "CALL counter.run_steps('partition_maintenance', 'public.lk')" \
     >"$work/job.txt" 2>&1; then
     fail "the job succeeded while the reader held its lock"
 fi

@@ -56,7 +56,7 @@ SQL
     end=$((SECONDS + seconds))
     while [ $SECONDS -lt $end ]; do
         ce_psql -c "CALL counter.rollup_refresh('conc_trigger', '2026-10-06 09:00+00', '2026-10-06 10:00+00')" \
-            -c "CALL counter.job_rollup_refresh('conc_deferred')" -c "CALL counter.job_rollup_refresh('conc_trigger')" \
+            -c "CALL counter.run_steps('rollup_refresh', 'conc_deferred')" -c "CALL counter.run_steps('rollup_refresh', 'conc_trigger')" \
             >/dev/null 2>>"$work/refresher.err" || echo "refresh failed" >>"$work/refresher.err"
         sleep 0.5
     done
@@ -95,7 +95,7 @@ IFS='|' read -r rows differing dirty_late <"$work/check1"
 echo "trigger-mode rows of hours 10-11 (never refreshed): $rows, differing from GROUP BY: $differing, dirty: $dirty_late"
 [ "$rows" -ge 100 ] && [ "$differing" = 0 ] && [ "$dirty_late" = 0 ] || exit 1
 
-ce_psql -c "CALL counter.job_rollup_refresh('conc_trigger')" -c "CALL counter.job_rollup_refresh('conc_deferred')" >/dev/null
+ce_psql -c "CALL counter.run_steps('rollup_refresh', 'conc_trigger')" -c "CALL counter.run_steps('rollup_refresh', 'conc_deferred')" >/dev/null
 ce_psql -At <<'SQL' >"$work/check2"
 WITH truth AS (SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) AS count FROM events GROUP BY 1, 2),
 t AS (SELECT link_id, hour, count FROM conc_trigger)

@@ -73,7 +73,7 @@ pids+=($load)
 pids+=($!)
 ( while true; do
       ce_psql -At -c "SELECT outcome FROM counter.reconcile('ev')" >/dev/null 2>&1 || true
-      ce_psql -At -c "CALL counter.job_reconcile('calls')" >/dev/null 2>&1 || true
+      ce_psql -At -c "CALL counter.run_steps('reconcile', 'calls')" >/dev/null 2>&1 || true
       sleep 0.3
   done ) &
 pids+=($!)

@@ -44,7 +44,7 @@ SQL
 "$CE_PGBIN/pgbench" -n -c 6 -j 2 -T 60 -f "$work/insert.sql@6" -f "$work/delete.sql@3" -f "$work/move.sql@2" \
     >"$work/pgbench.txt" 2>&1 &
 pids+=($!)
-( while true; do ce_psql -At -c "CALL counter.job_reconcile('ev')" >/dev/null 2>>"$work/jobs.err" || true; sleep 0.1; done ) &
+( while true; do ce_psql -At -c "CALL counter.run_steps('reconcile', 'ev')" >/dev/null 2>>"$work/jobs.err" || true; sleep 0.1; done ) &
 pids+=($!)
 
 sleep 8

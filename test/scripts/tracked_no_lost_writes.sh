@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # No lost writes: 8 writer connections insert, delete, flip the filter of and
 # move rows between 5 hot keys, many of them late (event times in buckets
-# the reconciler is folding), while counter.reconcile / counter.job_reconcile
+# the reconciler is folding), while counter.reconcile / CALL counter.run_steps('reconcile', ...)
 # run every 100 ms for 22 s with watermark lag 0 and 1-second buckets. When
 # the writers stop, without another reconcile, every key equals the true
 # count; and no run ever found drift (there is no drift source here, so any
@@ -71,7 +71,7 @@ while kill -0 "$writer" 2>/dev/null; do
     if [ $((runs % 2)) -eq 0 ]; then
         sql="SELECT outcome FROM counter.reconcile('hot')"
     else
-        sql="CALL counter.job_reconcile('hot')"
+        sql="CALL counter.run_steps('reconcile', 'hot')"
     fi
     if ! ce_psql -At -c "$sql" >>"$work/reconcile.txt" 2>&1; then
         errors=$((errors + 1))

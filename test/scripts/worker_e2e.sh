@@ -18,7 +18,7 @@ wait_for() { # SQL SECONDS
     done
     return 1
 }
-has() { [ "$(q "SELECT to_regprocedure('counter.job_$1(text, bigint)') IS NOT NULL")" = t ]; }
+has() { [ "$(q "SELECT EXISTS (SELECT FROM counter_internal.job_kinds WHERE kind = '$1')")" = t ]; }
 
 ce_cluster_start e2e "counter_ext.enabled = off" "counter_ext.naptime = 1"
 ce_cluster_use e2e

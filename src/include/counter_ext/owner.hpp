@@ -68,6 +68,23 @@ auto as_owner(Oid role, F &&f) -> decltype(f()) {
 // the library call it so) see install_older_sql_hook. Owns nothing C++.
 Oid effective_caller();
 
+// The role an entry point called now acts for: GetUserId(), or, when an
+// entry point's implementation (running as the catalog's owner) calls
+// another entry point, the caller noted for the outer one. Raises 42501
+// inside a security-restricted operation. Owns nothing C++.
+Oid entry_caller();
+
+// Notes 'caller' as the role the entry points and step functions called in
+// its scope act for (counter_entry, and the commit loop of src/spine.cpp,
+// which calls step functions through fmgr).
+class CallerScope {
+public:
+	explicit CallerScope(Oid caller) noexcept;
+	~CallerScope();
+	CallerScope(const CallerScope &) = delete;
+	CallerScope &operator=(const CallerScope &) = delete;
+};
+
 // From _PG_init when preloaded: the caller of an older SQL object's entry
 // point is then found as 1.4 found it (src/owner.cpp); otherwise such a call
 // is refused (55000, with a hint to ALTER EXTENSION counter_ext UPDATE).

@@ -81,4 +81,13 @@ void job_worker_set_running(int64 job_id, int64 run_id, TimestampTz deadline);
 // What pg_stat_activity says of the running job, without its progress.
 extern char job_worker_activity[256];
 
+// The running job says what it does and how far it is (phase NULL:
+// "working"; total -1: unknown): shown in pg_stat_activity and
+// counter.running_jobs. Nothing outside a job. Owns nothing C++.
+void job_progress(const char *phase, int64 done, int64 total);
+
+// The result of a procedure with one INOUT parameter: a row of 'value',
+// made in 'cxt' (the procedure's memory context at its entry).
+Datum one_column_result(FunctionCallInfo fcinfo, MemoryContext cxt, Datum value, bool isnull);
+
 } // namespace ce

@@ -5,7 +5,7 @@
 # the figures and the projection to 32 workers.
 #
 #   (a) reconciliation of KEYS keys of an application-mode tracked counter:
-#       the job's run (CALL counter.job_reconcile, one transaction per batch,
+#       the job's run (CALL counter.run_steps('reconcile', ...), one transaction per batch,
 #       the first full run: every key written), then counter.reconcile with
 #       all_keys on a right state (every key read, none written);
 #   (b) counter.hll_add_agg GROUP BY a column that is not the distribution
@@ -151,7 +151,7 @@ part_a() {
         row "$what" "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "$note"
     }
     time_both "(a) job run, first full run ($KEYS keys written, 1 transaction per batch)" "every value = count(*)" \
-        "$KEYS" rk_job "SET client_min_messages = warning" "CALL counter.job_reconcile('rk_job')"
+        "$KEYS" rk_job "SET client_min_messages = warning" "CALL counter.run_steps('reconcile', 'rk_job')"
     for n in single citus_coord; do   # rk_all's first run: every key written
         q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.reconcile('rk_all', '$NEXT', all_keys => true)" >/dev/null
     done

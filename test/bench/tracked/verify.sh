@@ -55,7 +55,7 @@ times=()
 start=$(date +%s.%N)
 while :; do
     t0=$(date +%s%N)
-    ce_psql -At -c "CALL counter.job_reconcile('src')" >/dev/null 2>&1
+    ce_psql -At -c "CALL counter.run_steps('reconcile', 'src')" >/dev/null 2>&1
     t=$(( ($(date +%s%N) - t0) / 1000000 ))
     times+=("$t")
     runs=$((runs + 1))

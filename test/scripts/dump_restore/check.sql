@@ -27,7 +27,7 @@ FROM counter.reconcile('clicks_per_link', all_keys => true);
 -- recomputes its pending hours: rollup = GROUP BY of the events.
 CALL counter.run_maintenance();
 SELECT pg_temp.expect((SELECT count(*) FROM public.events_default) = 0, 'maintenance drained the default partition');
-CALL counter.job_rollup_refresh('events_hourly');
+CALL counter.run_steps('rollup_refresh', 'events_hourly');
 SELECT pg_temp.expect(NOT EXISTS (
     SELECT FROM public.events_hourly r
     FULL JOIN (SELECT link_id, date_bin('1 hour', occurred_at, '2000-01-01 00:00+00') AS hour, count(*) AS n,
