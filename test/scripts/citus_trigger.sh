@@ -211,6 +211,41 @@ got=$(mismatches ev_n ev true)
 [ "$got" = 0 ] || fail "a write with a hostile search_path: $got keys differ"
 echo "ok: the writer has no right on the state; the shard trigger writes it as the owner, whatever its search_path"
 
+# The shard trigger runs as the counter's owner with search_path pinned,
+# whoever writes and whatever the writer's settings: a filter calling the
+# owner's function checks it on every shard (Citus makes the function on
+# every node), through the coordinator and through a worker
+owner -q <<'SQL' >/dev/null
+SET client_min_messages = warning;
+CREATE FUNCTION ct.probe(k ct.kind) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    -- (in the shard trigger; the reconciliation's statement, pushed down,
+    -- runs in Citus's connection as the owner, whose settings are its own)
+    IF current_user <> 'ct_own'
+       OR (pg_trigger_depth() > 0 AND current_setting('search_path') <> 'pg_catalog, pg_temp') THEN
+        RAISE EXCEPTION 'the filter ran as % with search_path %', current_user, current_setting('search_path');
+    END IF;
+    RETURN k <> 'bot';
+END $$;
+SELECT counter.track('ev_p', 'ct.ev', 'k', 'at', filter => 'ct.probe(kind)');
+SQL
+# the rows already there are a backfill: counted by a first reconciliation
+got=$(owner -tA -c "SELECT keys_corrected > 0 AND outcome = 'ok' FROM counter.reconcile('ev_p', '2026-07-06', all_keys => true)")
+[ "$got" = t ] || fail "the backfill of ev_p: $got"
+for run in app app_w1; do
+    $run -q -c "SET search_path = public, pg_catalog" -c "SET ROLE NONE" \
+        -c "INSERT INTO ct.ev SELECT g, g % 50, '2026-07-01 10:00+00', 'view' FROM generate_series(4000001, 4000100) g
+            WHERE '$run' = 'app' OR g > 4000050 ON CONFLICT DO NOTHING" ||
+        fail "a write through $run with the probing filter failed"
+done
+got=$(mismatches ev_p ev "$F")
+[ "$got" = 0 ] || fail "the probing filter's counter: $got keys differ from count(*)"
+got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('ev_p', '2026-07-06', all_keys => true)")
+[ "$got" = "0 ok" ] || fail "reconcile of ev_p: $got"
+owner -q -c "SELECT counter.untrack('ev_p')" >/dev/null
+app -q -c "INSERT INTO ct.ev_one SELECT g, g % 50, '2026-07-01 10:00+00', 'view' FROM generate_series(4000001, 4000100) g"
+echo "ok: on every shard the trigger runs as the owner with search_path pinned, for a writer with other settings"
+
 # Reconciliation: nothing to correct, then injected drift found and repaired
 for t in ev ev_one pev pev_one; do
     for c in f n; do
