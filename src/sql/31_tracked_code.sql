@@ -121,8 +121,9 @@ AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked
 -- the snapshot sees both or neither. The truth is installed as the base,
 -- and exactly the delta amounts that snapshot saw are subtracted (an upsert
 -- of their negation: a concurrent writer's later amount stays); every write
--- goes to the key's shard, in one distributed transaction. No key is busy:
--- the subtraction may wait for a writer's row lock instead of skipping it.
+-- goes to the key's shard, in one distributed transaction. The writes wait
+-- for a writer's row lock 100 ms at most (then key by key; a key that still
+-- waits is busy).
 CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_batch(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -143,6 +144,12 @@ DECLARE
     ce_db timestamptz[];
     ce_ds smallint[];
     ce_dv bigint[];
+    ce_busy %5$s[] := '{}';
+    ce_try %5$s[];
+    ce_split boolean := false;
+    ce_i integer;
+    ce_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    ce_propagate text := pg_catalog.current_setting('citus.propagate_set_commands');
 BEGIN
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
         SELECT DISTINCT u.k FROM (
@@ -192,28 +199,51 @@ BEGIN
                 pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v) WHERE u.v <> 0)
     INTO ce_sk, ce_sc, ce_st, ce_dk, ce_db, ce_ds, ce_dv;
 
+    -- The writes wait at most 100 ms for a writer's row lock (on every
+    -- shard: the setting goes to the workers' connections): a writer holding
+    -- a delta row on one shard may wait for this batch's row on another,
+    -- and a deadlock detector must never cancel the writer. Past that, the
+    -- batch's writes are rolled back and made again one key at a time; a
+    -- key whose writes still wait is busy (the next run takes it).
+    FOR ce_i IN 0 .. pg_catalog.cardinality(ce_keys) LOOP
+        EXIT WHEN ce_i > 0 AND NOT ce_split;
+        ce_try := CASE WHEN ce_i = 0 THEN ce_keys ELSE ARRAY[ce_keys[ce_i]] END;
+        BEGIN
+            SET LOCAL citus.propagate_set_commands TO 'local';
+            SET LOCAL lock_timeout TO '100ms';
+            IF ce_dk IS NOT NULL THEN
+                INSERT INTO %7$s AS d (key, bucket, shard, delta)
+                SELECT u.k, u.b, u.h, -u.v
+                FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds),
+                                pg_catalog.unnest(ce_dv)) AS u(k, b, h, v)
+                WHERE u.k %8$s ANY (ce_try)
+                ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
+            END IF;
+            INSERT INTO %6$s AS b (key, base)
+            SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
+            WHERE c.truth <> 0 AND c.key %8$s ANY (ce_try)
+            ON CONFLICT (key) DO UPDATE SET base = excluded.base;
+            DELETE FROM %6$s b WHERE b.key %8$s ANY (ARRAY(
+                SELECT k.key FROM pg_catalog.unnest(ce_try) AS k(key)
+                WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
+                                  WHERE c.key %8$s k.key AND c.truth <> 0)));
+            DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_try) AND d.delta = 0;
+            EXECUTE pg_catalog.format('SET LOCAL lock_timeout TO %%L', ce_lock_timeout);
+            EXECUTE pg_catalog.format('SET LOCAL citus.propagate_set_commands TO %%L', ce_propagate);
+        EXCEPTION WHEN lock_not_available THEN
+            IF ce_i = 0 THEN
+                ce_split := true;
+            ELSE
+                ce_busy := ce_busy || ce_try;
+            END IF;
+        END;
+    END LOOP;
+
     RETURN QUERY
-    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), false, k.o
+    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), k.key %8$s ANY (ce_busy), k.o
     FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
     LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_sc), pg_catalog.unnest(ce_st))
          AS c(key, cached, truth) ON c.key %8$s k.key;
-
-    IF ce_dk IS NOT NULL THEN
-        INSERT INTO %7$s AS d (key, bucket, shard, delta)
-        SELECT u.k, u.b, u.h, -u.v
-        FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds), pg_catalog.unnest(ce_dv))
-             AS u(k, b, h, v)
-        ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
-    END IF;
-    INSERT INTO %6$s AS b (key, base)
-    SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
-    WHERE c.truth <> 0
-    ON CONFLICT (key) DO UPDATE SET base = excluded.base;
-    DELETE FROM %6$s b WHERE b.key %8$s ANY (ARRAY(
-        SELECT k.key FROM pg_catalog.unnest(ce_keys) AS k(key)
-        WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
-                          WHERE c.key %8$s k.key AND c.truth <> 0)));
-    DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.delta = 0;
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
         counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);

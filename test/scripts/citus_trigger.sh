@@ -291,6 +291,62 @@ for c in ev_n ev_one_n; do
 done
 check_all "a late row, reconciled"
 
+# Writers (through the coordinator and through a worker) and
+# reconciliations at once, on the buckets being reconciled: no write is
+# overwritten, every value stays exact without another run
+writers() { # writers RUN FIRST_ID
+    local i
+    for i in $(seq 0 14); do
+        $1 -q -c "INSERT INTO ct.ev SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 30) * interval '1 minute',
+                  (ARRAY['view', 'bot', 'click'])[1 + g % 3]::ct.kind
+                  FROM generate_series($2 + $i * 300, $2 + $i * 300 + 299) g" || return 1
+    done
+}
+writers app 5000000 & wa=$!
+writers app_w1 6000000 & wb=$!
+for i in 1 2 3 4; do
+    for c in ev_f ev_n; do
+        # (ok, or some keys busy: a writer held their rows)
+        owner -q -c "SELECT counter.reconcile('$c', '2026-07-06', all_keys => true)" >/dev/null ||
+            fail "a reconciliation during the writes failed"
+    done
+done
+wait $wa || fail "a write through the coordinator failed during the reconciliations"
+wait $wb || fail "a write through a worker failed during the reconciliations"
+app -q -c "INSERT INTO ct.ev_one SELECT * FROM ct.ev WHERE id >= 5000000 AND id < 7000000"
+check_all "written while reconciled"
+
+# A writer's transaction left open on a delta row before the watermark:
+# the reconciliation does not wait for it (that key is busy, the others are
+# reconciled) and the write, committed after, is counted
+tmp=$(mktemp -d)
+mkfifo "$tmp/w"
+app -q <"$tmp/w" >/dev/null &
+wr=$!
+exec 3>"$tmp/w"
+echo "INSERT INTO ct.ev VALUES (7000001, 11, '2026-07-01 10:00:10+00', 'view');" >&3
+echo "BEGIN; INSERT INTO ct.ev VALUES (7000002, 11, '2026-07-01 10:00:20+00', 'view');" >&3
+open_writer() { coord -tA -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'ct_app' AND state = 'idle in transaction'"; }
+for i in $(seq 1 300); do   # until the writer's transaction is open
+    [ "$(open_writer)" = 1 ] && break
+    sleep 0.1
+done
+[ "$(open_writer)" = 1 ] || fail "the writer's transaction did not open"
+got=$(timeout 120 "$CE_PGBIN/psql" -X -q -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_own -d postgres -tA \
+    -c "SELECT outcome FROM counter.reconcile('ev_n', '2026-07-06', all_keys => true)") ||
+    fail "the reconciliation waited for the writer's open transaction, or failed"
+[ "$(open_writer)" = 1 ] || fail "the writer's transaction ended before the reconciliation returned"
+busy=$(owner -tA -c "SELECT r.keys_busy FROM counter.tracked_runs r JOIN counter.tracked c USING (counter_id)
+                     WHERE c.name = 'ev_n' ORDER BY r.run_id DESC LIMIT 1")
+[ "$busy" = 1 ] || fail "keys busy in the run during the writer's transaction: $busy (1 expected; outcome $got)"
+echo "COMMIT;" >&3
+exec 3>&-
+wait $wr || fail "the writer failed"
+rm -rf "$tmp"
+app -q -c "INSERT INTO ct.ev_one VALUES (7000001, 11, '2026-07-01 10:00:10+00', 'view'),
+                                        (7000002, 11, '2026-07-01 10:00:20+00', 'view')"
+check_all "a writer's transaction open during a reconciliation (its key busy), committed after"
+
 # TRUNCATE empties the counter on every shard
 app -q -c "SELECT 1" >/dev/null
 owner -q -c "TRUNCATE ct.pev" -c "TRUNCATE ct.pev_one"
