@@ -163,13 +163,16 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
 			            " t.filter_tree, t.filter_relid, t.buffered,"
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
-			            " t.distributed FROM counter.tracked t"
+			            // (1.7's column: read so that 1.6's catalog, before ALTER EXTENSION UPDATE, still serves)
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
+			            " FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
 			            " t.filter_tree, t.filter_relid, t.buffered,"
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
-			            " t.distributed FROM counter.tracked t"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
+			            " FROM counter.tracked t"
 			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
 		}
