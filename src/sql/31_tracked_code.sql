@@ -113,17 +113,19 @@ AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked
 -- The body of the batch function of a counter whose state is distributed
 -- colocated with its source by Citus (a trigger-mode counter on a
 -- hash-distributed table keyed by its distribution column: doc/citus.md).
--- The batch's keys are chosen as on one node. Then one statement, pushed
--- down to the shards, reads for those keys each shard's rows before the
--- watermark (with the filter, printed from its stored tree: f), its base
--- rows and its delta rows before the watermark, in one snapshot on that
--- shard: a writer's row and its delta are in one shard's transaction, so
--- the snapshot sees both or neither. The truth is installed as the base,
--- and exactly the delta amounts that snapshot saw are subtracted (an upsert
--- of their negation: a concurrent writer's later amount stays); every write
--- goes to the key's shard, in one distributed transaction. The writes wait
--- for a writer's row lock 100 ms at most (then key by key; a key that still
--- waits is busy).
+-- The batch's keys are chosen as on one node, then taken shard by shard,
+-- each step a statement Citus sends whole to that shard (the keys are its
+-- distribution column's values): (1) the delta rows before the watermark
+-- are locked, skipping those a writer holds (FOR UPDATE SKIP LOCKED: it
+-- never waits for a writer, so a writer is never a deadlock's victim);
+-- (2) one statement reads the shard's rows before the watermark (with the
+-- filter, printed from its stored tree: f), base rows and delta rows of
+-- those keys in one snapshot (a row and its delta are written in one shard
+-- transaction: the snapshot sees both or neither); a key with a delta row
+-- it did not lock is busy (the next run takes it); (3) for the others the
+-- truth is installed as the base and exactly the amounts seen are
+-- subtracted from the rows it holds; the rows it holds that are zero are
+-- deleted. All in the caller's distributed transaction.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_batch(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -145,11 +147,16 @@ DECLARE
     ce_ds smallint[];
     ce_dv bigint[];
     ce_busy %5$s[] := '{}';
+    ce_gbusy %5$s[];
     ce_try %5$s[];
-    ce_split boolean := false;
-    ce_i integer;
-    ce_lock_timeout text := pg_catalog.current_setting('lock_timeout');
-    ce_propagate text := pg_catalog.current_setting('citus.propagate_set_commands');
+    ce_g %5$s[];
+    ce_l record;
+    ce_lk %5$s[];
+    ce_lb timestamptz[];
+    ce_ls smallint[];
+    ce_rk %5$s[] := '{}';
+    ce_rc bigint[] := '{}';
+    ce_rt bigint[] := '{}';
 BEGIN
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
         SELECT DISTINCT u.k FROM (
@@ -168,55 +175,70 @@ BEGIN
         RETURN;
     END IF;
 
-    -- one statement, pushed down: each shard, one snapshot
-    WITH s AS MATERIALIZED (
-        SELECT z.key, pg_catalog.sum(z.b) AS base, pg_catalog.sum(z.n) AS truth,
-               pg_catalog.array_agg(z.bucket) FILTER (WHERE z.delta IS NOT NULL) AS bk,
-               pg_catalog.array_agg(z.shard) FILTER (WHERE z.delta IS NOT NULL) AS sh,
-               pg_catalog.array_agg(z.delta) FILTER (WHERE z.delta IS NOT NULL) AS dl,
-               coalesce(pg_catalog.sum(z.delta), 0) AS ds
-        FROM (
-            SELECT ce_new.%2$s AS key, NULL::bigint AS b, 1 AS n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
-                   NULL::bigint AS delta
-            FROM %1$s AS ce_new WHERE ce_new.%2$s %8$s ANY (ce_keys) AND ce_new.%3$s < ce_w AND %4$s
-            UNION ALL
-            SELECT b.key, b.base, 0, NULL, NULL, NULL FROM %6$s b WHERE b.key %8$s ANY (ce_keys)
-            UNION ALL
-            SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND d.bucket < ce_w
-        ) z GROUP BY z.key)
-    SELECT (SELECT pg_catalog.array_agg(s.key ORDER BY s.key) FROM s),
-           -- numeric, then bounded: no sum of deltas makes the batch fail
-           (SELECT pg_catalog.array_agg(LEAST(GREATEST(coalesce(s.base, 0) + s.ds, -9223372036854775807),
-                                              9223372036854775807)::bigint ORDER BY s.key) FROM s),
-           (SELECT pg_catalog.array_agg(s.truth::bigint ORDER BY s.key) FROM s),
-           (SELECT pg_catalog.array_agg(s.key ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v) WHERE u.v <> 0),
-           (SELECT pg_catalog.array_agg(u.b ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v) WHERE u.v <> 0),
-           (SELECT pg_catalog.array_agg(u.h ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v) WHERE u.v <> 0),
-           (SELECT pg_catalog.array_agg(u.v ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v) WHERE u.v <> 0)
-    INTO ce_sk, ce_sc, ce_st, ce_dk, ce_db, ce_ds, ce_dv;
-
-    -- The writes wait at most 100 ms for a writer's row lock (on every
-    -- shard: the setting goes to the workers' connections): a writer holding
-    -- a delta row on one shard may wait for this batch's row on another,
-    -- and a deadlock detector must never cancel the writer. Past that, the
-    -- batch's writes are rolled back and made again one key at a time; a
-    -- key whose writes still wait is busy (the next run takes it).
-    FOR ce_i IN 0 .. pg_catalog.cardinality(ce_keys) LOOP
-        EXIT WHEN ce_i > 0 AND NOT ce_split;
-        ce_try := CASE WHEN ce_i = 0 THEN ce_keys ELSE ARRAY[ce_keys[ce_i]] END;
-        BEGIN
-            SET LOCAL citus.propagate_set_commands TO 'local';
-            SET LOCAL lock_timeout TO '100ms';
+    FOR ce_g IN SELECT pg_catalog.array_agg(g.k ORDER BY g.k) FROM (
+                    SELECT k.k, pg_catalog.get_shard_id_for_distribution_column('%7$s'::pg_catalog.regclass, k.k) AS sid
+                    FROM pg_catalog.unnest(ce_keys) AS k(k)) g
+                GROUP BY g.sid LOOP
+        -- (1) the rows no writer holds, locked
+        ce_lk := '{}';
+        ce_lb := '{}';
+        ce_ls := '{}';
+        FOR ce_l IN SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+                    FOR UPDATE SKIP LOCKED LOOP
+            ce_lk := ce_lk || ce_l.key;
+            ce_lb := ce_lb || ce_l.bucket;
+            ce_ls := ce_ls || ce_l.shard;
+        END LOOP;
+        -- (2) rows, base and deltas of the shard's keys, one snapshot
+        WITH s AS MATERIALIZED (
+            SELECT z.key, pg_catalog.sum(z.b) AS base, pg_catalog.sum(z.n) AS truth,
+                   pg_catalog.array_agg(z.bucket) FILTER (WHERE z.delta IS NOT NULL) AS bk,
+                   pg_catalog.array_agg(z.shard) FILTER (WHERE z.delta IS NOT NULL) AS sh,
+                   pg_catalog.array_agg(z.delta) FILTER (WHERE z.delta IS NOT NULL) AS dl,
+                   coalesce(pg_catalog.sum(z.delta), 0) AS ds
+            FROM (
+                SELECT ce_new.%2$s AS key, NULL::bigint AS b, 1 AS n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
+                       NULL::bigint AS delta
+                FROM %1$s AS ce_new WHERE ce_new.%2$s %8$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s
+                UNION ALL
+                SELECT b.key, b.base, 0, NULL, NULL, NULL FROM %6$s b WHERE b.key %8$s ANY (ce_g)
+                UNION ALL
+                SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+            ) z GROUP BY z.key)
+        SELECT (SELECT pg_catalog.array_agg(s.key ORDER BY s.key) FROM s),
+               -- numeric, then bounded: no sum of deltas makes the batch fail
+               (SELECT pg_catalog.array_agg(LEAST(GREATEST(coalesce(s.base, 0) + s.ds, -9223372036854775807),
+                                                  9223372036854775807)::bigint ORDER BY s.key) FROM s),
+               (SELECT pg_catalog.array_agg(s.truth::bigint ORDER BY s.key) FROM s),
+               (SELECT pg_catalog.array_agg(s.key ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.b ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.h ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.v ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v))
+        INTO ce_sk, ce_sc, ce_st, ce_dk, ce_db, ce_ds, ce_dv;
+        -- busy: a key with a delta row it does not hold
+        ce_gbusy := ARRAY(
+            SELECT DISTINCT x.k FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds))
+                AS x(k, b, h)
+            WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
+                                                      pg_catalog.unnest(ce_ls)) AS l(k, b, h)
+                              WHERE l.k %8$s x.k AND l.b = x.b AND l.h = x.h));
+        ce_busy := ce_busy || ce_gbusy;
+        ce_try := ARRAY(SELECT k.k FROM pg_catalog.unnest(ce_g) AS k(k) WHERE NOT k.k %8$s ANY (ce_gbusy));
+        ce_rk := ce_rk || ce_sk;
+        ce_rc := ce_rc || ce_sc;
+        ce_rt := ce_rt || ce_st;
+        -- (3) only on rows it holds, or base rows (written by reconciliations only)
+        IF pg_catalog.cardinality(ce_try) > 0 THEN
             IF ce_dk IS NOT NULL THEN
                 INSERT INTO %7$s AS d (key, bucket, shard, delta)
                 SELECT u.k, u.b, u.h, -u.v
                 FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds),
                                 pg_catalog.unnest(ce_dv)) AS u(k, b, h, v)
-                WHERE u.k %8$s ANY (ce_try)
+                WHERE u.k %8$s ANY (ce_try) AND u.v <> 0
                 ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
             END IF;
             INSERT INTO %6$s AS b (key, base)
@@ -227,22 +249,17 @@ BEGIN
                 SELECT k.key FROM pg_catalog.unnest(ce_try) AS k(key)
                 WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
                                   WHERE c.key %8$s k.key AND c.truth <> 0)));
-            DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_try) AND d.delta = 0;
-            EXECUTE pg_catalog.format('SET LOCAL lock_timeout TO %%L', ce_lock_timeout);
-            EXECUTE pg_catalog.format('SET LOCAL citus.propagate_set_commands TO %%L', ce_propagate);
-        EXCEPTION WHEN lock_not_available THEN
-            IF ce_i = 0 THEN
-                ce_split := true;
-            ELSE
-                ce_busy := ce_busy || ce_try;
-            END IF;
-        END;
+            DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_try) AND d.bucket < ce_w AND d.delta = 0
+              AND EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
+                                                 pg_catalog.unnest(ce_ls)) AS l(k, b, h)
+                          WHERE l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard);
+        END IF;
     END LOOP;
 
     RETURN QUERY
     SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), k.key %8$s ANY (ce_busy), k.o
     FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
-    LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_sc), pg_catalog.unnest(ce_st))
+    LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt))
          AS c(key, cached, truth) ON c.key %8$s k.key;
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
