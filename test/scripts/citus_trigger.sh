@@ -405,7 +405,7 @@ SQL
 out=$(coord -c "DROP EXTENSION counter_ext" 2>&1) && fail "DROP EXTENSION without CASCADE dropped a served counter: $out"
 for p in $nodes; do on_node "$p" -q -c "SET client_min_messages = warning" -c "DROP EXTENSION counter_ext CASCADE" 2>/dev/null || true; done
 coord -q -c "INSERT INTO public.dx SELECT g, g % 5, now() FROM generate_series(51, 100) g"
-n=$(for p in $nodes; do on_node "$p" -tA -c "SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_[0-9]+_'"; done | paste -sd+ | bc)
+n=$(for p in $nodes; do on_node "$p" -tA -c "SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_[0-9]+_'"; done | awk '{ s += $1 } END { print s + 0 }')
 [ "$n" = 0 ] || fail "DROP EXTENSION left $n triggers"
 got=$(coord -tA -c "SELECT count(*) FROM public.dx")
 [ "$got" = 100 ] || fail "writes after DROP EXTENSION: $got rows"
