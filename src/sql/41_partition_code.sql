@@ -694,8 +694,9 @@ $$;
 
 -- Partition maintenance's step function for the one commit loop
 -- (src/spine.cpp; checks its caller owns the table at every step). args:
--- {"parent": oid}, or {} for the table named target (the job's form). One
--- bounded step of counter_internal.partition_step per call; when the run ends
+-- {"parent": oid}, or {} for the table named target (the job's form);
+-- counter.partition_maintain adds "as_of" and "max_steps" (default: now,
+-- 100000). One bounded step of counter_internal.partition_step per call; when the run ends
 -- (done, skipped, error, the step limit, or the time is up) its outcome is
 -- recorded; 'busy' (another session maintains the table) records nothing.
 -- In the job's form a run that ends skipped (locks) or failed hands the loop
@@ -730,7 +731,7 @@ BEGIN
     ELSIF state ? 'stop' THEN
         outcome := 'partial';
     ELSE
-        s := counter_internal.partition_step(parent, NULL);
+        s := counter_internal.partition_step(parent, (args ->> 'as_of')::timestamptz);
         state := state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
             'created', (state ->> 'created')::bigint + s.created, 'dropped', (state ->> 'dropped')::bigint + s.dropped,
             'moved', (state ->> 'moved')::bigint + s.moved,
@@ -738,13 +739,19 @@ BEGIN
         state := state || pg_catalog.jsonb_build_object('rows',
             (state ->> 'created')::bigint + (state ->> 'dropped')::bigint + (state ->> 'moved')::bigint);
         IF s.status = 'busy' THEN
-            PERFORM counter_internal.run_skipped('partition_maintenance', target, NULL,
-                'another session is maintaining the table');
+            PERFORM counter_internal.run_skipped('partition_maintenance',
+                coalesce((SELECT c.job_target FROM counter.partitioned_tables c
+                          WHERE c.parent::pg_catalog.oid OPERATOR(pg_catalog.=)
+                                coalesce((args ->> 'parent')::pg_catalog.oid,
+                                         pg_catalog.to_regclass(target)::pg_catalog.oid)), target),
+                NULL, 'another session is maintaining the table');
             RETURN state || '{"finished": true, "outcome": "busy"}';
         END IF;
         outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
                         WHEN s.status = 'done' THEN 'ok'
-                        WHEN s.status = 'more' AND (state ->> 'done')::bigint >= 100000 THEN 'partial' END;
+                        WHEN s.status = 'more' AND (state ->> 'done')::bigint
+                             >= CASE WHEN args ? 'max_steps' THEN (args ->> 'max_steps')::bigint ELSE 100000 END
+                             THEN 'partial' END;
         IF outcome IS NULL THEN
             RETURN state;
         END IF;
@@ -772,50 +779,25 @@ $$;
 
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
--- CALL counter.run_maintenance() commits after every step instead.
+-- CALL counter.run_maintenance() commits after every step instead. The
+-- steps of the maintenance job, in the one loop (src/spine.cpp) without its
+-- commits.
 CREATE OR REPLACE FUNCTION counter_internal.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
     OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record;
-    i int := 0;
-    skipped jsonb := '[]';
+    st jsonb;
 BEGIN
     IF parent IS NULL THEN
         RAISE EXCEPTION 'parent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM counter_internal.require_owner(counter_internal.partition_owner(parent), pg_catalog.format('managed table %s', parent), 'manage its partitions');
-    created := 0; dropped := 0; moved := 0; outcome := 'ok';
-    LOOP
-        i := i + 1;
-        s := counter_internal.partition_step(parent, as_of);
-        created := created + s.created; dropped := dropped + s.dropped; moved := moved + s.moved;
-        skipped := counter_internal.partition_skipped_union(skipped, s.skipped);
-        IF s.status = 'busy' THEN
-            outcome := 'busy';
-            PERFORM counter_internal.run_skipped('partition_maintenance',
-                coalesce((SELECT c.job_target FROM counter.partitioned_tables c
-                          WHERE c.parent OPERATOR(pg_catalog.=) partition_maintain.parent), parent::text),
-                NULL, 'another session is maintaining the table');
-            RETURN;
-        ELSIF s.status IN ('skipped', 'error') THEN
-            outcome := s.status; error := s.error;
-            EXIT;
-        ELSIF s.status = 'done' THEN
-            EXIT;
-        ELSIF i >= max_steps THEN
-            outcome := 'partial';
-            EXIT;
-        END IF;
-    END LOOP;
-    -- slots skipped: the others were done, but the run is no success
-    IF outcome IN ('ok', 'partial') AND pg_catalog.jsonb_array_length(skipped) OPERATOR(pg_catalog.>) 0 THEN
-        outcome := 'error';
-        error := 'slots skipped: ' OPERATOR(pg_catalog.||) counter_internal.partition_skipped_text(skipped);
-    END IF;
-    PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside, NULL, skipped);
+    st := counter_internal.run_steps_here('partition_maintenance', parent::text,
+        pg_catalog.jsonb_build_object('parent', parent::pg_catalog.oid, 'as_of', as_of, 'max_steps', max_steps));
+    created := (st ->> 'created')::bigint; dropped := (st ->> 'dropped')::bigint; moved := (st ->> 'moved')::bigint;
+    outcome := st ->> 'outcome'; error := st ->> 'error';
 END
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
