@@ -119,6 +119,7 @@ struct Counter {
 	int16 key_len; // of key_type (a type's length and passing never change)
 	bool key_byval;
 	int64 max_future; // microseconds: counter.add refuses event times later than now + this
+	bool distributed; // on Citus: the state tables are distributed, colocated with the source
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -161,13 +162,16 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			    by_id ? "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
 			            " t.filter_tree, t.filter_relid, t.buffered,"
-			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint"
+			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
+			            // (1.7's column: read so that 1.6's catalog, before ALTER EXTENSION UPDATE, still serves)
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
 			            " FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
 			            " t.filter_tree, t.filter_relid, t.buffered,"
-			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint"
+			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
 			            " FROM counter.tracked t"
 			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
@@ -219,6 +223,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.filter_relid = isnull ? InvalidOid : DatumGetObjectId(relid);
 		c.buffered = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
 		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
+		c.distributed = DatumGetBool(SPI_getbinval(tuple, desc, 16, &isnull));
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
@@ -341,6 +346,7 @@ constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps 
 
 std::unordered_map<Oid, FoldCache> *fold_caches = nullptr;
 bool fold_callback_registered = false;
+bool shard_callback_registered = false;
 
 void fold_invalidate(Datum, Oid relid) {
 	if (fold_caches == nullptr)
@@ -663,6 +669,252 @@ void truncate_state(FoldCache *c) {
 	SPI_finish();
 }
 
+// ---------------------------------------------------------------------------
+// Citus (doc/citus.md, "Trigger-mode counters on a distributed table"): a
+// counter whose source is hash-distributed by its key keeps its base and
+// delta tables distributed colocated with the source, and its triggers are
+// copied by Citus to every shard, on every node. There no catalog of
+// counter_ext is: the trigger's arguments carry what it needs (counter id,
+// 'citus', key column, time column, bucket width in seconds, the counter's
+// delta slots (shards), the filter as SQL printed from the stored tree with
+// every name qualified, or ''), and
+// Citus's metadata (synced to every node) names the delta shard colocated
+// with the shard the trigger fires on. The fold is one SQL statement over the
+// transition tables, writing only that local shard, in the writer's
+// transaction, as the shard's owner (the source's owner: owner_enter, as
+// every other work for an owner). On the distributed table itself (the
+// coordinator's, or a node's metadata copy, which never holds rows) the
+// trigger does nothing (the shards count) but on TRUNCATE, which Citus does
+// not copy to the shards: there it empties the state on every shard. The
+// arguments are trusted as the
+// catalog row is elsewhere: EXECUTE on tracked_fold is revoked from PUBLIC
+// on every node, so only counter.track (or a superuser) makes such a
+// trigger, and Citus copies it to the shards as the role that made it.
+
+// What a backend keeps per shard trigger, rebuilt when the table's relcache
+// entry is invalidated.
+struct ShardFold {
+	bool valid;
+	Oid relid;
+	Oid owner;
+	bool shell; // the distributed table itself: no rows, nothing to count
+	MemoryContext context;
+	char *delta; // the colocated shards of the counter's state, qualified
+	char *base;
+	SPIPlanPtr plans[4]; // INSERT, DELETE, UPDATE, TRUNCATE
+};
+
+std::unordered_map<Oid, ShardFold> *shard_folds = nullptr;
+
+void shard_fold_invalidate(Datum, Oid relid) {
+	if (shard_folds == nullptr)
+		return;
+	for (auto &entry : *shard_folds)
+		if (relid == InvalidOid || entry.second.relid == relid)
+			entry.second.valid = false;
+}
+
+// Owns nothing C++.
+void shard_fold_release(ShardFold *f) {
+	if (f->context != nullptr) {
+		for (SPIPlanPtr plan : f->plans)
+			if (plan != nullptr)
+				SPI_freeplan(plan);
+		MemoryContextDelete(f->context);
+	}
+	memset(f, 0, sizeof(*f));
+}
+
+// Owns nothing C++: as the table's owner, between SPI_connect and
+// SPI_finish. Finds what trigger td's table is in Citus's metadata.
+void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
+	Relation rel = td->tg_relation;
+	f->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard fold", ALLOCSET_SMALL_SIZES);
+	f->relid = RelationGetRelid(rel);
+	f->owner = rel->rd_rel->relowner;
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	bool isnull;
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		                errmsg("the trigger %s on %s belongs to tracked counter %d on Citus, which is not installed "
+		                       "in this database",
+		                       td->tg_trigger->tgname, RelationGetRelationName(rel), id),
+		                errhint("CREATE EXTENSION citus, or drop the trigger.")));
+	Oid types[4] = {OIDOID, TEXTOID, TEXTOID, INT8OID};
+	Datum args[4] = {ObjectIdGetDatum(f->relid), CStringGetTextDatum(psprintf("counter_internal.tracked_%d_delta", id)),
+	                 CStringGetTextDatum(psprintf("counter_internal.tracked_%d_base", id)), Int64GetDatum(0)};
+	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
+	                          " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)",
+	                          1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	f->shell = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (f->shell) {
+		f->valid = true;
+		return;
+	}
+	// a shard is named <table>_<shard id> (Citus's shard_name)
+	const char *name = RelationGetRelationName(rel);
+	const char *us = strrchr(name, '_');
+	int64 shardid = 0;
+	if (us != nullptr && us[1] != '\0' && strspn(us + 1, "0123456789") == strlen(us + 1) && strlen(us + 1) < 19)
+		shardid = strtoll(us + 1, nullptr, 10);
+	args[3] = Int64GetDatum(shardid);
+	int rc = SPI_execute_with_args(
+	    "SELECT pg_catalog.shard_name(pd.logicalrelid, d.shardid, false), pg_catalog.shard_name(pb.logicalrelid,"
+	    " b.shardid, false)"
+	    " FROM pg_catalog.pg_dist_shard s"
+	    " JOIN pg_catalog.pg_dist_partition ps ON ps.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
+	    " JOIN pg_catalog.pg_dist_partition pd ON pd.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)"
+	    "  AND pd.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
+	    " JOIN pg_catalog.pg_dist_shard d ON d.logicalrelid OPERATOR(pg_catalog.=) pd.logicalrelid"
+	    "  AND d.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
+	    " JOIN pg_catalog.pg_dist_partition pb ON pb.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($3)"
+	    "  AND pb.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
+	    " JOIN pg_catalog.pg_dist_shard b ON b.logicalrelid OPERATOR(pg_catalog.=) pb.logicalrelid"
+	    "  AND b.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
+	    " WHERE s.shardid OPERATOR(pg_catalog.=) $4 AND ps.partmethod OPERATOR(pg_catalog.=) 'h'"
+	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))"
+	    "      OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"
+	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pd.logicalrelid, d.shardid, false)) IS NOT NULL"
+	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pb.logicalrelid, b.shardid, false)) IS NOT NULL",
+	    4, types, args, nullptr, true, 2);
+	if (rc != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+		        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		         errmsg("the trigger %s on %s belongs to tracked counter %d, whose state has no shard on this node "
+		                "colocated with %s",
+		                td->tg_trigger->tgname, RelationGetRelationName(rel), id, RelationGetRelationName(rel)),
+		         errdetail("A trigger-mode counter on a distributed table counts on each shard into the colocated "
+		                   "shard of its delta table (counter_internal.tracked_%d_delta).",
+		                   id),
+		         errhint("The counter was untracked, or its state was moved apart from the table: drop the trigger "
+		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.track again.")));
+	MemoryContext old = MemoryContextSwitchTo(f->context);
+	f->delta = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	f->base = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	MemoryContextSwitchTo(old);
+	f->valid = true;
+}
+
+// The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): the
+// transition tables' rows that pass the filter, folded to one delta per
+// (key, bucket), written in (key, bucket) order to this backend's slot of
+// the delta shard. Owns nothing C++: inside SPI.
+SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
+	if (f->plans[kind] != nullptr)
+		return f->plans[kind];
+	char **a = td->tg_trigger->tgargs;
+	const char *key = quote_identifier(a[2]);
+	const char *at = quote_identifier(a[3]);
+	double width = strtod(a[4], nullptr);
+	if (!(width > 0))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		                errmsg("invalid bucket width in trigger %s", td->tg_trigger->tgname)));
+	const char *filter = a[6][0] == '\0' ? "true" : psprintf("(%s)", a[6]);
+	auto leg = [&](const char *table, int sign) {
+		return psprintf("SELECT ce_new.%s AS k, pg_catalog.date_bin(interval '1 second' OPERATOR(pg_catalog.*) %.17g,"
+		                " ce_new.%s, '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) AS b, %d AS s"
+		                " FROM %s AS ce_new WHERE ce_new.%s IS NOT NULL AND ce_new.%s IS NOT NULL AND %s",
+		                key, width, at, sign, table, key, at, filter);
+	};
+	char *rows;
+	if (kind == 0)
+		rows = leg("ce_new", 1);
+	else if (kind == 1)
+		rows = leg("ce_old", -1);
+	else
+		rows = psprintf("%s UNION ALL %s", leg("ce_new", 1), leg("ce_old", -1));
+	char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta)"
+	                     " SELECT x.k, x.b, $1, pg_catalog.sum(x.s) FROM (%s) x GROUP BY x.k, x.b"
+	                     " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0 ORDER BY x.k, x.b"
+	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
+	                     " excluded.delta",
+	                     f->delta, rows);
+	Oid types[1] = {INT2OID};
+	f->plans[kind] = ce::prepare_kept(sql, 1, types);
+	return f->plans[kind];
+}
+
+// Owns nothing C++: as the table's owner.
+void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if (!f->valid) {
+		shard_fold_release(f);
+		shard_fold_fill(f, td, id);
+	}
+	if (f->shell && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+		// Citus copies no TRUNCATE trigger to the shards: the distributed
+		// table's own empties the state, on every shard (distributed DELETEs)
+		if (f->plans[3] == nullptr)
+			f->plans[3] =
+			    ce::prepare_kept(psprintf("WITH d AS (DELETE FROM counter_internal.tracked_%d_delta RETURNING 1)"
+			                              " DELETE FROM counter_internal.tracked_%d_base",
+			                              id, id),
+			                     0, nullptr);
+		if (SPI_execute_plan(f->plans[3], nullptr, nullptr, false, 0) != SPI_OK_DELETE)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("emptying a tracked counter failed")));
+		SPI_finish();
+		return;
+	}
+	if (f->shell) {
+		SPI_finish();
+		return;
+	}
+	if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+		if (f->plans[3] == nullptr)
+			f->plans[3] = ce::prepare_kept(
+			    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", f->delta, f->base), 0, nullptr);
+		if (SPI_execute_plan(f->plans[3], nullptr, nullptr, false, 0) != SPI_OK_DELETE)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("emptying a tracked counter failed")));
+		SPI_finish();
+		return;
+	}
+	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
+	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
+	Datum args[1] = {Int16GetDatum(shard_of(shards))};
+	int rc = SPI_execute_plan(shard_fold_plan(f, td, kind), args, nullptr, false, 0);
+	if (rc != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("writing tracked deltas failed: %s", SPI_result_code_string(rc))));
+	SPI_finish();
+}
+
+// The shard path of counter_internal.tracked_fold: trigger arguments (id,
+// 'citus', key column, time column, bucket width, slots, filter).
+void shard_fold(TriggerData *td) {
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 7)
+		throw ce::Error("39P01",
+		                "a tracked counter's trigger on a Citus shard is a statement trigger with 7 arguments");
+	if (shard_folds == nullptr)
+		shard_folds = new std::unordered_map<Oid, ShardFold>();
+	if (!shard_callback_registered) {
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(shard_fold_invalidate, (Datum)0); });
+		shard_callback_registered = true;
+	}
+	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
+	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
+	Oid tgoid = td->tg_trigger->tgoid;
+	if (shard_folds->size() >= cache_limit && shard_folds->find(tgoid) == shard_folds->end()) {
+		for (auto &entry : *shard_folds)
+			ce::pg_guard([&entry] { shard_fold_release(&entry.second); });
+		shard_folds->clear();
+	}
+	ShardFold *f = &(*shard_folds)[tgoid]; // a new entry is zeroed
+	if (f->valid && f->relid != RelationGetRelid(td->tg_relation))
+		f->valid = false;
+	// the shard's owner is the distributed table's: the counter's owner
+	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
+	ce::as_owner(owner, [f, td, id, shards] { shard_fold_run(f, td, id, shards); });
+}
+
 } // namespace
 
 // counter_internal.tracked_fold(counter id): see above.
@@ -675,6 +927,10 @@ CE_FUNCTION(counter_tracked_fold) {
 	bool for_row = TRIGGER_FIRED_FOR_ROW(td->tg_event);
 	if (for_row && ce::source::moving_rows()) // a move between partitions (replica mode) changes no row
 		return PointerGetDatum(nullptr);
+	if (td->tg_trigger->tgnargs >= 2 && strcmp(td->tg_trigger->tgargs[1], "citus") == 0) {
+		shard_fold(td); // a counter on a table Citus distributes (above)
+		return PointerGetDatum(nullptr);
+	}
 	if (td->tg_trigger->tgnargs != 1) // a trigger made by 1.0 or 1.1
 		throw ce::Error("55000", "this tracked counter's trigger was made by an older version of counter_ext",
 		                ce::format("The library is version %s.", COUNTER_EXT_VERSION),
@@ -903,6 +1159,31 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	char *delta = state_table(c.id, "delta");
 	Oid types[1] = {c.key_type};
 	char *sql;
+	if (c.distributed) {
+		// Citus: base and delta are distributed colocated with the source,
+		// so one statement reads each key's base and deltas on its shard, in
+		// one snapshot there (a router query for one key; for many, the
+		// union is pushed down to the shards and grouped there)
+		if (many) {
+			types[0] = get_array_type(c.key_type);
+			if (!OidIsValid(types[0]))
+				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+		}
+		char *cond = many ? psprintf("%s ANY ($1)", eq) : psprintf("%s $1", eq);
+		char *state = psprintf("SELECT b.key, b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
+		                       " UNION ALL SELECT d.key, d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s",
+		                       base, cond, delta, cond);
+		if (!many)
+			sql =
+			    psprintf("SELECT %scoalesce(pg_catalog.sum(z.v), 0)%s FROM (%s) z", bounded_open, bounded_close, state);
+		else
+			sql = psprintf("WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM (%s) z GROUP BY z.key)"
+			               " SELECT u.o, %scoalesce(x.s, 0)%s FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, o)"
+			               " LEFT JOIN x ON x.key %s u.k",
+			               state, bounded_open, bounded_close, eq);
+		*slot = ce::prepare_kept(sql, 1, types);
+		return *slot;
+	}
 	if (!many) {
 		sql =
 		    psprintf("SELECT %scoalesce((SELECT b.base FROM %s b WHERE b.key %s $1), 0)::pg_catalog.numeric"
@@ -1008,6 +1289,8 @@ bool sum_rows(Relation heap, AttrNumber att, Datum key, const DirectRead *d, Sna
 // deltas held within [-INT64_MAX, INT64_MAX] (bounded_open/close). False
 // when the key type is not read directly.
 bool read_direct(const Counter &c, DirectRead *d, Datum key, int64 *result) {
+	if (c.distributed) // the coordinator's tables hold no rows: the shards do
+		return false;
 	if (!d->checked)
 		direct_fill(c, d);
 	if (!d->usable)

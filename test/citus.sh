@@ -131,3 +131,17 @@ ce_citus_script_setup() {
         [ $st -eq 0 ] || exit 1
     fi
 }
+
+# ce_citus_mismatches RUN COUNTER TABLE FILTER: how many keys (column k) of
+# tracked counter COUNTER differ from count(*) of TABLE with FILTER, read
+# through RUN (a function running psql on the coordinator); the truth is
+# read into a temporary table first (doc/citus.md: never in one query with
+# a distributed table).
+ce_citus_mismatches() {
+    local run=$1 c=$2 t=$3 f=$4
+    $run -tA <<SQL | grep -v '^$' | tail -1
+CREATE TEMP TABLE truth AS SELECT k, count(*) AS n FROM $t WHERE $f GROUP BY k;
+SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM counter.tracked_values WHERE counter = '$c') v
+    USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
+SQL
+}

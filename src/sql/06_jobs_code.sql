@@ -191,6 +191,88 @@ BEGIN
 END
 $$;
 
+-- A trigger-mode tracked counter on a table Citus distributes (doc/citus.md,
+-- "Trigger-mode counters on a distributed table"): true when source is a
+-- hash-distributed table (not a partition of one) whose distribution column
+-- is key_column, and every node has Citus's metadata (the shard triggers
+-- find their counter's colocated state there): then the counter's state is
+-- distributed colocated with it and its triggers run on the shards. False
+-- when Citus does not distribute source. Any other layout is refused
+-- (0A000), before anything is made.
+CREATE OR REPLACE FUNCTION counter_internal.citus_tracked_check(source regclass, key_column name, buffered boolean,
+    replicated boolean)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    why text;
+    unsynced bigint;
+BEGIN
+    IF NOT counter_internal.citus_distributed(source) THEN
+        RETURN false;
+    END IF;
+    EXECUTE 'SELECT p.partmethod, p.repmodel, p.colocationid, '
+            'CASE WHEN p.partkey IS NOT NULL THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END AS col '
+            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO p USING source;
+    IF (SELECT c.relispartition FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source) THEN
+        why := 'It is a partition of a distributed table: track the partitioned table itself.';
+    ELSIF p.partmethod IS DISTINCT FROM 'h' THEN
+        why := 'Only a hash-distributed table is supported (not a reference table, a single-shard or a Citus local table).';
+    ELSIF p.col IS DISTINCT FROM key_column::text THEN
+        why := pg_catalog.format('Its key must be the distribution column (%s): the state of a counter with another key would not be colocated with the rows.', p.col);
+    ELSIF buffered THEN
+        why := 'A buffered trigger-mode counter is not supported there (its buffer is in the shared memory of the node that writes).';
+    ELSIF replicated THEN
+        why := 'replicated => true is not supported there.';
+    ELSE
+        EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_node n WHERE n.isactive AND n.noderole OPERATOR(pg_catalog.=) ''primary'' '
+                'AND NOT (n.hasmetadata AND n.metadatasynced)'
+            INTO unsynced;
+        IF unsynced OPERATOR(pg_catalog.>) 0 THEN
+            why := 'Citus''s metadata is not synced to every node (pg_dist_node.hasmetadata, metadatasynced): the shard triggers find the counter''s state there.';
+        END IF;
+    END IF;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'a trigger-mode tracked counter on %, a table Citus distributes, is not supported yet in this form', source
+            USING ERRCODE = 'feature_not_supported', DETAIL = why,
+                  HINT = 'On a hash-distributed table, key the counter by the distribution column; otherwise use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Distributes a distributed counter's state table rel by its key,
+-- colocated with source (same shard count, same shard ranges, same nodes).
+CREATE OR REPLACE FUNCTION counter_internal.citus_colocate(rel regclass, source regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE 'SELECT pg_catalog.create_distributed_table($1, ''key'', colocate_with => $2)' USING rel, source::text;
+END
+$$;
+
+-- Runs a trigger's DDL (CREATE / DROP TRIGGER) on a table Citus distributes:
+-- with citus.enable_unsafe_triggers on for the command only, Citus makes or
+-- drops it on every shard, on every node.
+CREATE OR REPLACE FUNCTION counter_internal.citus_trigger_ddl(command text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    was text := pg_catalog.current_setting('citus.enable_unsafe_triggers', true);
+BEGIN
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    EXECUTE command;
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', coalesce(was, 'off'), true);
+END
+$$;
+
 -- Called by the library (src/citus.cpp) while Citus's
 -- create_distributed_table or create_reference_table makes rel a table
 -- Citus distributes (rel is in pg_dist_partition then): refuses it when
@@ -234,7 +316,7 @@ BEGIN
         RAISE EXCEPTION 'Citus cannot distribute %: it serves %, which does not work on a table Citus distributes yet', rel, what
             USING ERRCODE = 'feature_not_supported',
                   DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not, or write the distributed table with a statement Citus cannot run: every write would fail.',
-                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a distributed table use an application-mode counter (with or without a filter), and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
+                  HINT = 'Untrack the counter (counter.untrack) or drop the rollup (counter.rollup_drop) first; on a hash-distributed table make the trigger-mode counter again after the call, keyed by the distribution column, or use an application-mode counter (with or without a filter), and counter_ext''s aggregates, which Citus pushes down (doc/citus.md).';
     END IF;
 END
 $$;
@@ -262,16 +344,34 @@ BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN;
     END IF;
-    FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname,
+    FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname, c.relname,
+                    t.tgnargs OPERATOR(pg_catalog.>=) 2
+                    AND (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[2]
+                        OPERATOR(pg_catalog.=) 'citus' AS citus,
                     pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1,
                         pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS arg
              FROM pg_catalog.pg_event_trigger_ddl_commands() d
              JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) d.objid
              JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
                AND p.proname IN ('tracked_fold', 'rollup_trigger') AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
-        IF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
+        IF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' AND g.citus THEN
+            -- a distributed counter's trigger (src/tracked.cpp, shard_fold):
+            -- made by counter.track on the distributed table, copied by
+            -- Citus to its shards and to the other nodes' metadata copy of
+            -- the table; it finds its state in Citus's metadata, where it
+            -- runs. Accepted on a table Citus hash-distributes and on its
+            -- shards (named <table>_<shard id>).
+            EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p '
+                    '  WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1 AND p.partmethod OPERATOR(pg_catalog.=) ''h'') '
+                    'OR EXISTS (SELECT FROM pg_catalog.pg_dist_shard s '
+                    '  WHERE s.shardid::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''_([0-9]+)$'') '
+                    '    AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false)) '
+                    '        OPERATOR(pg_catalog.=) $1)'
+                INTO registered USING g.tgrelid::regclass, g.relname::text;
+        ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
             registered := EXISTS (SELECT FROM counter.tracked c
                                   WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
                                     AND c.source::oid OPERATOR(pg_catalog.=) g.tgrelid);

@@ -110,6 +110,163 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
 
+-- The body of the batch function of a counter whose state is distributed
+-- colocated with its source by Citus (a trigger-mode counter on a
+-- hash-distributed table keyed by its distribution column: doc/citus.md).
+-- The batch's keys are chosen as on one node, then taken shard by shard,
+-- each step a statement Citus sends whole to that shard (the keys are its
+-- distribution column's values): (1) the delta rows before the watermark
+-- are locked, skipping those a writer holds (FOR UPDATE SKIP LOCKED: it
+-- never waits for a writer, so a writer is never a deadlock's victim);
+-- (2) one statement reads the shard's rows before the watermark (with the
+-- filter, printed from its stored tree: f), base rows and delta rows of
+-- those keys in one snapshot (a row and its delta are written in one shard
+-- transaction: the snapshot sees both or neither); a key with a delta row
+-- it did not lock is busy (the next run takes it); (3) for the others the
+-- truth is installed as the base and exactly the amounts seen are
+-- subtracted from the rows it holds; the rows it holds that are zero are
+-- deleted. All in the caller's distributed transaction.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_batch(t counter.tracked, f text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ops text[] := counter_internal.key_operators(t.key_type);
+BEGIN
+    RETURN format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %5$s[];
+    ce_after_key %5$s := ce_after::%5$s;
+    ce_sk %5$s[];
+    ce_sc bigint[];
+    ce_st bigint[];
+    ce_dk %5$s[];
+    ce_db timestamptz[];
+    ce_ds smallint[];
+    ce_dv bigint[];
+    ce_busy %5$s[] := '{}';
+    ce_gbusy %5$s[];
+    ce_try %5$s[];
+    ce_g %5$s[];
+    ce_l record;
+    ce_lk %5$s[];
+    ce_lb timestamptz[];
+    ce_ls smallint[];
+    ce_rk %5$s[] := '{}';
+    ce_rc bigint[] := '{}';
+    ce_rt bigint[] := '{}';
+BEGIN
+    SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+        SELECT DISTINCT u.k FROM (
+            (SELECT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
+             ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
+             ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+             WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
+               AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+             ORDER BY 1 LIMIT ce_limit)
+        ) u ORDER BY 1 LIMIT ce_limit) s;
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+
+    FOR ce_g IN SELECT pg_catalog.array_agg(g.k ORDER BY g.k) FROM (
+                    SELECT k.k, pg_catalog.get_shard_id_for_distribution_column('%7$s'::pg_catalog.regclass, k.k) AS sid
+                    FROM pg_catalog.unnest(ce_keys) AS k(k)) g
+                GROUP BY g.sid LOOP
+        -- (1) the rows no writer holds, locked
+        ce_lk := '{}';
+        ce_lb := '{}';
+        ce_ls := '{}';
+        FOR ce_l IN SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+                    FOR UPDATE SKIP LOCKED LOOP
+            ce_lk := ce_lk || ce_l.key;
+            ce_lb := ce_lb || ce_l.bucket;
+            ce_ls := ce_ls || ce_l.shard;
+        END LOOP;
+        -- (2) rows, base and deltas of the shard's keys, one snapshot
+        WITH s AS MATERIALIZED (
+            SELECT z.key, pg_catalog.sum(z.b) AS base, pg_catalog.sum(z.n) AS truth,
+                   pg_catalog.array_agg(z.bucket) FILTER (WHERE z.delta IS NOT NULL) AS bk,
+                   pg_catalog.array_agg(z.shard) FILTER (WHERE z.delta IS NOT NULL) AS sh,
+                   pg_catalog.array_agg(z.delta) FILTER (WHERE z.delta IS NOT NULL) AS dl,
+                   coalesce(pg_catalog.sum(z.delta), 0) AS ds
+            FROM (
+                SELECT ce_new.%2$s AS key, NULL::bigint AS b, 1 AS n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
+                       NULL::bigint AS delta
+                FROM %1$s AS ce_new WHERE ce_new.%2$s %8$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s
+                UNION ALL
+                SELECT b.key, b.base, 0, NULL, NULL, NULL FROM %6$s b WHERE b.key %8$s ANY (ce_g)
+                UNION ALL
+                SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+            ) z GROUP BY z.key)
+        SELECT (SELECT pg_catalog.array_agg(s.key ORDER BY s.key) FROM s),
+               -- numeric, then bounded: no sum of deltas makes the batch fail
+               (SELECT pg_catalog.array_agg(LEAST(GREATEST(coalesce(s.base, 0) + s.ds, -9223372036854775807),
+                                                  9223372036854775807)::bigint ORDER BY s.key) FROM s),
+               (SELECT pg_catalog.array_agg(s.truth::bigint ORDER BY s.key) FROM s),
+               (SELECT pg_catalog.array_agg(s.key ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.b ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.h ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
+               (SELECT pg_catalog.array_agg(u.v ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
+                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v))
+        INTO ce_sk, ce_sc, ce_st, ce_dk, ce_db, ce_ds, ce_dv;
+        -- busy: a key with a delta row it does not hold
+        ce_gbusy := ARRAY(
+            SELECT DISTINCT x.k FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds))
+                AS x(k, b, h)
+            WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
+                                                      pg_catalog.unnest(ce_ls)) AS l(k, b, h)
+                              WHERE l.k %8$s x.k AND l.b = x.b AND l.h = x.h));
+        ce_busy := ce_busy || ce_gbusy;
+        ce_try := ARRAY(SELECT k.k FROM pg_catalog.unnest(ce_g) AS k(k) WHERE NOT k.k %8$s ANY (ce_gbusy));
+        ce_rk := ce_rk || ce_sk;
+        ce_rc := ce_rc || ce_sc;
+        ce_rt := ce_rt || ce_st;
+        -- (3) only on rows it holds, or base rows (written by reconciliations only)
+        IF pg_catalog.cardinality(ce_try) > 0 THEN
+            IF ce_dk IS NOT NULL THEN
+                INSERT INTO %7$s AS d (key, bucket, shard, delta)
+                SELECT u.k, u.b, u.h, -u.v
+                FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds),
+                                pg_catalog.unnest(ce_dv)) AS u(k, b, h, v)
+                WHERE u.k %8$s ANY (ce_try) AND u.v <> 0
+                ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
+            END IF;
+            INSERT INTO %6$s AS b (key, base)
+            SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
+            WHERE c.truth <> 0 AND c.key %8$s ANY (ce_try)
+            ON CONFLICT (key) DO UPDATE SET base = excluded.base;
+            DELETE FROM %6$s b WHERE b.key %8$s ANY (ARRAY(
+                SELECT k.key FROM pg_catalog.unnest(ce_try) AS k(key)
+                WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
+                                  WHERE c.key %8$s k.key AND c.truth <> 0)));
+            DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_try) AND d.bucket < ce_w AND d.delta = 0
+              AND EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
+                                                 pg_catalog.unnest(ce_ls)) AS l(k, b, h)
+                          WHERE l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard);
+        END IF;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), k.key %8$s ANY (ce_busy), k.o
+    FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
+    LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt))
+         AS c(key, cached, truth) ON c.key %8$s k.key;
+END
+$b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);
+END
+$fn$;
+
 -- (Re)creates counter t's batch function (below); tracked_build calls it, and
 -- so does the update to 1.5 for every counter.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_build_batch(t counter.tracked)
@@ -244,6 +401,9 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
                          ' + interval ''1 second'' * %1$s',
                          pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
              ELSE '''infinity''::timestamptz' END);
+    IF t.distributed THEN
+        body := counter_internal.tracked_citus_batch(t, f);
+    END IF;
     -- on this node only (Citus: not propagated to the workers; it runs here)
     IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
         PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch));
@@ -275,26 +435,38 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     trg text;
+    args text;
+    cmd text;
 BEGIN
     PERFORM counter_internal.tracked_build_batch(t);
     IF t.mode = 'trigger' THEN
-        FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
+        -- Citus (t.distributed): made on the distributed table and copied by
+        -- Citus to every shard, where no catalog of counter_ext is; the
+        -- arguments carry what the shard's trigger needs there
+        -- (src/tracked.cpp, shard_fold)
+        args := CASE WHEN t.distributed
+                     THEN format('%L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.key_column, t.time_column,
+                                 pg_catalog.date_part('epoch', t.bucket_width), t.shards,
+                                 coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid,
+                                                                      t.owner, 'ce_new'), ''))
+                     ELSE format('%L', t.counter_id) END;
+        FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, t.source) FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
-                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
-            EXECUTE format('DROP TRIGGER %I ON %s', trg, t.source);
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id)
+                   UNION ALL
+                   SELECT format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT'
+                                 ' EXECUTE FUNCTION counter_internal.tracked_fold(%s)',
+                                 format('counter_%s_%s', t.counter_id, k.trg), k.event, t.source, k.referencing, args)
+                   FROM (VALUES ('ins', 'INSERT', 'REFERENCING NEW TABLE AS ce_new'),
+                                ('del', 'DELETE', 'REFERENCING OLD TABLE AS ce_old'),
+                                ('upd', 'UPDATE', 'REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'),
+                                ('trunc', 'TRUNCATE', '')) AS k(trg, event, referencing) LOOP
+            IF t.distributed THEN
+                PERFORM counter_internal.citus_trigger_ddl(cmd);
+            ELSE
+                EXECUTE cmd;
+            END IF;
         END LOOP;
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s REFERENCING NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
-                       format('counter_%s_ins', t.counter_id), t.source, t.counter_id);
-        EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS ce_old'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
-                       format('counter_%s_del', t.counter_id), t.source, t.counter_id);
-        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
-                       format('counter_%s_upd', t.counter_id), t.source, t.counter_id);
-        EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON %s'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_fold(%L)',
-                       format('counter_%s_trunc', t.counter_id), t.source, t.counter_id);
     END IF;
     -- Replicated: the apply worker of a subscription (session_replication_role
     -- = replica) fires only row triggers enabled for replicas, and none of the
@@ -369,6 +541,7 @@ DECLARE
     compiled text[];
     base_t text;
     delta_t text;
+    distributed boolean := false;
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
@@ -421,7 +594,9 @@ BEGIN
         RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
     END IF;
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
-        PERFORM counter_internal.citus_refuse(source, 'a trigger-mode tracked counter');
+        -- on Citus: a hash-distributed source keyed by its distribution
+        -- column, or refused (0A000)
+        distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
     END IF;
 
     SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
@@ -460,11 +635,11 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future)
+        reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future, distributed)
     VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
-        replicated, buffered, max_future)
+        replicated, buffered, max_future, distributed)
     RETURNING * INTO t;
 
     base_t := counter_internal.tracked_table(t, 'base');
@@ -475,6 +650,10 @@ BEGIN
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+    IF distributed THEN   -- colocated with the source: its shards' triggers write their own shard
+        PERFORM counter_internal.citus_colocate(base_t::regclass, source);
+        PERFORM counter_internal.citus_colocate(delta_t::regclass, source);
+    END IF;
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
     -- the rows already there are a backfill for its first runs (30_tracked.sql);
@@ -483,8 +662,17 @@ BEGIN
     UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
             format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
                    time_column), true) AS x(n bigint))
-    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id AND NOT distributed
     RETURNING * INTO t;
+    IF distributed THEN
+        -- Citus refuses a read as the owner of placements that this
+        -- transaction changed as counter_ext's role (the triggers, made
+        -- above): counted as that role, a bare count(*) that runs no code
+        -- of the owner's (no filter)
+        EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL', source, key_column, time_column)
+            INTO t.backfill_left;
+        UPDATE counter.tracked c SET backfill_left = t.backfill_left WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    END IF;
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
@@ -551,15 +739,29 @@ BEGIN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) src
                      AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id) LOOP
-            EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
+            IF t.distributed THEN
+                -- on every shard, as the owner: Citus refuses to change as
+                -- another role placements its writes changed in this
+                -- transaction (the setting is undone as this function returns)
+                PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+                PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TRIGGER %I ON %s', trg, src), true);
+            ELSE
+                EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
+            END IF;
         END LOOP;
     END IF;
     -- on this node only (Citus: after a parallel distributed operation in
     -- this transaction it refuses to propagate a function's DDL)
     PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
                    format('tracked_%s_batch', t.counter_id)));
-    EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
-                   counter_internal.tracked_table(t, 'delta'));
+    IF t.distributed AND pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base')) IS NOT NULL THEN
+        -- distributed: dropped on every node, as the owner (above)
+        PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TABLE IF EXISTS %s, %s',
+            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')), true);
+    ELSE
+        EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
+                       counter_internal.tracked_table(t, 'delta'));
+    END IF;
     IF t.buffered THEN
         PERFORM counter_internal.tracked_buffer_forget(t.counter_id);
         PERFORM counter.job_unregister('flush', name);
@@ -620,6 +822,19 @@ DECLARE
 BEGIN
     FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
         CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
+        IF t.distributed THEN
+            -- Citus: base and delta distributed colocated, read and summed
+            -- per key on the shards (src/tracked.cpp, value_plan)
+            RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
+                'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
+                ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
+                ' GROUP BY z.key)'
+                ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
+                ' FROM x WHERE $1 ORDER BY x.key',
+                counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')),
+                true) AS v(key text, value bigint);
+            CONTINUE;
+        END IF;
         -- a buffered counter adds what its buffer holds beyond the table
         RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
             'WITH m AS MATERIALIZED (%4$s)'

@@ -30,12 +30,15 @@ SELECT create_distributed_table('ev', 'k', shard_count := 8);
 SQL
 
 # refused (0A000), on every kind of Citus table, with unsafe triggers allowed
+# (1.7: a trigger-mode counter keyed by the distribution column of a
+# hash-distributed table, partitioned or not, is made: below, and
+# test/scripts/citus_trigger.sh)
 for call in \
-    "counter.track('c1', 'clicks', 'link_id', 'at')" \
-    "counter.track('c2', 'clicks', 'link_id', 'at', filter => 'id > 0')" \
     "counter.track('c3', 'links', 'link_id', 'at')" \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
-    "counter.track('c5', 'ev', 'k', 'at')" \
+    "counter.track('c6', 'clicks', 'id', 'at')" \
+    "counter.track('c7', 'clicks', 'link_id', 'at', buffered => true)" \
+    "counter.track('c8', 'clicks', 'link_id', 'at', replicated => true)" \
     "counter.rollup_create('r1', 'clicks', 'at', '{link_id}')" \
     "counter.rollup_create('r2', 'clicks', 'at', '{link_id}', mode => 'deferred')" \
     "counter.rollup_create('r3', 'ev', 'at', '{k}')"; do
@@ -48,6 +51,17 @@ for call in \
 done
 
 # nothing left behind, and every write works
+for call in \
+    "counter.track('c1', 'clicks', 'link_id', 'at')" \
+    "counter.track('c2', 'clicks', 'link_id', 'at', filter => 'id > 0')" \
+    "counter.track('c5', 'ev', 'k', 'at')"; do
+    coord -q -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" -c "SELECT $call" >/dev/null ||
+        fail "not made: $call"
+    echo "ok: made (keyed by the distribution column): $call"
+done
+coord -q -v ON_ERROR_STOP=1 -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name IN ('c1', 'c2', 'c5')" \
+    >/dev/null
+
 got=$(coord -tA <<'SQL'
 SELECT (SELECT count(*) FROM counter.tracked) + (SELECT count(*) FROM counter.rollups)
      + (SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid

@@ -83,16 +83,8 @@ for t in ev ev_one; do
     deliver "$t" 5001 6000 ROLLBACK   # rolled back: neither rows nor adds
 done
 
-# Keys where counter c and count(*) of table t with filter f differ (read
-# into a temporary table first: doc/citus.md).
-mismatches() {
-    local c=$1 t=$2 f=$3
-    app -tA <<SQL | grep -v '^$' | tail -1
-CREATE TEMP TABLE truth AS SELECT k, count(*) AS n FROM ct.$t WHERE $f GROUP BY k;
-SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM counter.tracked_values WHERE counter = '$c') v
-    USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
-SQL
-}
+# Keys where counter c and count(*) of table ct.t with filter f differ.
+mismatches() { ce_citus_mismatches app "$1" "ct.$2" "$3"; }
 check_all() {
     local what=$1 t got
     for t in ev ev_one; do
