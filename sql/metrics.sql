@@ -134,7 +134,7 @@ SELECT metric, object, value FROM counter.metrics
 WHERE metric LIKE 'counter_ext_rollup_%' AND metric NOT LIKE '%age_seconds' ORDER BY 1;
 SELECT m.value = extract(epoch FROM now() - s.last_refresh_at) AS ages_right
 FROM counter.metrics m, counter.rollup_status s
-WHERE m.metric = 'counter_ext_rollup_last_refresh_age_seconds' AND s.rollup_id = counter.rollup_id('m_alice_secret_rollup');
+WHERE m.metric = 'counter_ext_rollup_last_refresh_age_seconds' AND s.rollup_id = (SELECT r.rollup_id FROM counter.rollups r WHERE r.name = 'm_alice_secret_rollup');
 RESET ROLE;
 
 DROP VIEW public.m_seen, public.m_sums;

@@ -84,7 +84,7 @@ SELECT counter_internal.partition_name_for(repeat('e', 60), '_p2026070103');
 SELECT counter_internal.partition_name_for(repeat('é', 31), '_default');
 SELECT octet_length(counter_internal.partition_name_for(repeat('é', 31), '_p202607010315'));
 SELECT counter_internal.partition_suffix('2026-07-01 23:15-04', '15 minutes'), counter_internal.partition_suffix('2026-07-01 23:15-04', '1 day');
-SELECT counter.partition_slot('2026-07-01 23:15-04', 3600 * 6) AT TIME ZONE 'UTC' AS six_hour_slot;
+SELECT counter_internal.partition_slot('2026-07-01 23:15-04', 3600 * 6) AT TIME ZONE 'UTC' AS six_hour_slot;
 
 -- Bad input: clear errors with SQLSTATEs.
 \set VERBOSITY terse

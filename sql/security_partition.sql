@@ -96,6 +96,11 @@ INSERT INTO counter.partition_staging VALUES ('public.v_ev', 'public.att_ev', no
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter_internal.partition_step('public.v_ev', NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- the slot helpers (in counter_internal since 1.7): no EXECUTE either
+SELECT counter_internal.partition_slot(now(), 3600);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter_internal.partition_slot_sql('at', 3600);
+\echo :LAST_ERROR_SQLSTATE
 SELECT parent FROM counter.partitioned_tables ORDER BY parent::text;
 SELECT parent, last_error FROM counter.partition_status ORDER BY parent::text;
 RESET ROLE;

@@ -182,6 +182,10 @@ SELECT counter.rollup_set_filter('v_r', 'false');
 \echo :LAST_ERROR_SQLSTATE
 SELECT counter.rollup_recompute('v_r', '2026-11-30 00:00+00', '2026-12-01 00:00+00');
 \echo :LAST_ERROR_SQLSTATE
+SELECT counter.rollup_refresh_dirty('v_r');
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter_internal.rollup_id('v_r');
+\echo :LAST_ERROR_SQLSTATE
 CALL counter.run_steps('rollup_refresh', 'v_d');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM counter.rollup_totals('v_r', '2026-11-30 00:00+00', '2026-12-01 00:00+00');

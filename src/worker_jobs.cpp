@@ -893,6 +893,14 @@ CE_FUNCTION(counter_run_job) {
 	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
 		elog(ERROR, "counter_ext job runner: SPI_connect failed");
 	Oid caller = GetUserId();
+	// SQL objects older than the library (1.6 or before, until the update):
+	// no job runs (claim), which is to say so, not that it runs elsewhere
+	if (ce::locks::space() == InvalidOid || !run_record_ready())
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		                errmsg("counter_ext's SQL objects are older than its library, so job %lld cannot run",
+		                       (long long)job_id),
+		                errdetail("Jobs run only once the extension's SQL objects match the library."),
+		                errhint("Run ALTER EXTENSION counter_ext UPDATE in this database.")));
 	Bookkeeping b = begin_bookkeeping();
 	settle_owners(InvalidOid);
 	Oid types[2] = {OIDOID, INT8OID};

@@ -1137,57 +1137,19 @@ BEGIN
 END
 $fn$;
 
+-- Reconciles a tracked counter up to watermark W (default now() - lag, down
+-- to a bucket boundary), in the caller's transaction: dirty keys, or every
+-- key when all_keys (or while a full run is pending). The steps of the
+-- reconcile job, in the one loop (src/spine.cpp) without its commits; the
+-- last step hands back the summary row.
 CREATE OR REPLACE FUNCTION counter_internal.reconcile(name text, watermark timestamptz DEFAULT NULL, all_keys boolean DEFAULT false)
 RETURNS counter.reconcile_result
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-#variable_conflict use_variable
-DECLARE
-    t counter.tracked := counter_internal.tracked_get(name);
-    w timestamptz;
-    w_from timestamptz;
-    every_key boolean;
-    run bigint;
-    after text;
-    b record;
-    r counter.tracked_runs;
-BEGIN
-    PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'reconcile it');
-    -- a buffered counter is flushed first (in this transaction: the batches
-    -- see what it wrote); the flush may schedule a repair (full_pending)
-    IF t.buffered THEN
-        PERFORM counter.flush(t.name);
-        t := counter_internal.tracked_get(name);
-    END IF;
-    IF all_keys IS NULL THEN
-        RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    t := counter_internal.tracked_check_restored(t);
-    w := counter_internal.tracked_watermark(t, watermark);
-    every_key := all_keys OR t.full_pending;
-    IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
-        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
-        PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
-        RETURN ROW(t.name, NULL::bigint, w, every_key, 0::bigint, 0::bigint, 0::bigint, 0::bigint,
-            0::bigint, interval '0', 'skipped'::text)::counter.reconcile_result;
-    END IF;
-    PERFORM counter_internal.tracked_filter_follow(t);
-    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
-    LOOP
-        b := counter_internal.tracked_run_batch(t, run, w, w_from, every_key, after);
-        EXIT WHEN b.checked IS NULL OR b.checked = 0;
-        PERFORM counter_internal.tracked_add_batch(t, run, b);
-        after := b.after;
-    END LOOP;
-    IF every_key AND t.full_pending THEN
-        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
-    END IF;
-    r := counter_internal.tracked_finish_run(t, run, 'ok');
-    RETURN ROW(t.name, r.run_id, r.watermark, r.all_keys, r.keys_checked, r.keys_corrected,
-        r.drift_positive, r.drift_negative, r.max_abs_drift, r.finished_at - r.started_at,
-        r.outcome)::counter.reconcile_result;
-END
+    SELECT * FROM pg_catalog.jsonb_populate_record(NULL::counter.reconcile_result,
+        counter_internal.run_steps_here('reconcile', name,
+            pg_catalog.jsonb_build_object('watermark', watermark, 'all_keys', all_keys)) OPERATOR(pg_catalog.->) 'result')
 $fn$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
 -- counter_internal.reconcile above with the same arguments.
@@ -1205,6 +1167,9 @@ COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
 -- counter's running run). One run, with the default watermark: the dirty
 -- keys (every key while a full run is pending), phase 'keys', a batch per
 -- step; then this run's slice of the verification cycle, phase 'verify'.
+-- args {"watermark", "all_keys"} (counter.reconcile's form): that watermark
+-- (NULL: now() - lag), every key when all_keys, no verification slice; the
+-- last state holds the summary row ('result': counter.reconcile_result).
 CREATE OR REPLACE FUNCTION counter_internal.tracked_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1212,6 +1177,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     t counter.tracked := counter_internal.tracked_get(target);
+    direct boolean := args ? 'all_keys';   -- counter.reconcile's form
     run bigint;
     w timestamptz;
     w_from timestamptz;
@@ -1232,22 +1198,35 @@ BEGIN
             PERFORM counter.flush(t.name);
             t := counter_internal.tracked_get(target);
         END IF;
+        IF direct AND args ->> 'all_keys' IS NULL THEN
+            RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
+        END IF;
         IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
             RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
             PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
-            RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}';
+            RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}'::jsonb || CASE WHEN direct THEN
+                pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object('counter', t.name,
+                    'watermark', counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz),
+                    'all_keys', (args ->> 'all_keys')::boolean OR t.full_pending, 'keys_checked', 0,
+                    'keys_corrected', 0, 'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0,
+                    'duration', interval '0', 'outcome', 'skipped')) ELSE '{}' END;
         END IF;
         t := counter_internal.tracked_check_restored(t);
         PERFORM counter_internal.tracked_filter_follow(t);
-        w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
-                                 '2000-01-01 00:00:00+00'::timestamptz);
-        every_key := t.full_pending;
+        IF direct THEN
+            w := counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz);
+            every_key := (args ->> 'all_keys')::boolean OR t.full_pending;
+        ELSE
+            w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                                     '2000-01-01 00:00:00+00'::timestamptz);
+            every_key := t.full_pending;
+        END IF;
         SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
         SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
         WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
         -- This run's slice of the verification cycle: enough keys that every
         -- key is checked once per verify_every at this job's interval.
-        IF NOT every_key THEN
+        IF NOT every_key AND NOT direct THEN
             slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
                                            / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
             IF t.verify_after IS NULL THEN
@@ -1310,11 +1289,17 @@ BEGIN
              WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
             + (state ->> 'verified')::bigint));
     END IF;
-    IF outcome = 'ok' AND (state ->> 'every_key')::boolean THEN
+    IF outcome = 'ok' AND (state ->> 'every_key')::boolean AND t.full_pending THEN
         UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
     END IF;
     r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
-    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected);
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected)
+        || CASE WHEN direct THEN pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object(
+               'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark, 'all_keys', r.all_keys,
+               'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
+               'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
+               'max_abs_drift', r.max_abs_drift, 'duration', r.finished_at - r.started_at,
+               'outcome', r.outcome)) ELSE '{}' END;
 END
 $fn$;
 CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS

@@ -127,8 +127,9 @@ AS $$
 $$;
 
 -- The start of the UTC slot holding ts, for a slot length in seconds that
--- divides a day (slots then line up with UTC midnight).
-CREATE FUNCTION counter.partition_slot(ts timestamptz, step_seconds bigint)
+-- divides a day (slots then line up with UTC midnight). SQL run as a
+-- table's owner computes it inline (counter_internal.partition_slot_sql).
+CREATE FUNCTION counter_internal.partition_slot(ts timestamptz, step_seconds bigint)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp

@@ -9,6 +9,18 @@ LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT c.relowner::pg_catalog.regrole FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) parent $$;
 
+-- counter_internal.partition_slot of column col, as an SQL expression: the
+-- SQL run as a table's owner (who may not execute counter_internal's
+-- functions) computes the slot inline.
+CREATE OR REPLACE FUNCTION counter_internal.partition_slot_sql(col name, step_seconds bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.format('pg_catalog.to_timestamp((pg_catalog.floor(EXTRACT(epoch FROM %1$I::pg_catalog.timestamptz) / %2$s) * %2$s)::double precision)',
+                             col, step_seconds)
+$$;
+
 -- Runs a command built by this file (identifiers through %I or regclass
 -- output, values as literals of timestamptz or numbers only) as the owner of
 -- parent, restricted. Returns the rows it processed.
@@ -409,7 +421,7 @@ BEGIN
     step := counter_internal.partition_interval_seconds(cfg.part_interval);
     d := counter.partition_default(parent);
     whole_slots := counter_internal.citus_distributed(parent);
-    cur := counter.partition_slot(as_of, step);
+    cur := counter_internal.partition_slot(as_of, step);
     upto := cur OPERATOR(pg_catalog.+) make_interval(secs => step OPERATOR(pg_catalog.*) cfg.premake);
     cutoff := CASE WHEN cfg.retention IS NOT NULL THEN as_of OPERATOR(pg_catalog.-) cfg.retention END;
 
@@ -455,18 +467,19 @@ BEGIN
             -- Missing slots from the oldest partition (or the current slot) up to
             -- as_of + premake, not overlapping any partition, without rows in default.
             action := 'create';
-            win_lo := least(coalesce(counter.partition_slot(win_lo, step), cur), cur);
+            win_lo := least(coalesce(counter_internal.partition_slot(win_lo, step), cur), cur);
             -- The window: [as_of - retention (7 days without one), as_of +
             -- premake]. No partition is made outside it, for a gap or for a
             -- row of the default partition, however old or far ahead.
-            drain_lo := counter.partition_slot(coalesce(cutoff, as_of OPERATOR(pg_catalog.-) interval '7 days'), step);
+            drain_lo := counter_internal.partition_slot(coalesce(cutoff, as_of OPERATOR(pg_catalog.-) interval '7 days'), step);
             drain_hi := upto OPERATOR(pg_catalog.+) make_interval(secs => step);
             win_lo := greatest(win_lo, drain_lo);
             IF d IS NOT NULL THEN
                 SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                    format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %4$s)) FROM ONLY %2$s '
+                    format('SELECT array_agg(DISTINCT %6$s) FROM ONLY %2$s '
                            'WHERE %1$I >= %3$L AND %1$I < %5$L AND $1',
-                           cfg.control, d, win_lo, step, drain_hi), true) AS x(a timestamptz[]);
+                           cfg.control, d, win_lo, step, drain_hi,
+                           counter_internal.partition_slot_sql(cfg.control, step)), true) AS x(a timestamptz[]);
             END IF;
             SELECT array_agg(g ORDER BY g) INTO todo FROM (
                 SELECT g FROM generate_series(win_lo, upto, make_interval(secs => step)) g
@@ -525,7 +538,7 @@ BEGIN
                         format('SELECT %1$I FROM ONLY %2$s WHERE %1$I >= %3$L AND %1$I < %4$L AND $1 ORDER BY %1$I LIMIT 1',
                                cfg.control, d, scan_lo, drain_hi), true) AS x(t timestamptz);
                     EXIT WHEN lo IS NULL;
-                    lo := counter.partition_slot(lo, step);
+                    lo := counter_internal.partition_slot(lo, step);
                     hi := lo + make_interval(secs => step);
                     scan_lo := hi;
                     SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
@@ -694,8 +707,9 @@ $$;
 
 -- Partition maintenance's step function for the one commit loop
 -- (src/spine.cpp; checks its caller owns the table at every step). args:
--- {"parent": oid}, or {} for the table named target (the job's form). One
--- bounded step of counter_internal.partition_step per call; when the run ends
+-- {"parent": oid}, or {} for the table named target (the job's form);
+-- counter.partition_maintain adds "as_of" and "max_steps" (default: now,
+-- 100000). One bounded step of counter_internal.partition_step per call; when the run ends
 -- (done, skipped, error, the step limit, or the time is up) its outcome is
 -- recorded; 'busy' (another session maintains the table) records nothing.
 -- In the job's form a run that ends skipped (locks) or failed hands the loop
@@ -730,7 +744,7 @@ BEGIN
     ELSIF state ? 'stop' THEN
         outcome := 'partial';
     ELSE
-        s := counter_internal.partition_step(parent, NULL);
+        s := counter_internal.partition_step(parent, (args ->> 'as_of')::timestamptz);
         state := state || pg_catalog.jsonb_build_object('done', (state ->> 'done')::bigint + 1,
             'created', (state ->> 'created')::bigint + s.created, 'dropped', (state ->> 'dropped')::bigint + s.dropped,
             'moved', (state ->> 'moved')::bigint + s.moved,
@@ -738,13 +752,19 @@ BEGIN
         state := state || pg_catalog.jsonb_build_object('rows',
             (state ->> 'created')::bigint + (state ->> 'dropped')::bigint + (state ->> 'moved')::bigint);
         IF s.status = 'busy' THEN
-            PERFORM counter_internal.run_skipped('partition_maintenance', target, NULL,
-                'another session is maintaining the table');
+            PERFORM counter_internal.run_skipped('partition_maintenance',
+                coalesce((SELECT c.job_target FROM counter.partitioned_tables c
+                          WHERE c.parent::pg_catalog.oid OPERATOR(pg_catalog.=)
+                                coalesce((args ->> 'parent')::pg_catalog.oid,
+                                         pg_catalog.to_regclass(target)::pg_catalog.oid)), target),
+                NULL, 'another session is maintaining the table');
             RETURN state || '{"finished": true, "outcome": "busy"}';
         END IF;
         outcome := CASE WHEN s.status IN ('skipped', 'error') THEN s.status
                         WHEN s.status = 'done' THEN 'ok'
-                        WHEN s.status = 'more' AND (state ->> 'done')::bigint >= 100000 THEN 'partial' END;
+                        WHEN s.status = 'more' AND (state ->> 'done')::bigint
+                             >= CASE WHEN args ? 'max_steps' THEN (args ->> 'max_steps')::bigint ELSE 100000 END
+                             THEN 'partial' END;
         IF outcome IS NULL THEN
             RETURN state;
         END IF;
@@ -772,50 +792,25 @@ $$;
 
 -- Maintenance of one table in the caller's transaction (no COMMIT): steps
 -- until done, skipped, failed or max_steps. For use inside a transaction;
--- CALL counter.run_maintenance() commits after every step instead.
+-- CALL counter.run_maintenance() commits after every step instead. The
+-- steps of the maintenance job, in the one loop (src/spine.cpp) without its
+-- commits.
 CREATE OR REPLACE FUNCTION counter_internal.partition_maintain(parent regclass, as_of timestamptz DEFAULT NULL, max_steps integer DEFAULT 100000,
     OUT created bigint, OUT dropped bigint, OUT moved bigint, OUT outcome text, OUT error text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record;
-    i int := 0;
-    skipped jsonb := '[]';
+    st jsonb;
 BEGIN
     IF parent IS NULL THEN
         RAISE EXCEPTION 'parent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
     PERFORM counter_internal.require_owner(counter_internal.partition_owner(parent), pg_catalog.format('managed table %s', parent), 'manage its partitions');
-    created := 0; dropped := 0; moved := 0; outcome := 'ok';
-    LOOP
-        i := i + 1;
-        s := counter_internal.partition_step(parent, as_of);
-        created := created + s.created; dropped := dropped + s.dropped; moved := moved + s.moved;
-        skipped := counter_internal.partition_skipped_union(skipped, s.skipped);
-        IF s.status = 'busy' THEN
-            outcome := 'busy';
-            PERFORM counter_internal.run_skipped('partition_maintenance',
-                coalesce((SELECT c.job_target FROM counter.partitioned_tables c
-                          WHERE c.parent OPERATOR(pg_catalog.=) partition_maintain.parent), parent::text),
-                NULL, 'another session is maintaining the table');
-            RETURN;
-        ELSIF s.status IN ('skipped', 'error') THEN
-            outcome := s.status; error := s.error;
-            EXIT;
-        ELSIF s.status = 'done' THEN
-            EXIT;
-        ELSIF i >= max_steps THEN
-            outcome := 'partial';
-            EXIT;
-        END IF;
-    END LOOP;
-    -- slots skipped: the others were done, but the run is no success
-    IF outcome IN ('ok', 'partial') AND pg_catalog.jsonb_array_length(skipped) OPERATOR(pg_catalog.>) 0 THEN
-        outcome := 'error';
-        error := 'slots skipped: ' OPERATOR(pg_catalog.||) counter_internal.partition_skipped_text(skipped);
-    END IF;
-    PERFORM counter_internal.partition_record(parent, outcome, error, created, dropped, moved, s.outside, NULL, skipped);
+    st := counter_internal.run_steps_here('partition_maintenance', parent::text,
+        pg_catalog.jsonb_build_object('parent', parent::pg_catalog.oid, 'as_of', as_of, 'max_steps', max_steps));
+    created := (st ->> 'created')::bigint; dropped := (st ->> 'dropped')::bigint; moved := (st ->> 'moved')::bigint;
+    outcome := st ->> 'outcome'; error := st ->> 'error';
 END
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
@@ -940,11 +935,11 @@ BEGIN
             HINT = 'Use counter.partition_unmanage() first to change its settings.';
     END IF;
     as_of := coalesce(as_of, now());
-    first_slot := counter.partition_slot(least(coalesce(start_at, as_of), as_of), step);
+    first_slot := counter_internal.partition_slot(least(coalesce(start_at, as_of), as_of), step);
     IF retention IS NOT NULL THEN
-        first_slot := greatest(first_slot, counter.partition_slot(as_of - retention, step));
+        first_slot := greatest(first_slot, counter_internal.partition_slot(as_of - retention, step));
     END IF;
-    IF extract(epoch FROM counter.partition_slot(as_of, step) - first_slot) / step + premake + 1 > 10000 THEN
+    IF extract(epoch FROM counter_internal.partition_slot(as_of, step) - first_slot) / step + premake + 1 > 10000 THEN
         RAISE EXCEPTION 'partition_manage would create more than 10000 partitions'
             USING ERRCODE = 'program_limit_exceeded',
                   HINT = 'Give a later start_at, a retention, or a longer part_interval.';
@@ -956,8 +951,8 @@ BEGIN
     d := counter.partition_default(parent);
     IF d IS NOT NULL THEN
         SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(rel.relowner::regrole,
-            format('SELECT array_agg(DISTINCT counter.partition_slot(%1$I, %3$s)) FROM ONLY %2$s WHERE $1',
-                   control, d, step), true) AS x(a timestamptz[]);
+            format('SELECT array_agg(DISTINCT %4$s) FROM ONLY %2$s WHERE $1',
+                   control, d, step, counter_internal.partition_slot_sql(control, step)), true) AS x(a timestamptz[]);
     END IF;
 
     -- The initial partitions, in this transaction; later ones come in bounded steps.
@@ -965,7 +960,7 @@ BEGIN
     FROM counter.partition_bounds(parent) b WHERE NOT b.is_default;
     FOR lo IN
         SELECT g FROM generate_series(first_slot,
-                                      counter.partition_slot(as_of, step) + make_interval(secs => step * premake),
+                                      counter_internal.partition_slot(as_of, step) + make_interval(secs => step * premake),
                                       make_interval(secs => step)) g
         WHERE NOT (covered && tstzrange(g, g + make_interval(secs => step)))
           AND NOT (g = ANY (coalesce(busy_slots, '{}')))

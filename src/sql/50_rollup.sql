@@ -126,7 +126,7 @@ AS $$ SELECT pg_catalog.date_bin('01:00:00'::pg_catalog.interval, ts, '2000-01-0
 
 -- The id of a rollup the caller can see (counter.rollups shows a role its
 -- own rollups), or undefined_object.
-CREATE FUNCTION counter.rollup_id(rollup_name text)
+CREATE FUNCTION counter_internal.rollup_id(rollup_name text)
 RETURNS integer
 LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp

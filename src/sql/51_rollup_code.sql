@@ -480,30 +480,11 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 -- written or deleted.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_refresh_dirty(name text)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+LANGUAGE sql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    c record;
-    n bigint;
-    total bigint := 0;
-    skipped integer := 0;
-    started timestamptz := clock_timestamp();
-BEGIN
-    FOR c IN SELECT * FROM counter_internal.rollup_dirty_chunks(name) LOOP
-        n := counter_internal.rollup_refresh_chunk(c.rollup_id, c.from_h, c.to_h, c.hours, false);
-        IF n IS NULL THEN
-            skipped := skipped + 1;
-            RAISE NOTICE 'rollup "%": the chunk from % is being refreshed by another session; skipped', name, c.from_h;
-        ELSE
-            total := total + n;
-        END IF;
-    END LOOP;
-    PERFORM counter_internal.rollup_record(counter.rollup_id(name), started,
-                                  CASE WHEN skipped = 0 THEN 'ok' ELSE format('skipped %s locked chunks', skipped) END,
-                                  total, NULL);
-    RETURN total;
-END
+    -- the steps of the refresh job (the one loop), here without commits nor the buffer's flush
+    SELECT (counter_internal.run_steps_here('rollup_refresh', name, '{"flush": false}') OPERATOR(pg_catalog.->>) 'rows')::bigint
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
 -- counter_internal.rollup_refresh_dirty above with the same arguments.
@@ -518,8 +499,9 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 -- chunk (a UTC day at most) per step. args {"from", "to"}: a full recompute
 -- of that range, waiting for chunks refreshed elsewhere; args {}: the dirty
 -- hours, a day at a time in day order, skipping a day another session is
--- refreshing (its marks stay for the next refresh). The refresh is recorded
--- when it ends.
+-- refreshing (its marks stay for the next refresh); a buffered rollup's
+-- buffer is flushed first unless args has "flush": false
+-- (counter.rollup_refresh_dirty). The refresh is recorded when it ends.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_run_step(target text, args jsonb, state jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -544,7 +526,7 @@ BEGIN
     IF state IS NULL THEN
         -- a buffered rollup's routine run flushes first: its sums are written,
         -- the hours a restart may have lost are marked dirty (below)
-        IF r.mode = 'buffered' AND NOT ranged THEN
+        IF r.mode = 'buffered' AND NOT ranged AND coalesce((args ->> 'flush')::boolean, true) THEN
             PERFORM counter_internal.rollup_flush_id(rid);
         END IF;
         -- checks the range (or drops dirty hours outside the retention), and counts the chunks

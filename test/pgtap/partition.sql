@@ -53,7 +53,7 @@ BEGIN
     PERFORM counter.partition_maintain(tbl::regclass, as_of => t0 + make_interval(hours => hours) + step);
     EXECUTE format('INSERT INTO %I (t) SELECT g FROM generate_series(%L::timestamptz, %L::timestamptz, %L) g',
                    tbl, t0, t0 + make_interval(hours => hours), interval '5 minutes');
-    RETURN QUERY SELECT * FROM pg_temp.layout_problems(tbl::regclass, counter.partition_slot(t0, extract(epoch FROM step)::bigint),
+    RETURN QUERY SELECT * FROM pg_temp.layout_problems(tbl::regclass, counter_internal.partition_slot(t0, extract(epoch FROM step)::bigint),
                                                        t0 + make_interval(hours => hours));
     RETURN QUERY EXECUTE format('SELECT format(''%%s rows in the default partition'', count(*)) FROM ONLY %I HAVING count(*) > 0',
                                 tbl || '_default');

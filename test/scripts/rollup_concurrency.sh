@@ -89,7 +89,7 @@ r AS (SELECT link_id, hour, count, round(counter.hll_cardinality(distinct_visito
 SELECT (SELECT count(*) FROM r),
        (SELECT count(*) FROM ((TABLE truth EXCEPT TABLE r) UNION ALL (TABLE r EXCEPT TABLE truth)) d),
        (SELECT count(*) FROM counter.rollup_dirty d
-        WHERE d.rollup_id = counter.rollup_id('conc_trigger') AND d.hour >= '2026-10-06 10:00+00');
+        WHERE d.rollup_id = counter_internal.rollup_id('conc_trigger') AND d.hour >= '2026-10-06 10:00+00');
 SQL
 IFS='|' read -r rows differing dirty_late <"$work/check1"
 echo "trigger-mode rows of hours 10-11 (never refreshed): $rows, differing from GROUP BY: $differing, dirty: $dirty_late"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The 1.1 -> 1.2 update gives every job of 1.1 the owner of what it serves
+# counter.run_job on SQL objects older than the library refuses (55000)
+# with the hint to update. The 1.1 -> 1.2 update gives every job of 1.1 the owner of what it serves
 # (the owner the tracked counter's and the rollup's catalogs record, the
 # partitioned table's owner), disables a job of a kind of the user's own (1.1 ran any
 # counter.job_<kind>; 1.2 only the kinds of counter_internal.job_kinds) with
@@ -36,6 +37,13 @@ LANGUAGE plpgsql AS $$ BEGIN rows_affected := 0; END $$;
 SELECT counter.job_register('mine', 'x', '1 hour');
 SQL
 [ "$(q "SELECT count(*) FROM counter.jobs")" = 4 ] || fail "1.1 did not register four jobs"
+# Before the update (this library, 1.1's SQL objects) no job runs, and
+# counter.run_job says why (not that the job runs elsewhere).
+job=$(q "SELECT job_id FROM counter.jobs WHERE kind = 'reconcile'")
+out=$(ce_psql -At -v VERBOSITY=verbose -c "CALL counter.run_job($job)" 2>&1) && fail "run_job ran a job on 1.1's SQL objects"
+echo "run_job before the update: $(head -1 <<<"$out")"
+grep -q "ERROR:  55000: counter_ext's SQL objects are older than its library" <<<"$out" || fail "run_job said: $out"
+grep -q "HINT:  Run ALTER EXTENSION counter_ext UPDATE" <<<"$out" || fail "run_job gave no hint: $out"
 q "ALTER EXTENSION counter_ext UPDATE"
 got=$(q "SELECT string_agg(kind || ':' || coalesce(owner::text, '-') || ':' || enabled, ' ' ORDER BY kind) FROM counter.jobs")
 echo "jobs after the update: $got"
