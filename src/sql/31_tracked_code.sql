@@ -83,6 +83,45 @@ RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
 
+-- Reads without a query (src/read_cache.cpp): counter.value gives a key's
+-- base + deltas kept from an earlier read while no writer of the counter's
+-- tables started or ended since. These triggers count the writers: a BEFORE
+-- statement trigger, ENABLE ALWAYS (every session, also in replica mode), and
+-- a BEFORE row trigger, ENABLE REPLICA (logical replication's apply fires row
+-- triggers only). A read keeps nothing from tables that lack either.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_state_written()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_state_written';
+
+CREATE OR REPLACE FUNCTION counter_internal.tracked_state_triggers(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    tbl text;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY[counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')] LOOP
+        EXECUTE format('CREATE TRIGGER ce_writers BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_state_written(%L)',
+                       tbl, t.counter_id);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER ce_writers', tbl);
+        EXECUTE format('CREATE TRIGGER ce_writers_apply BEFORE INSERT OR UPDATE OR DELETE ON %s'
+                       ' FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_state_written(%L)',
+                       tbl, t.counter_id);
+        EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER ce_writers_apply', tbl);
+    END LOOP;
+END
+$fn$;
+
+-- This session's reads of a kept value (hits) and reads that found none
+-- usable (misses), for tests and benchmarks.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_read_cache(OUT hits bigint, OUT misses bigint)
+RETURNS record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_tracked_read_cache';
+
 -- The counter row, or an errcode'd error.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
@@ -475,6 +514,7 @@ BEGIN
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+    PERFORM counter_internal.tracked_state_triggers(t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
     -- the rows already there are a backfill for its first runs (30_tracked.sql);
