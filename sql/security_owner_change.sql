@@ -44,10 +44,10 @@ SET client_min_messages = notice;
 ALTER TABLE public.sc_clicks OWNER TO victim;
 SET client_min_messages = warning;
 SELECT name, owner::text FROM counter.tracked ORDER BY name;
--- counter_ext's own (ce_writers, ce_writers_apply: 31_tracked_code.sql) stay, enabled as made
+-- counter_ext's own (ce_writers: 31_tracked_code.sql) stays, enabled as made
 SELECT count(*) AS triggers_left FROM pg_trigger WHERE tgrelid = :'delta'::regclass AND NOT tgisinternal
-   AND tgname NOT IN ('ce_writers', 'ce_writers_apply');
-SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = :'delta'::regclass AND tgname IN ('ce_writers', 'ce_writers_apply') ORDER BY 1;
+   AND tgname <> 'ce_writers';
+SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = :'delta'::regclass AND tgname = 'ce_writers';
 SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'public.sc_hourly'::regclass AND NOT tgisinternal;
 SELECT owner::text FROM counter.rollups WHERE name = 'sc_hourly';
 SELECT c.relowner::regrole::text AS state_owner FROM pg_class c WHERE c.oid = :'delta'::regclass;

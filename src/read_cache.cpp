@@ -108,8 +108,22 @@ void end_writes(bool committed) {
 	noted_count = 0;
 }
 
+// Logical replication's apply and table synchronization (and any other
+// background worker: pglogical's apply, a scheduler's job) may write a
+// counter's tables without firing its statement trigger: a background
+// worker's transaction that wrote anything counts, before it commits, as a
+// writer of every counter (the global slot).
+void note_background_writer() {
+	if (MyBackendType == B_BG_WORKER && TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		note_slot(slots);
+}
+
 void xact_callback(XactEvent event, void *) {
 	switch (event) {
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			note_background_writer();
+			break;
 		case XACT_EVENT_COMMIT:
 		// Prepared: its xids are below the bound, so until COMMIT PREPARED
 		// (in any backend) every snapshot's xmin is at most its xid, and

@@ -904,20 +904,19 @@ CE_FUNCTION(counter_tracked_invalidate) {
 	PG_RETURN_VOID();
 }
 
-// counter_internal.tracked_state_written(counter id): the triggers on a
-// counter's base and delta tables that count their writers
-// (counter_ext/read_cache.hpp): a BEFORE statement trigger (ENABLE ALWAYS)
-// and a BEFORE row trigger (ENABLE REPLICA, for logical replication's apply).
+// counter_internal.tracked_state_written(counter id): the trigger on a
+// counter's base and delta tables that counts their writers
+// (counter_ext/read_cache.hpp): BEFORE, for each statement, ENABLE ALWAYS.
 CE_FUNCTION(counter_tracked_state_written) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_state_written must be called as a trigger");
 	const TriggerData *td = reinterpret_cast<TriggerData *>(fcinfo->context);
 	if (td->tg_trigger->tgnargs != 1)
 		throw ce::Error("39P01", "counter_internal.tracked_state_written takes the counter id as its one argument");
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_state_written must be a statement trigger");
 	ce::read_cache::note_write(static_cast<int32>(strtol(td->tg_trigger->tgargs[0], nullptr, 10)));
-	if (!TRIGGER_FIRED_FOR_ROW(td->tg_event))
-		return PointerGetDatum(nullptr);
-	return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple);
+	return PointerGetDatum(nullptr);
 }
 
 // counter_internal.tracked_read_cache(): this session's reads of a kept
@@ -1000,31 +999,23 @@ void direct_fill(const Counter &c, DirectRead *d) {
 	d->checked = true;
 }
 
-// Whether 'rel' has the two triggers that count its writers for counter id
-// (src/sql/31_tracked_code.sql, tracked_state_triggers): a BEFORE statement
-// trigger on INSERT, UPDATE, DELETE and TRUNCATE enabled ALWAYS, and a
-// BEFORE row trigger on INSERT, UPDATE and DELETE enabled ALWAYS or REPLICA
-// (logical replication's apply fires row triggers only), both calling
-// tracked_state_written(id) with no WHEN and no column list.
+// Whether 'rel' has the trigger that counts its writers for counter id
+// (src/sql/31_tracked_code.sql, tracked_state_triggers): BEFORE, for each
+// statement, on INSERT, UPDATE, DELETE and TRUNCATE, enabled ALWAYS, calling
+// tracked_state_written(id), with no WHEN and no column list.
 bool counts_writers(Relation rel, int32 id, Oid fn) {
 	const TriggerDesc *td = rel->trigdesc;
 	if (td == nullptr || !OidIsValid(fn))
 		return false;
-	bool statement = false;
-	bool row = false;
 	for (int i = 0; i < td->numtriggers; i++) {
 		const Trigger &t = td->triggers[i];
-		if (t.tgfoid != fn || t.tgnargs != 1 || t.tgqual != nullptr || t.tgnattr != 0 ||
-		    strtol(t.tgargs[0], nullptr, 10) != id || !TRIGGER_FOR_BEFORE(t.tgtype) || !TRIGGER_FOR_INSERT(t.tgtype) ||
-		    !TRIGGER_FOR_UPDATE(t.tgtype) || !TRIGGER_FOR_DELETE(t.tgtype))
-			continue;
-		if (!TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_TRUNCATE(t.tgtype) && t.tgenabled == TRIGGER_FIRES_ALWAYS)
-			statement = true;
-		if (TRIGGER_FOR_ROW(t.tgtype) &&
-		    (t.tgenabled == TRIGGER_FIRES_ALWAYS || t.tgenabled == TRIGGER_FIRES_ON_REPLICA))
-			row = true;
+		if (t.tgfoid == fn && t.tgnargs == 1 && t.tgqual == nullptr && t.tgnattr == 0 &&
+		    strtol(t.tgargs[0], nullptr, 10) == id && t.tgenabled == TRIGGER_FIRES_ALWAYS &&
+		    TRIGGER_FOR_BEFORE(t.tgtype) && !TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) &&
+		    TRIGGER_FOR_UPDATE(t.tgtype) && TRIGGER_FOR_DELETE(t.tgtype) && TRIGGER_FOR_TRUNCATE(t.tgtype))
+			return true;
 	}
-	return statement && row;
+	return false;
 }
 
 // Owns nothing C++. Opens counter_internal.tracked_<id>_<part> with

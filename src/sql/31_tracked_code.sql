@@ -85,10 +85,11 @@ AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
 
 -- Reads without a query (src/read_cache.cpp): counter.value gives a key's
 -- base + deltas kept from an earlier read while no writer of the counter's
--- tables started or ended since. These triggers count the writers: a BEFORE
--- statement trigger, ENABLE ALWAYS (every session, also in replica mode), and
--- a BEFORE row trigger, ENABLE REPLICA (logical replication's apply fires row
--- triggers only). A read keeps nothing from tables that lack either.
+-- tables started or ended since. This trigger counts the writers: a BEFORE
+-- statement trigger, ENABLE ALWAYS (every session, also in replica mode).
+-- Logical replication's apply fires no statement trigger: a background
+-- worker's transaction that wrote anything counts as a writer of every
+-- counter (src/read_cache.cpp). A read keeps nothing from tables without it.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_state_written()
 RETURNS trigger
 LANGUAGE c
@@ -107,10 +108,6 @@ BEGIN
                        ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_state_written(%L)',
                        tbl, t.counter_id);
         EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER ce_writers', tbl);
-        EXECUTE format('CREATE TRIGGER ce_writers_apply BEFORE INSERT OR UPDATE OR DELETE ON %s'
-                       ' FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_state_written(%L)',
-                       tbl, t.counter_id);
-        EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER ce_writers_apply', tbl);
     END LOOP;
 END
 $fn$;

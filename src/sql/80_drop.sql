@@ -119,8 +119,7 @@ BEGIN
              WHERE x.tgrelid OPERATOR(pg_catalog.=) t
                AND x.tgfoid OPERATOR(pg_catalog.=) 'counter_internal.tracked_state_written()'::pg_catalog.regprocedure
              ORDER BY 1 LOOP
-        EXECUTE format('ALTER TABLE %s ENABLE %s TRIGGER %I', t,
-                       CASE WHEN n OPERATOR(pg_catalog.=) 'ce_writers_apply' THEN 'REPLICA' ELSE 'ALWAYS' END, n);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', t, n);
     END LOOP;
     FOR n IN SELECT x.rulename FROM pg_catalog.pg_rewrite x WHERE x.ev_class OPERATOR(pg_catalog.=) t ORDER BY 1 LOOP
         EXECUTE format('DROP RULE %I ON %s', n, t);

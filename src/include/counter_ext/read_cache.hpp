@@ -5,10 +5,11 @@
 // no writer of the counter's state tables can make S1 see anything S0 did not:
 //
 //   epoch     every writer of a counter's base or delta table bumps its
-//             counter's epoch when it starts writing (a statement trigger,
-//             ENABLE ALWAYS; a row trigger, ENABLE REPLICA, for logical
-//             replication's apply, which fires no statement trigger) and
-//             again when its transaction has ended (after it is visible);
+//             counter's epoch when it starts writing (a BEFORE statement
+//             trigger, ENABLE ALWAYS) and again when its transaction has
+//             ended (after it is visible). Logical replication's apply fires
+//             no statement trigger: a background worker's transaction that
+//             wrote anything bumps the global epoch before it commits;
 //   inflight  writers that started and have not ended;
 //   bound     an xid above every xid of every writer that has ended (the
 //             next xid when it ended; only grows).
