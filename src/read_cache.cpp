@@ -11,6 +11,7 @@ extern "C" {
 #include "access/xlog.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "postmaster/bgworker.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -112,10 +113,14 @@ void end_writes(bool committed) {
 // background worker: pglogical's apply, a scheduler's job) may write a
 // counter's tables without firing its statement trigger: a background
 // worker's transaction that wrote anything counts, before it commits, as a
-// writer of every counter (the global slot).
+// writer of every counter (the global slot). Not counter_ext's own job
+// workers: they write through SQL, whose statements fire the trigger.
 void note_background_writer() {
-	if (MyBackendType == B_BG_WORKER && TransactionIdIsValid(GetTopTransactionIdIfAny()))
-		note_slot(slots);
+	if (MyBackendType != B_BG_WORKER || !TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return;
+	if (MyBgworkerEntry != nullptr && strcmp(MyBgworkerEntry->bgw_library_name, "counter_ext") == 0)
+		return;
+	note_slot(slots);
 }
 
 void xact_callback(XactEvent event, void *) {
