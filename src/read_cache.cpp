@@ -172,6 +172,13 @@ void start_bound() {
 		pg_atomic_compare_exchange_u64(bound, &zero, U64FromFullTransactionId(ReadNextFullTransactionId()));
 }
 
+// Whether every xid below 'bound' (a FullTransactionId's value) is finished
+// for 'snapshot'. A bound more than 2^31 xids old compares as later than any
+// xmin: a miss, never a wrong hit (a bound is never later than the next xid).
+bool below_xmin(uint64 bound, Snapshot snapshot) {
+	return TransactionIdPrecedesOrEquals(XidFromFullTransactionId(FullTransactionIdFromU64(bound)), snapshot->xmin);
+}
+
 // Nothing in flight, the epochs as kept, every ended writer finished for
 // 'snapshot'. Reads the counts first: a writer ends by bumping the epoch
 // before it drops its count.
@@ -185,13 +192,9 @@ bool settled(int32 counter, uint64 epoch, uint64 global, Snapshot snapshot) {
 	if (pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&s.epoch)) != epoch ||
 	    pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&g.epoch)) != global)
 		return false;
-	// A bound more than 2^31 xids old compares as later than any xmin: a miss,
-	// never a wrong hit (a bound is never later than the next xid).
-	for (const Slot *x : {&s, &g}) {
-		uint64 bound = pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&x->bound));
-		if (!TransactionIdPrecedesOrEquals(XidFromFullTransactionId(FullTransactionIdFromU64(bound)), snapshot->xmin))
+	for (const Slot *x : {&s, &g})
+		if (!below_xmin(pg_atomic_read_u64(const_cast<pg_atomic_uint64 *>(&x->bound)), snapshot))
 			return false;
-	}
 	return true;
 }
 
@@ -260,11 +263,11 @@ Stamp stamp(int32 counter) {
 	return s;
 }
 
-bool lookup(int32 counter, const ce::buffer::Image &image, Snapshot snapshot, int64 *value) {
+bool lookup(int32 counter, const ce::buffer::Image &image, Snapshot snapshot, uint64 fence, int64 *value) {
 	if (kept == nullptr || !enabled() || !mvcc(snapshot))
 		return false;
 	const Kept &k = kept_of(counter, image);
-	if (!same(k, counter, image) || !settled(counter, k.epoch, k.global, snapshot)) {
+	if (!same(k, counter, image) || !below_xmin(fence, snapshot) || !settled(counter, k.epoch, k.global, snapshot)) {
 		counts.misses++;
 		return false;
 	}
@@ -273,8 +276,9 @@ bool lookup(int32 counter, const ce::buffer::Image &image, Snapshot snapshot, in
 	return true;
 }
 
-void store(int32 counter, const ce::buffer::Image &image, const Stamp &before, Snapshot snapshot, int64 value) {
-	if (!before.usable || !enabled() || !mvcc(snapshot))
+void store(int32 counter, const ce::buffer::Image &image, const Stamp &before, Snapshot snapshot, uint64 fence,
+           int64 value) {
+	if (!before.usable || !enabled() || !mvcc(snapshot) || !below_xmin(fence, snapshot))
 		return;
 	pg_memory_barrier(); // the table's read before the checks
 	if (!settled(counter, before.epoch, before.global, snapshot))

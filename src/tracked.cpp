@@ -787,9 +787,15 @@ struct DirectRead {
 	// counter_internal.tracked_state_written, whose triggers on both tables a
 	// kept value needs (counter_ext/read_cache.hpp); InvalidOid before 1.7
 	Oid written_fn = InvalidOid;
-	// both tables had the triggers, enabled, when read last; forgotten with a
+	// both tables had the trigger, enabled, when read last; forgotten with a
 	// relcache invalidation of either (catalog_invalidate)
 	bool verified = false;
+	// The next xid when 'verified' last became true: a writer that wrote with
+	// the trigger missing or disabled ended before the DDL that made it (or
+	// enabled it again) committed (CREATE and ENABLE TRIGGER wait for the
+	// table's writers), so below this. A kept value is kept and given only
+	// to snapshots whose xmin is past it (read_cache::lookup, store).
+	uint64 fence = 0;
 };
 
 struct KeptPlans {
@@ -1099,7 +1105,10 @@ bool read_direct(const Counter &c, DirectRead *d, Datum key, int64 *result) {
 	// after the last lock taken here: an open relation is rebuilt in place by
 	// the invalidations a lock takes in, so both descriptors are current, and
 	// one that arrives later clears 'verified' (catalog_invalidate)
+	bool was = d->verified;
 	d->verified = read && counts_writers(base, c.id, d->written_fn) && counts_writers(delta, c.id, d->written_fn);
+	if (d->verified && !was)
+		d->fence = U64FromFullTransactionId(ReadNextFullTransactionId());
 	table_close(delta, NoLock);
 	table_close(base, NoLock);
 	if (!read)
@@ -1441,11 +1450,11 @@ CE_FUNCTION(counter_tracked_value) {
 	Snapshot snapshot = GetActiveSnapshot();
 	ce::pg_guard([] { AcceptInvalidationMessages(); });
 	bool hit = imaged && direct->checked && direct->usable && direct->verified &&
-	           ce::read_cache::lookup(c.id, image, snapshot, &result);
+	           ce::read_cache::lookup(c.id, image, snapshot, direct->fence, &result);
 	ce::read_cache::Stamp before = hit ? ce::read_cache::Stamp{} : ce::read_cache::stamp(c.id);
 	if (!hit && ce::pg_guard([&c, direct, value, result_p] { return read_direct(c, direct, value, result_p); })) {
 		if (imaged && direct->verified)
-			ce::read_cache::store(c.id, image, before, snapshot, result);
+			ce::read_cache::store(c.id, image, before, snapshot, direct->fence, result);
 	} else if (!hit) {
 		result = ce::as_owner(c.owner, [&c, plans, value] {
 			if (SPI_connect() != SPI_OK_CONNECT)

@@ -70,11 +70,16 @@ Stamp stamp(int32 counter);
 
 // The table part of a key's value kept from a read under an earlier
 // snapshot, valid for 'snapshot' (see above); false when there is none.
-bool lookup(int32 counter, const ce::buffer::Image &image, Snapshot snapshot, int64 *value);
+// 'fence' (a FullTransactionId's value) is one more bound the snapshot's
+// xmin must have passed: the next xid when the counter's triggers were last
+// found in place (src/tracked.cpp, DirectRead).
+bool lookup(int32 counter, const ce::buffer::Image &image, Snapshot snapshot, uint64 fence, int64 *value);
 
 // Keeps 'value', read under 'snapshot' after 'before' was taken, if nothing
-// changed meanwhile and every ended writer is finished for 'snapshot'.
-void store(int32 counter, const ce::buffer::Image &image, const Stamp &before, Snapshot snapshot, int64 value);
+// changed meanwhile and every ended writer (and 'fence') is finished for
+// 'snapshot'.
+void store(int32 counter, const ce::buffer::Image &image, const Stamp &before, Snapshot snapshot, uint64 fence,
+           int64 value);
 
 // Forgets every kept value (the catalog changed).
 void forget();
