@@ -145,18 +145,6 @@ void xact_callback(XactEvent event, void *) {
 	}
 }
 
-void xact_callback_entry(XactEvent event, void *arg) {
-	ce::boundary([&] { xact_callback(event, arg); });
-}
-
-void shmem_request_entry() {
-	ce::boundary(shmem_request);
-}
-
-void shmem_startup_entry() {
-	ce::boundary(shmem_startup);
-}
-
 bool enabled() {
 	return shared != nullptr && enabled_setting && !RecoveryInProgress();
 }
@@ -241,10 +229,10 @@ void init() {
 	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = shmem_request_entry;
+	shmem_request_hook = ce::entry<shmem_request>;
 	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = shmem_startup_entry;
-	RegisterXactCallback(xact_callback_entry, nullptr);
+	shmem_startup_hook = ce::entry<shmem_startup>;
+	RegisterXactCallback(ce::entry<xact_callback>, nullptr);
 }
 
 void note_write(int32 counter) {
