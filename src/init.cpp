@@ -5,6 +5,7 @@
 #include "counter_ext/guc.hpp"
 #include "counter_ext/hll.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/read_cache.hpp"
 #include "counter_ext/rollup_buffer.hpp"
 #include "counter_ext/worker.hpp"
 
@@ -59,6 +60,7 @@ static void init_cpp() {
 	ce::init_hll();
 	ce::init_worker();
 	ce::buffer::init();
+	ce::read_cache::init();
 	ce::rollup_buffer::init();
 	if (process_shared_preload_libraries_in_progress)
 		ce::install_older_sql_hook();

@@ -17,6 +17,7 @@
 #include "counter_ext/keys.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
+#include "counter_ext/read_cache.hpp"
 #include "counter_ext/source.hpp"
 #include "counter_ext/spi.hpp"
 #include "counter_ext/tracked_fold.hpp"
@@ -35,10 +36,13 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "parser/parse_coerce.h"
+#include "parser/parse_func.h"
 #include "utils/acl.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "funcapi.h"
 #include "nodes/makefuncs.h"
 #include "nodes/parsenodes.h"
 #include "optimizer/optimizer.h"
@@ -1036,6 +1040,18 @@ struct DirectRead {
 	AttrNumber delta_att = InvalidAttrNumber;
 	Oid opfamily = InvalidOid; // the key type's default btree family
 	RegProcedure eq = InvalidOid;
+	// counter_internal.tracked_state_written, whose triggers on both tables a
+	// kept value needs (counter_ext/read_cache.hpp); InvalidOid before 1.7
+	Oid written_fn = InvalidOid;
+	// both tables had the trigger, enabled, when read last; forgotten with a
+	// relcache invalidation of either (catalog_invalidate)
+	bool verified = false;
+	// The next xid when 'verified' last became true: a writer that wrote with
+	// the trigger missing or disabled ended before the DDL that made it (or
+	// enabled it again) committed (CREATE and ENABLE TRIGGER wait for the
+	// table's writers), so below this. A kept value is kept and given only
+	// to snapshots whose xmin is past it (read_cache::lookup, store).
+	uint64 fence = 0;
 };
 
 struct KeptPlans {
@@ -1077,7 +1093,14 @@ NameCache *name_cache = nullptr;
 Oid catalog_relid = InvalidOid;
 
 void catalog_invalidate(Datum, Oid relid) {
+	if (kept_plans != nullptr)
+		for (auto &entry : *kept_plans) {
+			DirectRead &d = entry.second.direct;
+			if (relid == InvalidOid || relid == d.base || relid == d.delta)
+				d.verified = false;
+		}
 	if (relid == InvalidOid || relid == catalog_relid) {
+		ce::read_cache::forget();
 		if (name_cache != nullptr)
 			name_cache->stale = true;
 		if (kept_plans != nullptr)
@@ -1135,11 +1158,42 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 // rows it keeps (sent when the transaction commits).
 CE_FUNCTION(counter_tracked_invalidate) {
 	(void)fcinfo;
+	ce::read_cache::note_write(ce::read_cache::global);
 	ce::pg_guard([] {
 		Oid nsp = get_namespace_oid("counter", false);
 		CacheInvalidateRelcacheByRelid(get_relname_relid("tracked", nsp));
 	});
 	PG_RETURN_VOID();
+}
+
+// counter_internal.tracked_state_written(counter id): the trigger on a
+// counter's base and delta tables that counts their writers
+// (counter_ext/read_cache.hpp): BEFORE, for each statement, ENABLE ALWAYS.
+CE_FUNCTION(counter_tracked_state_written) {
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		throw ce::Error("39P01", "counter_internal.tracked_state_written must be called as a trigger");
+	const TriggerData *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (td->tg_trigger->tgnargs != 1)
+		throw ce::Error("39P01", "counter_internal.tracked_state_written takes the counter id as its one argument");
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		throw ce::Error("39P01", "counter_internal.tracked_state_written must be a statement trigger");
+	ce::read_cache::note_write(static_cast<int32>(strtol(td->tg_trigger->tgargs[0], nullptr, 10)));
+	return PointerGetDatum(nullptr);
+}
+
+// counter_internal.tracked_read_cache(): this session's reads of a kept
+// value (hits) and lookups that found none usable (misses).
+CE_FUNCTION(counter_tracked_read_cache) {
+	ce::read_cache::Stats st = ce::read_cache::stats();
+	return ce::pg_guard([fcinfo, st] {
+		TupleDesc desc;
+		if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED), errmsg("a row type is needed")));
+		desc = BlessTupleDesc(desc);
+		Datum values[2] = {Int64GetDatum(static_cast<int64>(st.hits)), Int64GetDatum(static_cast<int64>(st.misses))};
+		bool nulls[2] = {false, false};
+		return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+	});
 }
 
 namespace {
@@ -1226,7 +1280,29 @@ void direct_fill(const Counter &c, DirectRead *d) {
 		d->opfamily = t->btree_opf;
 	}
 	d->nsp = get_namespace_oid("counter_internal", false);
+	d->written_fn = LookupFuncName(
+	    list_make2(makeString(pstrdup("counter_internal")), makeString(pstrdup("tracked_state_written"))), 0, nullptr,
+	    true);
 	d->checked = true;
+}
+
+// Whether 'rel' has the trigger that counts its writers for counter id
+// (src/sql/31_tracked_code.sql, tracked_state_triggers): BEFORE, for each
+// statement, on INSERT, UPDATE, DELETE and TRUNCATE, enabled ALWAYS, calling
+// tracked_state_written(id), with no WHEN and no column list.
+bool counts_writers(Relation rel, int32 id, Oid fn) {
+	const TriggerDesc *td = rel->trigdesc;
+	if (td == nullptr || !OidIsValid(fn))
+		return false;
+	for (int i = 0; i < td->numtriggers; i++) {
+		const Trigger &t = td->triggers[i];
+		if (t.tgfoid == fn && t.tgnargs == 1 && t.tgqual == nullptr && t.tgnattr == 0 &&
+		    strtol(t.tgargs[0], nullptr, 10) == id && t.tgenabled == TRIGGER_FIRES_ALWAYS &&
+		    TRIGGER_FOR_BEFORE(t.tgtype) && !TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) &&
+		    TRIGGER_FOR_UPDATE(t.tgtype) && TRIGGER_FOR_DELETE(t.tgtype) && TRIGGER_FOR_TRUNCATE(t.tgtype))
+			return true;
+	}
+	return false;
 }
 
 // Owns nothing C++. Opens counter_internal.tracked_<id>_<part> with
@@ -1301,14 +1377,23 @@ bool read_direct(const Counter &c, DirectRead *d, Datum key, int64 *result) {
 	if (d->base_att == InvalidAttrNumber)
 		d->base_att = get_attnum(d->base, "base");
 	bool read = d->base_att != InvalidAttrNumber && sum_rows(base, d->base_att, key, d, snapshot, &sum);
-	table_close(base, NoLock);
-	if (!read)
+	if (!read) {
+		table_close(base, NoLock);
 		return false;
+	}
 	Relation delta = open_state(c.id, "delta", d, &d->delta);
 	if (d->delta_att == InvalidAttrNumber)
 		d->delta_att = get_attnum(d->delta, "delta");
 	read = d->delta_att != InvalidAttrNumber && sum_rows(delta, d->delta_att, key, d, snapshot, &sum);
+	// after the last lock taken here: an open relation is rebuilt in place by
+	// the invalidations a lock takes in, so both descriptors are current, and
+	// one that arrives later clears 'verified' (catalog_invalidate)
+	bool was = d->verified;
+	d->verified = read && counts_writers(base, c.id, d->written_fn) && counts_writers(delta, c.id, d->written_fn);
+	if (d->verified && !was)
+		d->fence = U64FromFullTransactionId(ReadNextFullTransactionId());
 	table_close(delta, NoLock);
+	table_close(base, NoLock);
 	if (!read)
 		return false;
 	*result = sum > PG_INT64_MAX ? PG_INT64_MAX : sum < -PG_INT64_MAX ? -PG_INT64_MAX : static_cast<int64>(sum);
@@ -1636,16 +1721,24 @@ CE_FUNCTION(counter_tracked_value) {
 		return ce::keys::convert(given, key, c.key_type, c.name);
 	});
 	ce::buffer::Image image{};
-	bool imaged = false;
-	if (c.buffered) {
-		ce::buffer::Image *image_p = &image;
-		imaged =
-		    ce::pg_guard([&c, value, image_p] { return ce::buffer::image_of(value, c.key_len, c.key_byval, image_p); });
-	}
+	ce::buffer::Image *image_p = &image;
+	bool imaged =
+	    ce::pg_guard([&c, value, image_p] { return ce::buffer::image_of(value, c.key_len, c.key_byval, image_p); });
 	int64 result = 0;
 	int64 *result_p = &result;
 	DirectRead *direct = &plans->direct;
-	if (!ce::pg_guard([&c, direct, value, result_p] { return read_direct(c, direct, value, result_p); }))
+	// the table part kept from an earlier read (counter_ext/read_cache.hpp),
+	// once the invalidations that arrived are taken in: a disabled trigger
+	// clears 'verified'
+	Snapshot snapshot = GetActiveSnapshot();
+	ce::pg_guard([] { AcceptInvalidationMessages(); });
+	bool hit = imaged && direct->checked && direct->usable && direct->verified &&
+	           ce::read_cache::lookup(c.id, image, snapshot, direct->fence, &result);
+	ce::read_cache::Stamp before = hit ? ce::read_cache::Stamp{} : ce::read_cache::stamp(c.id);
+	if (!hit && ce::pg_guard([&c, direct, value, result_p] { return read_direct(c, direct, value, result_p); })) {
+		if (imaged && direct->verified)
+			ce::read_cache::store(c.id, image, before, snapshot, direct->fence, result);
+	} else if (!hit) {
 		result = ce::as_owner(c.owner, [&c, plans, value] {
 			if (SPI_connect() != SPI_OK_CONNECT)
 				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
@@ -1658,6 +1751,7 @@ CE_FUNCTION(counter_tracked_value) {
 			SPI_finish();
 			return v;
 		});
+	}
 	// after the table's read: its snapshot is older than what the buffer shows
 	result = ce::buffer::saturating_add(result, buffered_amount(c, imaged, image));
 	PG_RETURN_INT64(result);

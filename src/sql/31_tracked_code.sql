@@ -83,6 +83,42 @@ RETURNS void
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_invalidate';
 
+-- Reads without a query (src/read_cache.cpp): counter.value gives a key's
+-- base + deltas kept from an earlier read while no writer of the counter's
+-- tables started or ended since. This trigger counts the writers: a BEFORE
+-- statement trigger, ENABLE ALWAYS (every session, also in replica mode).
+-- Logical replication's apply fires no statement trigger: a background
+-- worker's transaction that wrote anything counts as a writer of every
+-- counter (src/read_cache.cpp). A read keeps nothing from tables without it.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_state_written()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_state_written';
+
+CREATE OR REPLACE FUNCTION counter_internal.tracked_state_triggers(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    tbl text;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY[counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')] LOOP
+        EXECUTE format('CREATE TRIGGER ce_writers BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION counter_internal.tracked_state_written(%L)',
+                       tbl, t.counter_id);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER ce_writers', tbl);
+    END LOOP;
+END
+$fn$;
+
+-- This session's reads of a kept value (hits) and reads that found none
+-- usable (misses), for tests and benchmarks.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_read_cache(OUT hits bigint, OUT misses bigint)
+RETURNS record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_tracked_read_cache';
+
 -- The counter row, or an errcode'd error.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_get(counter_name text)
 RETURNS counter.tracked
@@ -653,6 +689,8 @@ BEGIN
     IF distributed THEN   -- colocated with the source: its shards' triggers write their own shard
         PERFORM counter_internal.citus_colocate(base_t::regclass, source);
         PERFORM counter_internal.citus_colocate(delta_t::regclass, source);
+    ELSE                  -- reads keep values while no writer of these tables is in flight (src/read_cache.cpp)
+        PERFORM counter_internal.tracked_state_triggers(t);
     END IF;
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();

@@ -91,10 +91,13 @@ AS $$
 $$;
 
 -- A tracked counter's hidden state table (counter_internal.tracked_N_base or
--- _delta) is counter_ext's: it carries no trigger, rule or policy of
--- counter_ext, and no privilege but its owner's. Whatever its previous owner
--- put there (a trigger calling its own function, a rule, a policy, a grant)
--- is dropped when the table changes hands; returns what was dropped.
+-- _delta) is counter_ext's: it carries no trigger, rule or policy but
+-- counter_ext's own (the triggers calling tracked_state_written, which no
+-- role but the extension's may call, 31_tracked_code.sql), and no privilege
+-- but its owner's. Whatever its previous owner put there (a trigger calling
+-- its own function, a rule, a policy, a grant) is dropped when the table
+-- changes hands, and counter_ext's triggers are enabled as made; returns
+-- what was dropped.
 CREATE OR REPLACE FUNCTION counter_internal.state_table_clear(t regclass)
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE STRICT
@@ -106,9 +109,17 @@ DECLARE
     g record;
 BEGIN
     FOR n IN SELECT x.tgname FROM pg_catalog.pg_trigger x
-             WHERE x.tgrelid OPERATOR(pg_catalog.=) t AND NOT x.tgisinternal ORDER BY 1 LOOP
+             WHERE x.tgrelid OPERATOR(pg_catalog.=) t AND NOT x.tgisinternal
+               AND x.tgfoid OPERATOR(pg_catalog.<>) 'counter_internal.tracked_state_written()'::pg_catalog.regprocedure
+             ORDER BY 1 LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', n, t);
         gone := gone OPERATOR(pg_catalog.||) format('trigger %I on %s', n, t);
+    END LOOP;
+    FOR n IN SELECT x.tgname FROM pg_catalog.pg_trigger x
+             WHERE x.tgrelid OPERATOR(pg_catalog.=) t
+               AND x.tgfoid OPERATOR(pg_catalog.=) 'counter_internal.tracked_state_written()'::pg_catalog.regprocedure
+             ORDER BY 1 LOOP
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', t, n);
     END LOOP;
     FOR n IN SELECT x.rulename FROM pg_catalog.pg_rewrite x WHERE x.ev_class OPERATOR(pg_catalog.=) t ORDER BY 1 LOOP
         EXECUTE format('DROP RULE %I ON %s', n, t);

@@ -88,7 +88,11 @@ load=$!
 pids+=($load)
 ( while true; do ce_psql -At -c "SELECT counter.flush()" >/dev/null 2>&1 || true; sleep 0.05; done ) &
 pids+=($!)
-ce_psql -f "$work/reader.sql" >"$work/reader.txt" 2>&1 &
+# (its backend notices within 0.1 s that the client was killed, and ends: a
+# DO block holds its snapshot's xmin, which would keep the flush from
+# forgetting what it wrote, and the key's bucket slots full, below)
+PGOPTIONS="-c client_connection_check_interval=100ms -c application_name=hot_reader" \
+    ce_psql -f "$work/reader.sql" >"$work/reader.txt" 2>&1 &
 reader=$!
 pids+=($reader)
 wait "$load" || { cat "$work/pgbench.txt"; echo "the load failed"; exit 1; }
@@ -101,6 +105,10 @@ fi
 kill "${pids[@]}" 2>/dev/null || true
 wait 2>/dev/null || true
 pids=()
+for _ in $(seq 1 100); do
+    [ "$(ce_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'hot_reader'")" = 0 ] && break
+    sleep 0.1
+done
 grep -q "went down" "$work/reader.txt" && { cat "$work/reader.txt"; exit 1; }
 
 # pgbench's transactions per script: "SQL script 1: .../add.sql" then "- N transactions".

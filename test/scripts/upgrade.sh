@@ -129,6 +129,12 @@ SQL
         ce_die "the update from $old differs from a fresh install of $current (- fresh, + updated)"
     fi
     [ "$(wc -l < "$CE_OUT/upgrade-$old-fresh.txt")" -gt 200 ] || ce_die "the catalog listing is too short to mean anything"
+    # 1.7: the counter of the old version got the trigger that counts the
+    # writers of its state tables (reads keep values only with it)
+    [ "$(ce_psql -At -d upgraded -c "SELECT count(*) FROM pg_trigger g JOIN counter.tracked t
+            ON g.tgrelid IN (counter_internal.tracked_table(t, 'base')::regclass, counter_internal.tracked_table(t, 'delta')::regclass)
+            WHERE t.name = 'clicks_per_link' AND g.tgname = 'ce_writers' AND g.tgenabled = 'A'")" = 2 ] ||
+        ce_die "the update from $old left the old counter's state tables without their ce_writers triggers"
     # Old data keeps working: stored sketches merge with new ones, the rollup
     # keeps counting and its refresh equals a from-scratch GROUP BY.
     result=$(ce_psql -At -d upgraded <<'SQL'

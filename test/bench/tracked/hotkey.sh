@@ -8,6 +8,14 @@
 #                 (the ceiling of add_zipf: pgbench's own cost of the draw)
 #   add_zipf      the same add over 100,000 keys, random_zipfian(1.1)
 #   value_hot     SELECT counter.value('appb', 1::bigint)         (a buffered key)
+#   value_tables  the same with counter_ext.read_cache = off: every read reads
+#                 the tables (1.6's read)
+#   add_zipf_held add_zipf with the flush job off during the run (the adds
+#                 stay in shared memory; flushed, untimed, after it): not run
+#                 unless named in CE_BENCH_RUNS (the runs, in order)
+# Each add run's line says what the flush job took meanwhile (the sum of its
+# runs' durations in counter.job_runs over the run's wall time, and the rows
+# it wrote).
 # The flush job runs every second as in production. Prints the median tps,
 # each run's ratio to SELECT 1 and the load average beside it: on a shared
 # machine the absolute figures are loaded, the ratios less so. Afterwards
@@ -51,23 +59,37 @@ echo "SELECT counter.add('appb', 1::bigint);" >"$work/add_hot.sql"
 printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT counter.add('appz', :k::bigint);" >"$work/add_zipf.sql"
 printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT :k::bigint;" >"$work/select_zipf.sql"
 echo "SELECT counter.value('appb', 1::bigint);" >"$work/value_hot.sql"
-runs=(select_1 add_hot select_zipf add_zipf value_hot)
+cp "$work/value_hot.sql" "$work/value_tables.sql"
+cp "$work/add_zipf.sql" "$work/add_zipf_held.sql"
+read -r -a runs <<<"${CE_BENCH_RUNS:-select_1 add_hot select_zipf add_zipf value_hot value_tables}"
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
 tx_of() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
 expect_hot=0
 expect_zipf=0
 run() { # run NAME CLIENTS
-    local out="$work/$1.$2.out" t n
-    "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
+    local out="$work/$1.$2.out" t n since flush=
+    local options=
+    [ "$1" = value_tables ] && options="-c counter_ext.read_cache=off"
+    [ "$1" = add_zipf_held ] && ce_psql -q -c "UPDATE counter.jobs SET enabled = false WHERE kind = 'flush'"
+    since=$(ce_psql -At -c "SELECT pg_catalog.clock_timestamp()")
+    PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
+    case $1 in
+        add_hot | add_zipf) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
+                sum(finished_at - started_at), '0')) / $seconds, 1) || '% of a core, ' || coalesce(sum(rows_affected), 0)
+                || ' rows' FROM counter.job_runs WHERE kind = 'flush' AND started_at >= '$since'") ;;
+        add_zipf_held) ce_psql -q -c "UPDATE counter.jobs SET enabled = true WHERE kind = 'flush'" \
+            -c "SELECT counter.flush()" >/dev/null
+            flush="   flush: off during the run" ;;
+    esac
     t=$(tps_of "$out")
     n=$(tx_of "$out")
     echo "${t:-0}" >>"$work/$1.$2.tps"
     case $1 in
         add_hot) expect_hot=$((expect_hot + ${n:-0})) ;;
-        add_zipf) expect_zipf=$((expect_zipf + ${n:-0})) ;;
+        add_zipf | add_zipf_held) expect_zipf=$((expect_zipf + ${n:-0})) ;;
     esac
-    printf '  %-10s %3s clients %10s tps   load %s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '  %-13s %3s clients %10s tps   load %s%s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)" "$flush"
 }
 median() { sort -n "$work/$1.tps" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 ratio() { python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')"; }
@@ -88,18 +110,32 @@ echo
 echo "## Results (durable: fsync, synchronous_commit, full_page_writes on; pgbench -M $mode," \
     "median of $rounds interleaved rounds of $seconds s)"
 echo
-echo "| clients | SELECT 1 tps | add, one key | SELECT of a zipf draw | add, 100,000 zipf keys (/ SELECT 1, / the draw) | value of a buffered key |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
-for c in "${client_counts[@]}"; do
-    s=$(median "select_1.$c")
-    z=$(median "select_zipf.$c")
-    printf '| %s | %.0f | %.0f (%s) | %.0f (%s) | %.0f (%s, %s) | %.0f (%s) |\n' "$c" "$s" \
-        "$(median "add_hot.$c")" "$(ratio "$(median "add_hot.$c")" "$s")" \
-        "$z" "$(ratio "$z" "$s")" \
-        "$(median "add_zipf.$c")" "$(ratio "$(median "add_zipf.$c")" "$s")" "$(ratio "$(median "add_zipf.$c")" "$z")" \
-        "$(median "value_hot.$c")" "$(ratio "$(median "value_hot.$c")" "$s")"
-done
-echo
+if [ -n "${CE_BENCH_RUNS:-}" ]; then
+    echo "| clients | run | median tps | / SELECT 1 | / the zipf draw |"
+    echo "| ---: | --- | ---: | ---: | ---: |"
+    for c in "${client_counts[@]}"; do
+        s=$( [ -f "$work/select_1.$c.tps" ] && median "select_1.$c" || echo 0)
+        z=$( [ -f "$work/select_zipf.$c.tps" ] && median "select_zipf.$c" || echo 0)
+        for t in "${runs[@]}"; do
+            m=$(median "$t.$c")
+            printf '| %s | %s | %.0f | %s | %s |\n' "$c" "$t" "$m" "$(ratio "$m" "$s")" "$(ratio "$m" "$z")"
+        done
+    done
+else
+    echo "| clients | SELECT 1 tps | add, one key | SELECT of a zipf draw | add, 100,000 zipf keys (/ SELECT 1, / the draw) | value of a buffered key | the same, read_cache off |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for c in "${client_counts[@]}"; do
+        s=$(median "select_1.$c")
+        z=$(median "select_zipf.$c")
+        printf '| %s | %.0f | %.0f (%s) | %.0f (%s) | %.0f (%s, %s) | %.0f (%s) | %.0f (%s) |\n' "$c" "$s" \
+            "$(median "add_hot.$c")" "$(ratio "$(median "add_hot.$c")" "$s")" \
+            "$z" "$(ratio "$z" "$s")" \
+            "$(median "add_zipf.$c")" "$(ratio "$(median "add_zipf.$c")" "$s")" "$(ratio "$(median "add_zipf.$c")" "$z")" \
+            "$(median "value_hot.$c")" "$(ratio "$(median "value_hot.$c")" "$s")" \
+            "$(median "value_tables.$c")" "$(ratio "$(median "value_tables.$c")" "$s")"
+    done
+    echo
+fi
 echo "targets: add one key >= 0.9x SELECT 1 (32 clients), value >= 0.8x, 100,000 zipf keys no slower than one key"
 if [ "$got_hot" = "$expect_hot" ] && [ "$got_zipf" = "$expect_zipf" ]; then
     echo "every add counted once: one key $got_hot = $expect_hot transactions, zipf keys $got_zipf = $expect_zipf"
