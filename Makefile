@@ -106,6 +106,9 @@ deb-test:
 
 format-check:
 	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
+	@if grep -rnE '(echo|printf)[^|]*[|][[:space:]]*grep[[:space:]]+-[A-Za-z]*q' test/ .ci/; then \
+		echo "the lines above pipe into grep -q: under pipefail the writer can die of SIGPIPE when grep stops" \
+		     "early, and the test fails at random; write grep -q PATTERN <<<\"\$$var\""; exit 1; fi
 
 format:
 	$(CLANG_FORMAT) -i $(FORMAT_FILES)

@@ -58,7 +58,7 @@ CONF
             echo "the server loaded another major's library"; st=1
         fi
         echo "LOAD of another major's library: $msg"
-        echo "$msg" | grep -Eq "incompatible library .*version mismatch|could not load library" ||
+        grep -Eq "incompatible library .*version mismatch|could not load library" <<<"$msg" ||
             { echo "another major's library was not refused as expected"; st=1; }
     fi
     grep -E "terminated by signal|PANIC" /tmp/pg/server.log && st=1

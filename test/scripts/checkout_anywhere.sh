@@ -38,14 +38,14 @@ out=$("${clean_env[@]}" CE_ONLY='^wall$' make -C "$copy" test 2>&1)
 st=$?
 echo "$out" | tail -5
 [ $st -eq 0 ] || { echo "make test failed in a 0700 folder"; exit 1; }
-echo "$out" | grep -qx "2 passed, 0 failed" || { echo "make test did not run its two checks"; exit 1; }
+grep -qx "2 passed, 0 failed" <<<"$out" || { echo "make test did not run its two checks"; exit 1; }
 
 # The demo's set-up, build and cluster, and its first two sections.
 out=$("${clean_env[@]}" CE_DEMO_ONLY='^(00|10)_' make -C "$copy" demo 2>&1)
 st=$?
 echo "$out" | tail -2
 [ $st -eq 0 ] || { echo "make demo failed in a 0700 folder"; exit 1; }
-echo "$out" | grep -q "demo finished" || { echo "the demo did not finish"; exit 1; }
+grep -q "demo finished" <<<"$out" || { echo "the demo did not finish"; exit 1; }
 
 [ "$(stat -c %a "$home")" = 700 ] || { echo "the folder's mode changed to $(stat -c %a "$home")"; exit 1; }
 stage=$(cat "$copy/build/stage.where" 2>/dev/null) || { echo "no build/stage.where"; exit 1; }

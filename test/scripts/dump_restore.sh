@@ -78,8 +78,8 @@ ce_cluster_use a
 refused() {
     local out
     out=$(on b -d "$1" -v VERBOSITY=verbose -c "$2" 2>&1) && fail "$2 was not refused: $out"
-    echo "$out" | grep -Eq "ERROR:  $3" || fail "$2: not the expected refusal: $out"
-    echo "$out" | grep -q "HINT:  Restore the whole database from a full pg_dump" || fail "$2: no hint: $out"
+    grep -Eq "ERROR:  $3" <<<"$out" || fail "$2: not the expected refusal: $out"
+    grep -q "HINT:  Restore the whole database from a full pg_dump" <<<"$out" || fail "$2: no hint: $out"
 }
 ce_cluster_use b
 "$CE_PGBIN/createdb" dst_schema || exit 1
@@ -120,7 +120,7 @@ on b -d dst_collide -c "CREATE EXTENSION counter_ext" \
 on b -d dst_collide -v ON_ERROR_STOP=0 -f "$work/two_tables.sql" >"$work/two_tables.out" 2>&1
 out=$(on b -d dst_collide -c "INSERT INTO public.clicks (link_id, occurred_at) VALUES (1, now())" 2>&1) &&
     fail "a restored trigger counted into another table's counter"
-echo "$out" | grep -q "names tracked counter \"other_per_k\", whose source is public.other" || fail "unexpected: $out"
+grep -q "names tracked counter \"other_per_k\", whose source is public.other" <<<"$out" || fail "unexpected: $out"
 refused dst_collide "INSERT INTO public.events VALUES (1, 1, 1, now())" "55000: trigger counter_rollup_1_[a-z]+ on public.events belongs to rollup 1, which is not a rollup of that table"
 [ "$(on b -d dst_collide -Atc "SELECT (SELECT count(*) FROM counter.tracked_values) + (SELECT count(*) FROM public.other_hourly)")" = 0 ] ||
     fail "the other table's counter or rollup changed"

@@ -35,7 +35,7 @@ else
     # the host: installed when they can be (root, and Debian has them)
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
-        if ! ce_is_root || ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        if ! ce_is_root || ! apt-cache policy "$p" 2>/dev/null | grep 'Candidate: [0-9]' >/dev/null; then
             echo "not run: $p is not installed and cannot be installed here"
             exit 77
         fi

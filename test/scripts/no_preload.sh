@@ -45,12 +45,12 @@ SELECT 'flushed ' || counter.flush('calls');
 SELECT 'preloaded ' || preloaded FROM counter.buffered;
 SQL
 )
-echo "$out" | grep -q "WARNING:  counter_ext is not loaded by shared_preload_libraries" ||
+grep -q "WARNING:  counter_ext is not loaded by shared_preload_libraries" <<<"$out" ||
     { echo "no warning at registration: $out"; exit 1; }
 [ "$(echo "$out" | grep -c "NOTICE:  counter_ext is not loaded by shared_preload_libraries")" -eq 1 ] ||
     { echo "not one notice per session: $out"; exit 1; }
 for want in "value 2" "flushed 0" "preloaded false"; do
-    echo "$out" | grep -q "$want" || { echo "missing '$want': $out"; exit 1; }
+    grep -q "$want" <<<"$out" || { echo "missing '$want': $out"; exit 1; }
 done
 id=$(ce_psql -At -c "SELECT counter_id FROM counter.tracked WHERE name = 'calls'")
 [ "$(ce_psql -At -c "SELECT sum(delta) FROM counter_internal.tracked_${id}_delta")" = 2 ] ||

@@ -48,7 +48,7 @@ grep -q "Asynchronous notification \"counter_ext_drift\" with payload \"{\"parti
     { echo "no NOTIFY for the overdue table"; exit 1; }
 [ "$(grep -c 'Asynchronous notification "counter_ext_drift"' "$out")" -ge 2 ] || { echo "expected the notifications"; exit 1; }
 grep -q 'WARNING:  partition maintenance of public.ev skipped 1 slot(s)' "$out" || { echo "no WARNING"; exit 1; }
-payload=$(sed -n 's/.*with payload "\(.*\)" received from.*/\1/p' "$out" | head -1)
+payload=$(sed -n 's/.*with payload "\(.*\)" received from.*/\1/p' "$out" | sed -n 1p)
 run=$(python3 - "$payload" <<'PY'
 import json, sys
 p = json.loads(sys.argv[1])

@@ -60,7 +60,7 @@ views=$(via site_a -c "SELECT views::text FROM public.page_views")
 [ "$views" = '{"site_a":[6,0],"site_b":[15,1]}' ] || fail "node ids: $views"
 # A role cannot change its node id (a superuser-only setting), so it cannot leak.
 out=$(via site_a -c "SET counter_ext.node_id = 'site_b'" 2>&1) && fail "site_a could SET its node id"
-echo "$out" | grep -q "permission denied" || fail "unexpected: $out"
+grep -q "permission denied" <<<"$out" || fail "unexpected: $out"
 echo "pncounter: each role's increments count for its own node through a shared server connection"
 
 # hll precision: the role's, the database's, an explicit argument, SET LOCAL.

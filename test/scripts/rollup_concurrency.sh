@@ -73,7 +73,7 @@ refresher=
 cat "$work/writers.out" | grep -E "transactions|failed" || true
 grep -E "number of failed transactions: 0 " "$work/writers.out" >/dev/null || { cat "$work/writers.out"; exit 1; }
 grep -E "number of failed transactions: 0 " "$work/deleter.out" >/dev/null || { cat "$work/deleter.out"; exit 1; }
-if grep -v "NOTICE" "$work/refresher.err" | grep -q .; then
+if grep -v "NOTICE" "$work/refresher.err" | grep . >/dev/null; then
     echo "refresher errors:"; cat "$work/refresher.err"; exit 1
 fi
 deadlocks_after=$(grep -c "deadlock detected" "$CE_main_LOG" 2>/dev/null || true)

@@ -168,7 +168,7 @@ case "$out" in
 *) fail "no alert after three skipped runs: $out" ;;
 esac
 # the notification carries the run's id only; the owner reads that run
-alert_run=$(printf '%s\n' "$out" | sed -n 's/.*with payload "{"run_id" : \([0-9]*\)}" received.*/\1/p' | head -1)
+alert_run=$(printf '%s\n' "$out" | sed -n 's/.*with payload "{"run_id" : \([0-9]*\)}" received.*/\1/p' | sed -n 1p)
 [ -n "$alert_run" ] || fail "no NOTIFY with the alert: $out"
 expect "the alert is notified on counter_ext_drift: the run it names was skipped and alerted" "reconcile|v_t|skipped" \
     "$(as_role victim -c "SELECT kind, target, outcome FROM counter.alerts WHERE run_id = $alert_run")"

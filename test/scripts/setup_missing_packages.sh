@@ -19,7 +19,7 @@ out=$(cd / && runuser -u nobody -- env CE_TOP="$tmp" bash -c "source '$tmp/test/
 st=$?
 echo "$out"
 [ $st -ne 0 ] || { echo "expected a non-zero exit"; exit 1; }
-echo "$out" | grep -qx "run as root:  apt-get update && apt-get install -y $missing" ||
+grep -qx "run as root:  apt-get update && apt-get install -y $missing" <<<"$out" ||
     { echo "the exact apt-get line is missing"; exit 1; }
 dpkg-query -W "$missing" >/dev/null 2>&1 && { echo "something was installed"; exit 1; }
 echo ok

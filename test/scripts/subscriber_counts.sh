@@ -117,10 +117,10 @@ done
 # A counter without replicated => true on a table the subscription writes:
 # counter.track says so.
 warned=$(sub -c "SELECT FROM counter.track('pev_plain', 'pev', 'k', 't')" 2>&1 >/dev/null)
-echo "$warned" | grep -q 'WARNING:.*public.pev is written by logical replication (subscription s)' ||
+grep -q 'WARNING:.*public.pev is written by logical replication (subscription s)' <<<"$warned" ||
     fail "counter.track on a subscription's table without replicated => true did not warn: $warned"
 warned=$(sub -c "SELECT FROM counter.rollup_create('pev_hourly_plain', 'pev', 't', '{k}')" 2>&1 >/dev/null)
-echo "$warned" | grep -q 'WARNING:.*rollup "pev_hourly_plain": public.pev is written by logical replication' ||
+grep -q 'WARNING:.*rollup "pev_hourly_plain": public.pev is written by logical replication' <<<"$warned" ||
     fail "counter.rollup_create on a subscription's table without replicated => true did not warn: $warned"
 # Partitions made later by maintenance (hours ahead), and one attached later.
 parts_before=$(sub -At -c "SELECT count(*) FROM pg_partition_tree('pev') WHERE isleaf")
@@ -195,7 +195,7 @@ pdiff=$(sub -At -c "SELECT count(*) FROM (
 # The counters that miss replicated rows say so: in tracked_status and
 # rollup_state, and at each reconciliation ('late' became a target later).
 warned=$(sub -c "SELECT FROM counter.reconcile('late_k')" 2>&1 >/dev/null)
-echo "$warned" | grep -q 'WARNING:.*tracked counter "late_k": public.late is written by logical replication (subscription s)' ||
+grep -q 'WARNING:.*tracked counter "late_k": public.late is written by logical replication (subscription s)' <<<"$warned" ||
     fail "a reconciliation of a counter whose table became a subscription's target did not warn: $warned"
 flagged=$(sub -At -c "SELECT string_agg(counter, ',' ORDER BY counter) FROM counter.tracked_status WHERE replication_warning IS NOT NULL")
 [ "$flagged" = "late_k,pev_plain" ] || fail "tracked_status.replication_warning flags '$flagged', not late_k,pev_plain"
@@ -214,11 +214,11 @@ sub -c "CREATE TABLE other (LIKE pev) PARTITION BY RANGE (t)" \
     -c "CREATE TRIGGER copied_rollup AFTER INSERT ON other FOR EACH ROW EXECUTE FUNCTION counter_internal.rollup_trigger('${ids#* }')" \
     -c "ALTER TABLE other_p ENABLE ALWAYS TRIGGER copied_fold" -c "ALTER TABLE other ENABLE ALWAYS TRIGGER copied_rollup"
 refused=$(sub -c "INSERT INTO other VALUES (1, 1, now(), false)" 2>&1 >/dev/null || true)
-echo "$refused" | grep -q 'ERROR:  the trigger on other_p names tracked counter "pev_k", whose source is public.pev' ||
+grep -q 'ERROR:  the trigger on other_p names tracked counter "pev_k", whose source is public.pev' <<<"$refused" ||
     fail "a tracked counter's trigger on a partition of another table: $refused"
 sub -c "DROP TRIGGER copied_fold ON other_p"
 refused=$(sub -c "INSERT INTO other VALUES (1, 1, now(), false)" 2>&1 >/dev/null || true)
-echo "$refused" | grep -q 'ERROR:  trigger copied_rollup on public.other_p belongs to rollup' ||
+grep -q 'ERROR:  trigger copied_rollup on public.other_p belongs to rollup' <<<"$refused" ||
     fail "a rollup's trigger on a partition of another table: $refused"
 [ "$(sub -At -c "SELECT counter.value('pev_k', 1) || ' ' || (SELECT count(*) FROM counter.rollup_dirty)")" = "$before" ] ||
     fail "the refused triggers changed the counter or the rollup"

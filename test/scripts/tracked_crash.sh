@@ -59,7 +59,7 @@ grep -q "database system was not properly shut down\|was interrupted" "$CE_crash
 echo "the server ran crash recovery"
 # The job loop's errors: only the connection going away with the server.
 if grep -v "server closed the connection\|connection to server\|terminating connection\|Is the server running\|the database system is\|This probably means\|before or while processing\|^\s*$\|connection was lost\|FATAL:  the database system\|NOTICE:  tracked counter .* is being reconciled by another session; skipped" \
-        "$work/jobs.err" | grep -q .; then
+        "$work/jobs.err" | grep . >/dev/null; then
     echo "the job loop failed before the crash:"; sort "$work/jobs.err" | uniq -c | head; exit 1
 fi
 

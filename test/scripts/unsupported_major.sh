@@ -17,7 +17,7 @@ for major in 14 19; do
         "$major" "$CE_PG_CONFIG" >"$work/pg_config"
     chmod +x "$work/pg_config"
     out=$(make -s -n PG_CONFIG="$work/pg_config" 2>&1) && fail "make accepted PostgreSQL $major"
-    echo "$out" | grep -q "counter_ext builds against PostgreSQL 15 16 17 18; .*PostgreSQL $major\.1" ||
+    grep -q "counter_ext builds against PostgreSQL 15 16 17 18; .*PostgreSQL $major\.1" <<<"$out" ||
         fail "make's message for $major: $out"
     echo "make, PostgreSQL $major: $(echo "$out" | sed 's/^Makefile:[0-9]*: \*\*\* //' | cut -c1-100)..."
 
@@ -28,7 +28,7 @@ for major in 14 19; do
     sed "s/^#define PG_VERSION_NUM .*/#define PG_VERSION_NUM ${major}0001/" "$server/pg_config.h" >"$work/server/pg_config.h"
     out=$(echo '#include "counter_ext/pg.hpp"' | g++ -std=c++17 -fsyntax-only -isystem "$work/server" -Isrc/include -x c++ - 2>&1) &&
         fail "the compiler accepted headers of PostgreSQL $major"
-    echo "$out" | grep -q "#error \"counter_ext supports PostgreSQL 15, 16, 17 and 18" ||
+    grep -q "#error \"counter_ext supports PostgreSQL 15, 16, 17 and 18" <<<"$out" ||
         fail "the compiler's message for $major: $out"
     echo "compiler, PostgreSQL $major: $(echo "$out" | grep -m1 -o 'counter_ext supports[^"]*')"
 done

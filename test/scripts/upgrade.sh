@@ -121,7 +121,7 @@ SQL
     history_after=$(ce_psql -At -d upgraded -c "$history_sql" \
         -c "SELECT format('%s:%s', last_outcome, last_created) FROM counter.partition_status WHERE parent = 'pev'::regclass")
     [ "$history_after" = "$history_before" ] || ce_die "the history of $old changed in the update: $history_before, now $history_after"
-    printf '%s\n' "$history_before" | grep -q ':5:-50:ok|' || ce_die "no drift in the old history to carry: $history_before"
+    grep -q ':5:-50:ok|' <<<"$history_before" || ce_die "no drift in the old history to carry: $history_before"
     [ "$(ce_psql -At -d upgraded -c "SELECT extversion FROM pg_extension WHERE extname = 'counter_ext'")" = "$current" ]
     ce_psql -At -d upgraded -c "$catalog_sql" | grep -v '^relation public\.\|^column public\.' > "$CE_OUT/upgrade-$old-updated.txt"
     ce_psql -At -d fresh -c "$catalog_sql" > "$CE_OUT/upgrade-$old-fresh.txt"

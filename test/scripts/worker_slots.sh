@@ -118,7 +118,7 @@ SET min_parallel_table_scan_size = 0;
 EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(*) FROM public.big;
 SQL
 )
-launched=$(sed -n 's/.*Workers Launched: \([0-9]*\).*/\1/p' <<<"$plan" | head -1)
+launched=$(sed -n 's/.*Workers Launched: \([0-9]*\).*/\1/p' <<<"$plan" | sed -n 1p)
 echo "parallel query: Workers Launched: ${launched:-none}"
 [ -n "$launched" ] && [ "$launched" -gt 0 ] || { echo "$plan"; fail "the parallel query got no workers"; }
 
