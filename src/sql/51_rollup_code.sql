@@ -979,7 +979,7 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Newest hour the rollup knows of (its table, read as its owner, and its
 -- dirty log); NULL for a rollup the caller does not own.
-CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour_impl(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1000,9 +1000,13 @@ BEGIN
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_newest_hour above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_newest_hour(rid integer)
+-- The entry point the view counter.rollup_state calls: counter_entry
+-- (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_newest_hour_impl above. PostgreSQL checks EXECUTE
+-- on a view's functions as the view's reader, so this one function of
+-- counter_internal is executable by PUBLIC (99_internal.sql); it answers
+-- only for the caller's rollups, as counter.rollup_newest_hour of 1.6 did.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour(rid integer)
 RETURNS timestamptz
 LANGUAGE c STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -1029,7 +1033,7 @@ SELECT r.name,
        r.mode,
        r.source,
        r.rollup_table,
-       counter.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
+       counter_internal.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
        least(pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') OPERATOR(pg_catalog.-) interval '1 hour',
              d.oldest_dirty OPERATOR(pg_catalog.-) interval '1 hour') AS newest_complete_hour,
        coalesce(d.dirty_hours, 0) AS dirty_hours,
