@@ -588,37 +588,17 @@ BEGIN
 END
 $$;
 
--- Creates a rollup: its table, its triggers on the source, its catalog row
--- and its refresh job, and marks every hour that already has events dirty
--- (the job fills them in). Nothing is created when any argument is wrong.
-CREATE OR REPLACE FUNCTION counter_internal.rollup_create(
-    name text,
-    source regclass,
-    time_column name,
-    group_by name[],
-    distinct_on name[] DEFAULT '{}',
-    mode text DEFAULT 'trigger',
-    sums name[] DEFAULT '{}',
-    filter text DEFAULT NULL,
-    retention interval DEFAULT NULL,
-    refresh_every interval DEFAULT '1 minute',
-    replicated boolean DEFAULT false)
-RETURNS regclass
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The checks of counter.rollup_create's arguments that need no table
+-- (counter_internal.rollup_create): none NULL but filter and retention, the
+-- name, the mode (a buffered rollup's columns: rollup_buffered_check), the
+-- intervals, no rollup of that name yet.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_check_args(name text, source regclass, time_column name,
+    group_by name[], distinct_on name[], mode text, sums name[], retention interval, refresh_every interval,
+    replicated boolean)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    caller regrole := counter_internal.caller();
-    compiled text[];
-    rel record;
-    col record;
-    g name;
-    seen name[] := '{}';
-    outcols text[] := ARRAY['hour', 'count'];
-    ddl text := '';
-    keys text := '';
-    tbl regclass;
-    rid integer;
 BEGIN
     IF name IS NULL OR source IS NULL OR time_column IS NULL OR group_by IS NULL OR distinct_on IS NULL
        OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL OR replicated IS NULL THEN
@@ -640,10 +620,25 @@ BEGIN
         RAISE EXCEPTION 'refresh_every must be at least 1 second and retention positive'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
+    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_check_args.name) THEN
         RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
-    -- both modes put a trigger on the source (rollup_trigger)
+END
+$$;
+
+-- The source of a rollup to be made (counter_internal.rollup_create): a
+-- table that is neither temporary nor refused on Citus (the rollup puts a
+-- trigger on it), of an owner caller belongs to (or caller a superuser),
+-- with a NOT NULL time column of type timestamptz. Its owner and schema.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_check_source(source regclass, time_column name, caller regrole,
+    OUT owner regrole, OUT nsp name)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    col record;
+BEGIN
     PERFORM counter_internal.citus_refuse(source, 'a rollup');
     SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
     INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
@@ -658,7 +653,6 @@ BEGIN
             OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
-
     SELECT c.atttypid, c.attnotnull INTO col FROM counter_internal.column_of(source, time_column) c;
     IF col.atttypid <> 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
@@ -668,7 +662,27 @@ BEGIN
     IF NOT col.attnotnull THEN
         RAISE EXCEPTION 'time column "%" must be NOT NULL', time_column USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    owner := rel.owner;
+    nsp := rel.nsp;
+END
+$$;
 
+-- The key columns of a rollup of source (counter_internal.rollup_create):
+-- ddl, their definitions in the rollup table (type, typmod and collation of
+-- the source's column, NOT NULL), and keys, the list "a, b, " that starts
+-- its primary key. Each must be NOT NULL in the source, comparable, not the
+-- time column, and named unlike the rollup's hour and count.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_key_columns(source regclass, time_column name, group_by name[],
+    OUT ddl text, OUT keys text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    col record;
+    seen name[] := '{}';
+BEGIN
+    ddl := ''; keys := '';
     FOREACH g IN ARRAY group_by LOOP
         IF g IS NULL THEN
             RAISE EXCEPTION 'group_by must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -680,7 +694,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in group_by', g USING ERRCODE = 'duplicate_column';
         END IF;
-        IF g = ANY (outcols) THEN
+        IF g IN ('hour', 'count') THEN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
@@ -696,10 +710,27 @@ BEGIN
              JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
         keys := keys || format('%I, ', g);
     END LOOP;
-    outcols := outcols || seen::text[];
+END
+$$;
 
-    ddl := ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL';
-    seen := '{}';
+-- The value columns of a rollup of source grouped by group_by
+-- (counter_internal.rollup_create): ", sum_<c> bigint|numeric NOT NULL" for
+-- each column of sums (integers or numeric: exact), then ", distinct_<c>
+-- counter.hll NOT NULL" for each of distinct_on (one sketch per column:
+-- merged across hours, never summed); none named like another column.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_value_columns(source regclass, group_by name[], sums name[],
+    distinct_on name[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    col record;
+    seen name[] := '{}';
+    outcols text[] := ARRAY['hour', 'count'] || group_by::text[];
+    ddl text := '';
+BEGIN
     FOREACH g IN ARRAY sums LOOP
         IF g IS NULL THEN
             RAISE EXCEPTION 'sums must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -724,8 +755,6 @@ BEGIN
         ddl := ddl || format(', %I %s NOT NULL', 'sum_' || g,
                              CASE WHEN col.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END);
     END LOOP;
-
-    -- One sketch per distinct_on column: merged across hours, never summed.
     seen := '{}';
     FOREACH g IN ARRAY distinct_on LOOP
         IF g IS NULL THEN
@@ -746,32 +775,84 @@ BEGIN
         outcols := outcols || ('distinct_' || g);
         ddl := ddl || format(', %I counter.hll NOT NULL', 'distinct_' || g);
     END LOOP;
+    RETURN ddl;
+END
+$$;
 
-    IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
-        RAISE EXCEPTION 'relation "%.%" already exists', rel.nsp, name USING ERRCODE = 'duplicate_table',
+-- Makes the rollup table nsp.name of a rollup of source, as owner
+-- (counter_internal.rollup_create): the columns (ddl), the primary key
+-- (keys, hour), an index on hour and a comment. fillfactor: each row is
+-- updated many times in its hour; room on its page keeps those updates HOT
+-- (no index entries, pruned in place).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_make_table(owner regrole, nsp name, name text, ddl text,
+    keys text, source regclass, mode text)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass;
+BEGIN
+    PERFORM counter_internal.exec_as_owner_cmd(owner,
+        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', nsp, name, ddl, keys), true);
+    tbl := format('%I.%I', nsp, name)::regclass;
+    PERFORM counter_internal.exec_as_owner_cmd(owner, format('CREATE INDEX ON %s (hour)', tbl), true);
+    PERFORM counter_internal.exec_as_owner_cmd(owner, format('COMMENT ON TABLE %s IS %L', tbl,
+        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
+    RETURN tbl;
+END
+$$;
+
+-- Creates a rollup: its table, its triggers on the source, its catalog row
+-- and its refresh job, and marks every hour that already has events dirty
+-- (the job fills them in). Nothing is created when any argument is wrong.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_create(
+    name text,
+    source regclass,
+    time_column name,
+    group_by name[],
+    distinct_on name[] DEFAULT '{}',
+    mode text DEFAULT 'trigger',
+    sums name[] DEFAULT '{}',
+    filter text DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    refresh_every interval DEFAULT '1 minute',
+    replicated boolean DEFAULT false)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    src record; -- counter_internal.rollup_check_source: owner, nsp
+    k record; -- counter_internal.rollup_key_columns: ddl, keys
+    compiled text[];
+    tbl regclass;
+    rid integer;
+BEGIN
+    PERFORM counter_internal.rollup_check_args(name, source, time_column, group_by, distinct_on, mode, sums,
+                                               retention, refresh_every, replicated);
+    SELECT * INTO src FROM counter_internal.rollup_check_source(source, time_column, caller);
+    SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by);
+    k.ddl := k.ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL'
+             || counter_internal.rollup_value_columns(source, group_by, sums, distinct_on);
+    IF to_regclass(format('%I.%I', src.nsp, name)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%.%" already exists', src.nsp, name USING ERRCODE = 'duplicate_table',
             HINT = 'the rollup table is created in the schema of the source, named after the rollup';
     END IF;
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+        compiled := counter_internal.filter_compile(source, filter, src.owner);
     END IF;
-
     -- The rollup table is made by the owner, in the source's schema.
-    -- fillfactor: each row is updated many times in its hour; room on its
-    -- page keeps those updates HOT (no index entries, pruned in place).
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner,
-        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys), true);
-    tbl := format('%I.%I', rel.nsp, name)::regclass;
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('CREATE INDEX ON %s (hour)', tbl), true);
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('COMMENT ON TABLE %s IS %L', tbl,
-        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
+    tbl := counter_internal.rollup_make_table(src.owner, src.nsp, name, k.ddl, k.keys, source, mode);
 
     -- the sketches' precision is fixed here, from the creating session
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
                                  filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated,
                                  hll_precision)
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
-            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated,
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, src.owner, replicated,
             coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
@@ -780,7 +861,7 @@ BEGIN
     -- them off until commit, so these are all the events the triggers miss
     -- (read as the owner; only the hours reach the catalog).
     INSERT INTO counter.rollup_dirty (rollup_id, hour)
-    SELECT rid, x.h FROM counter_internal.exec_as_owner(rel.owner,
+    SELECT rid, x.h FROM counter_internal.exec_as_owner(src.owner,
         format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
         AS x(h timestamptz);
     PERFORM counter_internal.rollup_job_sync(name);
