@@ -544,40 +544,17 @@ BEGIN
 END
 $fn$;
 
--- Registers a tracked counter. See doc/reference/tracked.md.
-CREATE OR REPLACE FUNCTION counter_internal.track(
-    name text,
-    source regclass,
-    key_column name,
-    time_column name,
-    filter text DEFAULT NULL,
-    mode text DEFAULT 'trigger',
-    watermark_lag interval DEFAULT interval '5 seconds',
-    bucket_width interval DEFAULT interval '1 minute',
-    shards integer DEFAULT 64,
-    batch_size integer DEFAULT 1000,
-    drift_log_threshold bigint DEFAULT 0,
-    alert_threshold bigint DEFAULT 1000,
-    reconcile_every interval DEFAULT interval '1 minute',
-    verify_every interval DEFAULT interval '1 day',
-    replicated boolean DEFAULT false,
-    buffered boolean DEFAULT false,
-    max_future interval DEFAULT interval '1 day')
-RETURNS integer
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The checks of counter.track's arguments that need no table
+-- (counter_internal.track): none NULL but filter, the name, the mode, the
+-- bounds of each setting, no counter of that name yet.
+CREATE OR REPLACE FUNCTION counter_internal.track_check_args(name text, source regclass, key_column name,
+    time_column name, mode text, watermark_lag interval, bucket_width interval, shards integer, batch_size integer,
+    drift_log_threshold bigint, alert_threshold bigint, reconcile_every interval, verify_every interval,
+    replicated boolean, buffered boolean, max_future interval)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_variable
-DECLARE
-    caller regrole := counter_internal.caller();
-    rel record;
-    kcol record;
-    tcol record;
-    t counter.tracked;
-    compiled text[];
-    base_t text;
-    delta_t text;
-    distributed boolean := false;
+AS $$
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
@@ -626,15 +603,25 @@ BEGIN
     IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
         RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) name) THEN
+    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) track_check_args.name) THEN
         RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
     END IF;
-    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
-        -- on Citus: a hash-distributed source keyed by its distribution
-        -- column, or refused (0A000)
-        distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
-    END IF;
+END
+$$;
 
+-- The source of a counter to be made (counter_internal.track): a table that
+-- is not temporary, of an owner caller belongs to (or caller a superuser),
+-- with a time column of type timestamptz and a key column whose type can
+-- be compared. Its owner and the key's type.
+CREATE OR REPLACE FUNCTION counter_internal.track_check_source(source regclass, key_column name, time_column name,
+    caller regrole, OUT owner regrole, OUT key_type regtype)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    tcol record;
+BEGIN
     SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
     FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
     IF rel.relkind NOT IN ('r', 'p') THEN
@@ -648,17 +635,114 @@ BEGIN
         RAISE EXCEPTION 'permission denied to track %', source
             USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
     END IF;
-
-    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter_internal.column_of(source, key_column) c;
+    SELECT c.atttypid::regtype INTO key_type FROM counter_internal.column_of(source, key_column) c;
     SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter_internal.column_of(source, time_column) c;
     IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
     END IF;
-    PERFORM counter_internal.key_operators(kcol.typ);   -- 42883 unless the key type can be compared
+    PERFORM counter_internal.key_operators(key_type);   -- 42883 unless the key type can be compared
+    owner := rel.owner;
+END
+$$;
+
+-- The state tables of a new counter t (counter_internal.track): base (a
+-- value per key) and delta (per key, bucket and shard), the owner's, no
+-- right for PUBLIC; on Citus colocated with the source (its shards'
+-- triggers write their own shard), else with the triggers that count their
+-- writers (reads keep values while none is in flight: src/read_cache.cpp).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_make_state(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    base_t text := counter_internal.tracked_table(t, 'base');
+    delta_t text := counter_internal.tracked_table(t, 'delta');
+BEGIN
+    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, t.key_type);
+    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, t.key_type);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, t.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, t.owner);
+    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+    IF t.distributed THEN
+        PERFORM counter_internal.citus_colocate(base_t::regclass, t.source);
+        PERFORM counter_internal.citus_colocate(delta_t::regclass, t.source);
+    ELSE
+        PERFORM counter_internal.tracked_state_triggers(t);
+    END IF;
+END
+$$;
+
+-- The rows already in the source of a new counter t, a backfill for its
+-- first runs (30_tracked.sql), counted as its owner; t comes back with
+-- backfill_left. On Citus, which refuses a read as the owner of placements
+-- that this transaction changed as counter_ext's role (the triggers), a bare
+-- count(*) as that role, which runs no code of the owner's (no filter).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_count_backfill(t counter.tracked)
+RETURNS counter.tracked
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sql text := format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL', t.source, t.key_column,
+                       t.time_column);
+BEGIN
+    IF t.distributed THEN
+        EXECUTE sql INTO t.backfill_left;
+    ELSE
+        SELECT x.n INTO t.backfill_left FROM counter_internal.exec_as_owner(t.owner, sql || ' AND $1', true) AS x(n bigint);
+    END IF;
+    UPDATE counter.tracked c SET backfill_left = t.backfill_left WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO t;
+    RETURN t;
+END
+$$;
+
+-- Registers a tracked counter. See doc/reference/tracked.md.
+CREATE OR REPLACE FUNCTION counter_internal.track(
+    name text,
+    source regclass,
+    key_column name,
+    time_column name,
+    filter text DEFAULT NULL,
+    mode text DEFAULT 'trigger',
+    watermark_lag interval DEFAULT interval '5 seconds',
+    bucket_width interval DEFAULT interval '1 minute',
+    shards integer DEFAULT 64,
+    batch_size integer DEFAULT 1000,
+    drift_log_threshold bigint DEFAULT 0,
+    alert_threshold bigint DEFAULT 1000,
+    reconcile_every interval DEFAULT interval '1 minute',
+    verify_every interval DEFAULT interval '1 day',
+    replicated boolean DEFAULT false,
+    buffered boolean DEFAULT false,
+    max_future interval DEFAULT interval '1 day')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    caller regrole := counter_internal.caller();
+    src record; -- counter_internal.track_check_source: owner, key_type
+    t counter.tracked;
+    compiled text[];
+    distributed boolean := false;
+BEGIN
+    PERFORM counter_internal.track_check_args(name, source, key_column, time_column, mode, watermark_lag,
+        bucket_width, shards, batch_size, drift_log_threshold, alert_threshold, reconcile_every, verify_every,
+        replicated, buffered, max_future);
+    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        -- on Citus: a hash-distributed source keyed by its distribution
+        -- column, or refused (0A000)
+        distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
+    END IF;
+    SELECT * INTO src FROM counter_internal.track_check_source(source, key_column, time_column, caller);
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+        compiled := counter_internal.filter_compile(source, filter, src.owner);
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
                    WHERE i.indrelid OPERATOR(pg_catalog.=) source
@@ -672,45 +756,17 @@ BEGIN
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
         reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future, distributed)
-    VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
+    VALUES (name, source, key_column, src.key_type, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
-        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, src.owner, verify_every, source::oid,
         replicated, buffered, max_future, distributed)
     RETURNING * INTO t;
-
-    base_t := counter_internal.tracked_table(t, 'base');
-    delta_t := counter_internal.tracked_table(t, 'delta');
-    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
-    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
-                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
-    EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
-    EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
-    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
-    IF distributed THEN   -- colocated with the source: its shards' triggers write their own shard
-        PERFORM counter_internal.citus_colocate(base_t::regclass, source);
-        PERFORM counter_internal.citus_colocate(delta_t::regclass, source);
-    ELSE                  -- reads keep values while no writer of these tables is in flight (src/read_cache.cpp)
-        PERFORM counter_internal.tracked_state_triggers(t);
-    END IF;
+    PERFORM counter_internal.tracked_make_state(t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
-    -- the rows already there are a backfill for its first runs (30_tracked.sql);
     -- counted after the functions are made (on Citus a function made after a
     -- parallel read of a distributed table in the same transaction fails)
-    UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
-            format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
-                   time_column), true) AS x(n bigint))
-    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id AND NOT distributed
-    RETURNING * INTO t;
-    IF distributed THEN
-        -- Citus refuses a read as the owner of placements that this
-        -- transaction changed as counter_ext's role (the triggers, made
-        -- above): counted as that role, a bare count(*) that runs no code
-        -- of the owner's (no filter)
-        EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL', source, key_column, time_column)
-            INTO t.backfill_left;
-        UPDATE counter.tracked c SET backfill_left = t.backfill_left WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
-    END IF;
+    t := counter_internal.tracked_count_backfill(t);
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
