@@ -1255,6 +1255,115 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
+-- The first step of a reconciliation run of t (counter_internal.tracked_run_step;
+-- target names t, args as there, direct: counter.reconcile's form): flushes a
+-- buffered counter, takes the counter's lock (else the run is recorded
+-- skipped and this is its last state), follows a restore and the filter's
+-- functions, starts the run (the watermark, every key or the dirty ones)
+-- and sizes this run's slice of the verification cycle. The run's first
+-- state.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_begin(t counter.tracked, target text, args jsonb,
+    direct boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    run bigint;
+    w timestamptz;
+    w_from timestamptz;
+    every_key boolean;
+    est double precision;
+    slice bigint;
+BEGIN
+    -- a buffered counter is flushed first (this transaction commits
+    -- before the steps); the flush may schedule a repair (full_pending)
+    IF t.buffered THEN
+        PERFORM counter.flush(t.name);
+        t := counter_internal.tracked_get(target);
+    END IF;
+    IF direct AND args ->> 'all_keys' IS NULL THEN
+        RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
+        RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}'::jsonb || CASE WHEN direct THEN
+            pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object('counter', t.name,
+                'watermark', counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz),
+                'all_keys', (args ->> 'all_keys')::boolean OR t.full_pending, 'keys_checked', 0,
+                'keys_corrected', 0, 'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0,
+                'duration', interval '0', 'outcome', 'skipped')) ELSE '{}' END;
+    END IF;
+    t := counter_internal.tracked_check_restored(t);
+    PERFORM counter_internal.tracked_filter_follow(t);
+    IF direct THEN
+        w := counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz);
+        every_key := (args ->> 'all_keys')::boolean OR t.full_pending;
+    ELSE
+        w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                                 '2000-01-01 00:00:00+00'::timestamptz);
+        every_key := t.full_pending;
+    END IF;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+    SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
+    WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
+    -- This run's slice of the verification cycle: enough keys that every
+    -- key is checked once per verify_every at this job's interval.
+    IF NOT every_key AND NOT direct THEN
+        slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
+                                       / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
+        IF t.verify_after IS NULL THEN
+            UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
+            WHERE c.counter_id = t.counter_id;
+        END IF;
+    END IF;
+    RETURN pg_catalog.jsonb_build_object('run', run, 'watermark', w, 'from', w_from, 'every_key', every_key,
+        'verify_slice', slice, 'verify_from', t.verify_after, 'verified', 0, 'after', NULL,
+        'phase', CASE WHEN every_key THEN 'every key' ELSE 'dirty keys' END, 'done', 0,
+        'total', CASE WHEN every_key THEN est::bigint END, 'rows', 0, 'finished', false);
+END
+$fn$;
+
+-- The end of reconciliation run 'run' of state of t with outcome
+-- (counter_internal.tracked_run_step): a verification run moves the cycle on
+-- to where it got (unless cycle_done: it went round) and notes the keys it
+-- verified; a full run that succeeded clears full_pending; the run's record
+-- is finished. The last state: outcome, the keys corrected as rows, and for
+-- counter.reconcile's form (direct) the summary row ('result').
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_end(t counter.tracked, run bigint, state jsonb,
+    outcome text, cycle_done boolean, direct boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    verifying boolean := state ->> 'phase' = 'verify';
+    r counter.tracked_runs;
+BEGIN
+    IF verifying AND NOT cycle_done THEN
+        UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
+    END IF;
+    IF verifying THEN
+        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
+            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
+             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
+            + (state ->> 'verified')::bigint));
+    END IF;
+    IF outcome = 'ok' AND (state ->> 'every_key')::boolean AND t.full_pending THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
+    END IF;
+    r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected)
+        || CASE WHEN direct THEN pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object(
+               'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark, 'all_keys', r.all_keys,
+               'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
+               'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
+               'max_abs_drift', r.max_abs_drift, 'duration', r.finished_at - r.started_at,
+               'outcome', r.outcome)) ELSE '{}' END;
+END
+$fn$;
+
 -- The reconciliation's step function for the one commit loop
 -- (src/spine.cpp, kind 'reconcile': the job's run; checks the caller
 -- owns the counter, and from the second step on that the run is this
@@ -1274,64 +1383,14 @@ DECLARE
     direct boolean := args ? 'all_keys';   -- counter.reconcile's form
     run bigint;
     w timestamptz;
-    w_from timestamptz;
-    every_key boolean;
-    est double precision;
-    slice bigint;
     verifying boolean;
     cycle_done boolean := false;
     b record;
     outcome text;
-    r counter.tracked_runs;
 BEGIN
     PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'reconcile it');
     IF state IS NULL THEN
-        -- a buffered counter is flushed first (this transaction commits
-        -- before the steps); the flush may schedule a repair (full_pending)
-        IF t.buffered THEN
-            PERFORM counter.flush(t.name);
-            t := counter_internal.tracked_get(target);
-        END IF;
-        IF direct AND args ->> 'all_keys' IS NULL THEN
-            RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
-        END IF;
-        IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
-            RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
-            PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
-            RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}'::jsonb || CASE WHEN direct THEN
-                pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object('counter', t.name,
-                    'watermark', counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz),
-                    'all_keys', (args ->> 'all_keys')::boolean OR t.full_pending, 'keys_checked', 0,
-                    'keys_corrected', 0, 'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0,
-                    'duration', interval '0', 'outcome', 'skipped')) ELSE '{}' END;
-        END IF;
-        t := counter_internal.tracked_check_restored(t);
-        PERFORM counter_internal.tracked_filter_follow(t);
-        IF direct THEN
-            w := counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz);
-            every_key := (args ->> 'all_keys')::boolean OR t.full_pending;
-        ELSE
-            w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
-                                     '2000-01-01 00:00:00+00'::timestamptz);
-            every_key := t.full_pending;
-        END IF;
-        SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
-        SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
-        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
-        -- This run's slice of the verification cycle: enough keys that every
-        -- key is checked once per verify_every at this job's interval.
-        IF NOT every_key AND NOT direct THEN
-            slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
-                                           / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
-            IF t.verify_after IS NULL THEN
-                UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
-                WHERE c.counter_id = t.counter_id;
-            END IF;
-        END IF;
-        RETURN pg_catalog.jsonb_build_object('run', run, 'watermark', w, 'from', w_from, 'every_key', every_key,
-            'verify_slice', slice, 'verify_from', t.verify_after, 'verified', 0, 'after', NULL,
-            'phase', CASE WHEN every_key THEN 'every key' ELSE 'dirty keys' END, 'done', 0,
-            'total', CASE WHEN every_key THEN est::bigint END, 'rows', 0, 'finished', false);
+        RETURN counter_internal.tracked_run_begin(t, target, args, direct);
     END IF;
     run := (state ->> 'run')::bigint;
     PERFORM counter_internal.tracked_require_run(t, run);
@@ -1373,27 +1432,7 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    -- the run ends: the verification cycle moves on to where it got
-    IF verifying AND NOT cycle_done THEN
-        UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
-    END IF;
-    IF verifying THEN
-        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
-            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
-             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
-            + (state ->> 'verified')::bigint));
-    END IF;
-    IF outcome = 'ok' AND (state ->> 'every_key')::boolean AND t.full_pending THEN
-        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
-    END IF;
-    r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
-    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected)
-        || CASE WHEN direct THEN pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object(
-               'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark, 'all_keys', r.all_keys,
-               'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
-               'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
-               'max_abs_drift', r.max_abs_drift, 'duration', r.finished_at - r.started_at,
-               'outcome', r.outcome)) ELSE '{}' END;
+    RETURN counter_internal.tracked_run_end(t, run, state, outcome, cycle_done, direct);
 END
 $fn$;
 CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS
