@@ -941,37 +941,23 @@ BEGIN
 END
 $$;
 
--- Puts a table under maintenance: checks it, records it, creates its default
--- partition (if it has none) and its partitions from start_at (default: the
--- current slot; never before as_of - retention) through as_of + premake
--- intervals, at most 10,000 of them, registers its job. Returns the number of
--- partitions created. For the table's owner (or a superuser); the partitions
--- are made by the owner.
-CREATE OR REPLACE FUNCTION counter_internal.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
-    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
-    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
-    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+-- The checks of counter.partition_manage (counter_internal.partition_manage):
+-- none NULL but retention, start_at and as_of; parent a table partitioned by
+-- range over its timestamptz column control, not temporary, of an owner
+-- caller belongs to (or caller a superuser), not managed yet; the settings
+-- in their bounds. The partition interval in seconds.
+CREATE OR REPLACE FUNCTION counter_internal.partition_manage_check(parent regclass, control name,
+    part_interval interval, premake integer, retention interval, retention_keep_table boolean, batch_rows integer,
+    lock_timeout interval, caller regrole)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET DateStyle = 'ISO, YMD'
 AS $$
 DECLARE
-    caller regrole := counter_internal.caller();
-    first_slot timestamptz;
     rel pg_class;
     pt pg_partitioned_table;
     att pg_attribute;
-    nsp name;
     step bigint;
-    made bigint := 0;
-    d regclass;
-    lo timestamptz;
-    t regclass;
-    busy_slots timestamptz[];
-    covered tstzmultirange;
-    s record;
 BEGIN
     IF parent IS NULL OR control IS NULL OR part_interval IS NULL OR premake IS NULL
        OR retention_keep_table IS NULL OR batch_rows IS NULL OR lock_timeout IS NULL THEN
@@ -979,7 +965,6 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
-    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid = rel.relnamespace;
     IF rel.relkind <> 'p' THEN
         RAISE EXCEPTION '% is not a partitioned table', parent
             USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
@@ -1019,10 +1004,77 @@ BEGIN
     IF lock_timeout <= interval '0' THEN
         RAISE EXCEPTION 'lock_timeout must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_manage.parent) THEN
+    IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_manage_check.parent) THEN
         RAISE EXCEPTION 'table % is already managed', parent USING ERRCODE = 'duplicate_object',
             HINT = 'Use counter.partition_unmanage() first to change its settings.';
     END IF;
+    RETURN step;
+END
+$$;
+
+-- The default partition of a newly managed parent that has none
+-- (counter_internal.partition_manage), made by its owner, with the grants of
+-- the parent as every partition has them. Made after the first partitions:
+-- each partition made before it skipped the check of the default
+-- partition's rows.
+CREATE OR REPLACE FUNCTION counter_internal.partition_make_default(parent regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel pg_class;
+    t regclass;
+    s record;
+BEGIN
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
+    PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT',
+                   (SELECT n.nspname FROM pg_namespace n WHERE n.oid = rel.relnamespace),
+                   counter_internal.partition_name_for(rel.relname, '_default'), parent));
+    t := counter.partition_default(parent);
+    IF rel.relacl IS NOT NULL THEN
+        FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
+                 WHERE a.grantee <> rel.relowner LOOP
+            PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
+                           CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE s.grantee::regrole::text END,
+                           CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- Puts a table under maintenance: checks it, records it, creates its default
+-- partition (if it has none) and its partitions from start_at (default: the
+-- current slot; never before as_of - retention) through as_of + premake
+-- intervals, at most 10,000 of them, registers its job. Returns the number of
+-- partitions created. For the table's owner (or a superuser); the partitions
+-- are made by the owner.
+CREATE OR REPLACE FUNCTION counter_internal.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
+    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
+    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    first_slot timestamptz;
+    rel pg_class;
+    nsp name;
+    step bigint;
+    made bigint := 0;
+    d regclass;
+    lo timestamptz;
+    busy_slots timestamptz[];
+    covered tstzmultirange;
+BEGIN
+    step := counter_internal.partition_manage_check(parent, control, part_interval, premake, retention,
+                                                    retention_keep_table, batch_rows, lock_timeout, caller);
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
+    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid = rel.relnamespace;
     as_of := coalesce(as_of, now());
     first_slot := counter_internal.partition_slot(least(coalesce(start_at, as_of), as_of), step);
     IF retention IS NOT NULL THEN
@@ -1058,23 +1110,9 @@ BEGIN
         PERFORM counter_internal.partition_make_table(parent, lo, lo + make_interval(secs => step), 'direct');
         made := made + 1;
     END LOOP;
-
-    -- The default partition last: each partition made before it skipped the
-    -- check of the default partition's rows.
+    -- The default partition last (partition_make_default).
     IF d IS NULL THEN
-        PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
-                       counter_internal.partition_name_for(rel.relname, '_default'), parent));
-        d := counter.partition_default(parent);
-        t := d;
-        -- privileges as for every partition
-        IF rel.relacl IS NOT NULL THEN
-            FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
-                     WHERE a.grantee <> rel.relowner LOOP
-                PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
-                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE s.grantee::regrole::text END,
-                               CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
-            END LOOP;
-        END IF;
+        PERFORM counter_internal.partition_make_default(parent);
     END IF;
 
     -- Every partition, those made before too, gets the parent's replica identity.
