@@ -22,38 +22,33 @@ BEGIN
 END
 $$;
 
--- The SQL a rollup runs, generated from its catalog row with the current
--- names of its tables (regclass output under a pinned search_path is
--- always schema-qualified).
-CREATE OR REPLACE FUNCTION counter_internal.rollup_sql(rid integer)
-RETURNS counter.rollups
-LANGUAGE plpgsql STABLE STRICT
+-- The pieces of the SQL of rollup r (counter_internal.rollup_sql), one
+-- list per place, each with an entry for count, then each column of sums,
+-- then each of distinct_on (sketches are canonical, equal sets give equal
+-- bytes: compared as bytes):
+--   keys      "g1, g2, " (the key columns)
+--   keys_ddr  "d.g1 = r.g1 AND " (with the key type's own =)
+--   vals      pg_catalog.count(*) AS count, coalesce(sum(x), 0) AS sum_x, ...
+--   cols      count, sum_x, ...
+--   add_set, fresh_set   the SET of an upsert adding to, or replacing, a row
+--   old_vals, new_vals   a row's values before and after, to compare
+--   ev_vals   the events' branch: 1 AS "n$", x AS "v$x", NULL::bigint AS "o$count", ...
+--   ro_vals   the rollup rows' branch: 0, NULL::int4, r.count, r.sum_x, ...
+--   agg_vals  sum("n$")::bigint AS count, coalesce(sum("v$x"), 0) AS sum_x, ...
+--   agg_new, agg_old     the fresh and the stored values, aggregated over both branches
+CREATE OR REPLACE FUNCTION counter_internal.rollup_sql_parts(r counter.rollups,
+    OUT keys text, OUT keys_ddr text, OUT vals text, OUT cols text, OUT add_set text, OUT fresh_set text,
+    OUT old_vals text, OUT new_vals text, OUT ev_vals text, OUT ro_vals text, OUT agg_vals text,
+    OUT agg_new text, OUT agg_old text)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups;
-    hour_expr text;
-    keys text := '';        -- "g1, g2, "
-    ev_vals text;           -- 1, x, NULL::bigint, NULL::bigint (events branch)
-    ro_vals text;           -- 0, NULL::int4, r.count, r.sum_x (rollup branch)
-    agg_vals text;          -- sum(n)::bigint AS count, coalesce(sum(x), 0) AS sum_x, max(oc), ...
-    agg_new text;           -- ROW of the fresh values
-    agg_old text;           -- ROW of the old values
-    keys_ddr text := '';    -- "d.g1 OPERATOR(..) r.g1 AND "
     st text;                -- type of a sum column
-    vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
-    cols text;              -- count, sum_x
-    add_set text;
-    fresh_set text;
-    old_vals text;
-    new_vals text;
     g name;
     t oid;
-    where_filter text;
 BEGIN
-    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
-    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
-                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    keys := ''; keys_ddr := '';
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
         keys := keys || format('%I, ', g);
@@ -87,7 +82,6 @@ BEGIN
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
     FOREACH g IN ARRAY r.distinct_on LOOP
-        -- Sketches are canonical (equal sets give equal bytes): compare bytes.
         vals := vals || format(', counter.hll_add_agg(%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
         cols := cols || format(', %I', 'distinct_' || g);
         add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
@@ -102,6 +96,27 @@ BEGIN
         agg_new := agg_new || format(', counter.hll_add_agg(%I, %s)::bytea', 'w$' || g, r.hll_precision);
         agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
     END LOOP;
+END
+$$;
+
+-- The SQL a rollup runs, generated from its catalog row with the current
+-- names of its tables (regclass output under a pinned search_path is
+-- always schema-qualified).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_sql(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    p record;               -- counter_internal.rollup_sql_parts
+    hour_expr text;
+    where_filter text;
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
+                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    SELECT * INTO p FROM counter_internal.rollup_sql_parts(r);
     -- The stored tree, applied to each event row (src/filter.cpp); the
     -- trigger applies it in C++ before add_sql sees new_rows.
     where_filter := CASE WHEN r.filter IS NULL THEN 'true'
@@ -117,7 +132,7 @@ BEGIN
         SELECT %2$s%4$s AS hour, %5$s FROM new_rows
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set);
+        r.rollup_table, p.keys, p.cols, hour_expr, p.vals, p.add_set);
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -143,8 +158,8 @@ BEGIN
             WHERE d.count = 0 AND %16$sd.hour OPERATOR(pg_catalog.=) r.hour
             RETURNING 1)
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
-        r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
-        ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
+        r.rollup_table, p.keys, p.cols, hour_expr, p.agg_vals, p.ev_vals, where_filter, r.source, r.time_column,
+        p.ro_vals, p.agg_new, p.agg_old, p.fresh_set, p.old_vals, p.new_vals, p.keys_ddr);
     r.sql_for := format('%s|%s', r.source, r.rollup_table);
     RETURN r;
 END
