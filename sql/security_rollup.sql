@@ -157,6 +157,21 @@ RESET search_path;
 SELECT count(*) AS attacker_operators_ran FROM public.seen;
 SELECT k, count FROM public.v_d ORDER BY k;
 
+-- The view rollup_state reads its newest hours through
+-- counter_internal.rollup_newest_hour, which any role may call (PostgreSQL
+-- checks EXECUTE on a view's functions as its reader); it answers for the
+-- caller's rollups only, and its implementation is no role's to call.
+SELECT rollup_id AS v_r_id FROM counter.rollups WHERE name = 'v_r' \gset
+SET ROLE rsec_victim;
+SELECT name, newest_event_hour FROM counter.rollup_state ORDER BY name;
+SELECT counter_internal.rollup_newest_hour(:v_r_id) AS own_newest_hour;
+RESET ROLE;
+SET ROLE rsec_attacker;
+SELECT counter_internal.rollup_newest_hour(:v_r_id) IS NULL AS others_hidden;
+SELECT counter_internal.rollup_newest_hour_impl(:v_r_id);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
 -- The catalogs: nobody writes them directly; a role sees its own rows only.
 SET ROLE rsec_attacker;
 UPDATE counter.rollups SET source = 'public.v_ev'::regclass, rollup_table = 'public.v_r'::regclass WHERE name = 'att_r';

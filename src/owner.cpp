@@ -152,8 +152,10 @@ Oid ce::entry_caller() {
 namespace {
 
 // The implementation of the entry point fcinfo calls: the function of
-// counter_internal with its name and argument types, looked up once per
-// call site (kept in fn_extra). Owns nothing C++.
+// counter_internal with its name and argument types (with "_impl" appended
+// for an entry point of counter_internal itself: one a view of schema
+// counter calls, which PostgreSQL runs with the reader's rights), looked up
+// once per call site (kept in fn_extra). Owns nothing C++.
 FmgrInfo *entry_implementation(FunctionCallInfo fcinfo) {
 	FmgrInfo *outer = fcinfo->flinfo;
 	if (outer->fn_extra != nullptr)
@@ -163,7 +165,9 @@ FmgrInfo *entry_implementation(FunctionCallInfo fcinfo) {
 		ereport(ERROR,
 		        (errcode(ERRCODE_UNDEFINED_FUNCTION), errmsg("cache lookup failed for function %u", outer->fn_oid)));
 	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
-	List *name = list_make2(makeString(pstrdup("counter_internal")), makeString(pstrdup(NameStr(proc->proname))));
+	bool internal = proc->pronamespace == get_namespace_oid("counter_internal", true);
+	char *impl_name = psprintf(internal ? "%s_impl" : "%s", NameStr(proc->proname));
+	List *name = list_make2(makeString(pstrdup("counter_internal")), makeString(impl_name));
 	Oid impl = LookupFuncName(name, proc->pronargs, proc->proargtypes.values, true);
 	ReleaseSysCache(tuple);
 	if (!OidIsValid(impl))

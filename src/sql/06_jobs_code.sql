@@ -742,6 +742,128 @@ $$;
 REVOKE ALL ON FUNCTION counter.job_register(text, text, interval, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION counter.job_unregister(text, text) FROM PUBLIC;
 
+-- job_incomplete for a tracked counter's job (reconcile, flush): why the
+-- counter named target is not complete (its catalog row, the primary keys
+-- of its state tables), else its source, the triggers it must have there
+-- (trigger mode) and whether its owner turned them off (triggers_off).
+CREATE OR REPLACE FUNCTION counter_internal.job_incomplete_tracked(target text, OUT why text, OUT src regclass,
+    OUT want name[], OUT triggers_off boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t counter.tracked;
+    tbl regclass;
+BEGIN
+    SELECT * INTO t FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) target;
+    IF NOT FOUND THEN
+        why := format('tracked counter "%s" is not in counter.tracked (a restore loads that table''s rows later)',
+                      target);
+        RETURN;
+    END IF;
+    src := t.source;
+    triggers_off := coalesce(t.triggers_off, false);
+    IF t.mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        want := ARRAY[format('counter_%s_ins', t.counter_id), format('counter_%s_del', t.counter_id),
+                      format('counter_%s_upd', t.counter_id), format('counter_%s_trunc', t.counter_id)]::name[];
+        IF t.replicated THEN
+            want := want OPERATOR(pg_catalog.||) ARRAY[format('counter_%s_rins', t.counter_id),
+                format('counter_%s_rdel', t.counter_id), format('counter_%s_rupd', t.counter_id),
+                format('counter_%s_rtrunc', t.counter_id)]::name[];
+        END IF;
+    END IF;
+    FOREACH tbl IN ARRAY ARRAY[pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base')),
+                               pg_catalog.to_regclass(counter_internal.tracked_table(t, 'delta'))] LOOP
+        IF tbl IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                                      WHERE i.indrelid OPERATOR(pg_catalog.=) tbl AND i.indisprimary
+                                        AND i.indisvalid) THEN
+            why := format('the state table %s of tracked counter "%s" has no primary key yet '
+                          '(a restore makes it after the table''s rows)',
+                          coalesce(tbl::text, counter_internal.tracked_table(t, 'base')), t.name);
+            RETURN;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- job_incomplete for a rollup's job (rollup_refresh): why the rollup named
+-- target is not complete (its catalog row, the primary key of its rollup
+-- table), else its source and the triggers it must have there.
+CREATE OR REPLACE FUNCTION counter_internal.job_incomplete_rollup(target text, OUT why text, OUT src regclass,
+    OUT want name[])
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.name OPERATOR(pg_catalog.=) target;
+    IF NOT FOUND THEN
+        why := format('rollup "%s" is not in counter.rollups (a restore loads that table''s rows later)', target);
+        RETURN;
+    END IF;
+    src := r.source;
+    want := ARRAY[format('counter_rollup_%s_insert', r.rollup_id), format('counter_rollup_%s_delete', r.rollup_id),
+                  format('counter_rollup_%s_update', r.rollup_id)]::name[];
+    IF r.replicated THEN
+        want := want OPERATOR(pg_catalog.||) ARRAY[format('counter_rollup_%s_rinsert', r.rollup_id),
+            format('counter_rollup_%s_rdelete', r.rollup_id), format('counter_rollup_%s_rupdate', r.rollup_id)]::name[];
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                   WHERE i.indrelid OPERATOR(pg_catalog.=) r.rollup_table AND i.indisprimary AND i.indisvalid) THEN
+        why := format('the rollup table %s of rollup "%s" has no primary key yet '
+                      '(a restore makes it after the table''s rows)', r.rollup_table, r.name);
+    END IF;
+END
+$$;
+
+-- job_incomplete for the source src of a job's object: why it is not
+-- complete (a trigger of want missing, or disabled when triggers_off does
+-- not say its owner did that; an index of a partitioned src not valid yet).
+CREATE OR REPLACE FUNCTION counter_internal.job_incomplete_source(src regclass, want name[], triggers_off boolean)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing text;
+    off text;
+BEGIN
+    IF want IS NOT NULL THEN
+        SELECT pg_catalog.string_agg(w, ', ' ORDER BY w) INTO missing
+        FROM pg_catalog.unnest(want) w
+        WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g
+                          WHERE g.tgrelid OPERATOR(pg_catalog.=) src AND g.tgname OPERATOR(pg_catalog.=) w);
+        IF missing IS NOT NULL THEN
+            RETURN format('trigger(s) %s on %s not there yet (a restore creates a table''s triggers after its rows)',
+                          missing, src);
+        END IF;
+        -- (a counter whose triggers its owner disabled, triggers_off, was
+        -- dumped with them disabled: that is its complete state)
+        SELECT pg_catalog.string_agg(g.tgname::text, ', ' ORDER BY g.tgname) INTO off
+        FROM pg_catalog.pg_trigger g
+        WHERE g.tgrelid OPERATOR(pg_catalog.=) src AND g.tgname OPERATOR(pg_catalog.=) ANY (want)
+          AND g.tgenabled OPERATOR(pg_catalog.=) 'D' AND NOT triggers_off;
+        IF off IS NOT NULL THEN
+            RETURN format('trigger(s) %s on %s are disabled (pg_restore --disable-triggers loads rows with them off; '
+                          'ALTER TABLE %s ENABLE TRIGGER ... once the rows are in)', off, src, src);
+        END IF;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) src
+                                                   AND c.relkind OPERATOR(pg_catalog.=) 'p') THEN
+        SELECT pg_catalog.string_agg(i.indexrelid::regclass::text, ', ' ORDER BY i.indexrelid::regclass::text)
+        INTO missing
+        FROM pg_catalog.pg_index i
+        WHERE i.indrelid OPERATOR(pg_catalog.=) src AND NOT i.indisvalid;
+        IF missing IS NOT NULL THEN
+            RETURN format('index(es) %s of the partitioned table %s are not valid yet (a restore attaches each '
+                          'partition''s index after the partition''s rows)', missing, src);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- ---- While a restore runs (doc/operations.md, "While a restore runs")
 --
 -- pg_restore (without --single-transaction, with -j N or not) makes a
@@ -774,58 +896,13 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    t counter.tracked;
-    r counter.rollups;
+    x record;
     managed regclass;
-    src regclass;
-    want name[];
-    missing text;
-    off text;
-    tbl regclass;
 BEGIN
     IF kind OPERATOR(pg_catalog.=) ANY (ARRAY['reconcile', 'flush']) THEN
-        SELECT * INTO t FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) target;
-        IF NOT FOUND THEN
-            RETURN format('tracked counter "%s" is not in counter.tracked (a restore loads that table''s rows later)',
-                          target);
-        END IF;
-        src := t.source;
-        IF t.mode OPERATOR(pg_catalog.=) 'trigger' THEN
-            want := ARRAY[format('counter_%s_ins', t.counter_id), format('counter_%s_del', t.counter_id),
-                          format('counter_%s_upd', t.counter_id), format('counter_%s_trunc', t.counter_id)]::name[];
-            IF t.replicated THEN
-                want := want OPERATOR(pg_catalog.||) ARRAY[format('counter_%s_rins', t.counter_id),
-                    format('counter_%s_rdel', t.counter_id), format('counter_%s_rupd', t.counter_id),
-                    format('counter_%s_rtrunc', t.counter_id)]::name[];
-            END IF;
-        END IF;
-        FOREACH tbl IN ARRAY ARRAY[pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base')),
-                                   pg_catalog.to_regclass(counter_internal.tracked_table(t, 'delta'))] LOOP
-            IF tbl IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.pg_index i
-                                          WHERE i.indrelid OPERATOR(pg_catalog.=) tbl AND i.indisprimary
-                                            AND i.indisvalid) THEN
-                RETURN format('the state table %s of tracked counter "%s" has no primary key yet '
-                              '(a restore makes it after the table''s rows)',
-                              coalesce(tbl::text, counter_internal.tracked_table(t, 'base')), t.name);
-            END IF;
-        END LOOP;
+        SELECT * INTO x FROM counter_internal.job_incomplete_tracked(target);
     ELSIF kind OPERATOR(pg_catalog.=) 'rollup_refresh' THEN
-        SELECT * INTO r FROM counter.rollups c WHERE c.name OPERATOR(pg_catalog.=) target;
-        IF NOT FOUND THEN
-            RETURN format('rollup "%s" is not in counter.rollups (a restore loads that table''s rows later)', target);
-        END IF;
-        src := r.source;
-        want := ARRAY[format('counter_rollup_%s_insert', r.rollup_id), format('counter_rollup_%s_delete', r.rollup_id),
-                      format('counter_rollup_%s_update', r.rollup_id)]::name[];
-        IF r.replicated THEN
-            want := want OPERATOR(pg_catalog.||) ARRAY[format('counter_rollup_%s_rinsert', r.rollup_id),
-                format('counter_rollup_%s_rdelete', r.rollup_id), format('counter_rollup_%s_rupdate', r.rollup_id)]::name[];
-        END IF;
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
-                       WHERE i.indrelid OPERATOR(pg_catalog.=) r.rollup_table AND i.indisprimary AND i.indisvalid) THEN
-            RETURN format('the rollup table %s of rollup "%s" has no primary key yet '
-                          '(a restore makes it after the table''s rows)', r.rollup_table, r.name);
-        END IF;
+        SELECT *, false AS triggers_off INTO x FROM counter_internal.job_incomplete_rollup(target);
     ELSIF kind OPERATOR(pg_catalog.=) 'partition_maintenance' THEN
         managed := pg_catalog.to_regclass(target);
         IF managed IS NULL OR NOT EXISTS (SELECT FROM counter.partitioned_tables p
@@ -833,42 +910,11 @@ BEGIN
             RETURN format('table %s is not in counter.partitioned_tables (a restore loads that table''s rows later)',
                           target);
         END IF;
-        src := managed;
+        RETURN counter_internal.job_incomplete_source(managed, NULL, false);
     ELSE
         RETURN NULL;   -- a kind of a superuser's own: its target is not known here
     END IF;
-    IF want IS NOT NULL THEN
-        SELECT pg_catalog.string_agg(w, ', ' ORDER BY w) INTO missing
-        FROM pg_catalog.unnest(want) w
-        WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g
-                          WHERE g.tgrelid OPERATOR(pg_catalog.=) src AND g.tgname OPERATOR(pg_catalog.=) w);
-        IF missing IS NOT NULL THEN
-            RETURN format('trigger(s) %s on %s not there yet (a restore creates a table''s triggers after its rows)',
-                          missing, src);
-        END IF;
-        -- (a counter whose triggers its owner disabled, triggers_off, was
-        -- dumped with them disabled: that is its complete state)
-        SELECT pg_catalog.string_agg(g.tgname::text, ', ' ORDER BY g.tgname) INTO off
-        FROM pg_catalog.pg_trigger g
-        WHERE g.tgrelid OPERATOR(pg_catalog.=) src AND g.tgname OPERATOR(pg_catalog.=) ANY (want)
-          AND g.tgenabled OPERATOR(pg_catalog.=) 'D' AND NOT coalesce(t.triggers_off, false);
-        IF off IS NOT NULL THEN
-            RETURN format('trigger(s) %s on %s are disabled (pg_restore --disable-triggers loads rows with them off; '
-                          'ALTER TABLE %s ENABLE TRIGGER ... once the rows are in)', off, src, src);
-        END IF;
-    END IF;
-    IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) src
-                                                   AND c.relkind OPERATOR(pg_catalog.=) 'p') THEN
-        SELECT pg_catalog.string_agg(i.indexrelid::regclass::text, ', ' ORDER BY i.indexrelid::regclass::text)
-        INTO missing
-        FROM pg_catalog.pg_index i
-        WHERE i.indrelid OPERATOR(pg_catalog.=) src AND NOT i.indisvalid;
-        IF missing IS NOT NULL THEN
-            RETURN format('index(es) %s of the partitioned table %s are not valid yet (a restore attaches each '
-                          'partition''s index after the partition''s rows)', missing, src);
-        END IF;
-    END IF;
-    RETURN NULL;
+    RETURN coalesce(x.why, counter_internal.job_incomplete_source(x.src, x.want, x.triggers_off));
 END
 $$;
 REVOKE ALL ON FUNCTION counter_internal.job_incomplete(text, text) FROM PUBLIC;

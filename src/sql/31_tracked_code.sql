@@ -544,40 +544,17 @@ BEGIN
 END
 $fn$;
 
--- Registers a tracked counter. See doc/reference/tracked.md.
-CREATE OR REPLACE FUNCTION counter_internal.track(
-    name text,
-    source regclass,
-    key_column name,
-    time_column name,
-    filter text DEFAULT NULL,
-    mode text DEFAULT 'trigger',
-    watermark_lag interval DEFAULT interval '5 seconds',
-    bucket_width interval DEFAULT interval '1 minute',
-    shards integer DEFAULT 64,
-    batch_size integer DEFAULT 1000,
-    drift_log_threshold bigint DEFAULT 0,
-    alert_threshold bigint DEFAULT 1000,
-    reconcile_every interval DEFAULT interval '1 minute',
-    verify_every interval DEFAULT interval '1 day',
-    replicated boolean DEFAULT false,
-    buffered boolean DEFAULT false,
-    max_future interval DEFAULT interval '1 day')
-RETURNS integer
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The checks of counter.track's arguments that need no table
+-- (counter_internal.track): none NULL but filter, the name, the mode, the
+-- bounds of each setting, no counter of that name yet.
+CREATE OR REPLACE FUNCTION counter_internal.track_check_args(name text, source regclass, key_column name,
+    time_column name, mode text, watermark_lag interval, bucket_width interval, shards integer, batch_size integer,
+    drift_log_threshold bigint, alert_threshold bigint, reconcile_every interval, verify_every interval,
+    replicated boolean, buffered boolean, max_future interval)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-AS $fn$
-#variable_conflict use_variable
-DECLARE
-    caller regrole := counter_internal.caller();
-    rel record;
-    kcol record;
-    tcol record;
-    t counter.tracked;
-    compiled text[];
-    base_t text;
-    delta_t text;
-    distributed boolean := false;
+AS $$
 BEGIN
     IF name IS NULL OR source IS NULL OR key_column IS NULL OR time_column IS NULL OR mode IS NULL
        OR watermark_lag IS NULL OR bucket_width IS NULL OR shards IS NULL OR batch_size IS NULL
@@ -626,15 +603,25 @@ BEGIN
     IF drift_log_threshold < 0 OR alert_threshold < 0 THEN
         RAISE EXCEPTION 'thresholds must not be negative' USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) name) THEN
+    IF EXISTS (SELECT FROM counter.tracked c WHERE c.name OPERATOR(pg_catalog.=) track_check_args.name) THEN
         RAISE EXCEPTION 'tracked counter "%" already exists', name USING ERRCODE = '42710';
     END IF;
-    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
-        -- on Citus: a hash-distributed source keyed by its distribution
-        -- column, or refused (0A000)
-        distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
-    END IF;
+END
+$$;
 
+-- The source of a counter to be made (counter_internal.track): a table that
+-- is not temporary, of an owner caller belongs to (or caller a superuser),
+-- with a time column of type timestamptz and a key column whose type can
+-- be compared. Its owner and the key's type.
+CREATE OR REPLACE FUNCTION counter_internal.track_check_source(source regclass, key_column name, time_column name,
+    caller regrole, OUT owner regrole, OUT key_type regtype)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    tcol record;
+BEGIN
     SELECT c.oid, c.relkind, c.relowner::regrole AS owner, c.relpersistence INTO rel
     FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source;
     IF rel.relkind NOT IN ('r', 'p') THEN
@@ -648,17 +635,114 @@ BEGIN
         RAISE EXCEPTION 'permission denied to track %', source
             USING ERRCODE = '42501', DETAIL = 'Only the owner of the source table (or a superuser) may.';
     END IF;
-
-    SELECT c.attname, c.atttypid::regtype AS typ INTO kcol FROM counter_internal.column_of(source, key_column) c;
+    SELECT c.atttypid::regtype INTO key_type FROM counter_internal.column_of(source, key_column) c;
     SELECT c.attname, c.atttypid::regtype AS typ INTO tcol FROM counter_internal.column_of(source, time_column) c;
     IF tcol.typ OPERATOR(pg_catalog.<>) 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" of % has type %, not timestamp with time zone', time_column, source, tcol.typ
             USING ERRCODE = '42804', HINT = 'Event times are compared with the watermark as timestamptz.';
     END IF;
-    PERFORM counter_internal.key_operators(kcol.typ);   -- 42883 unless the key type can be compared
+    PERFORM counter_internal.key_operators(key_type);   -- 42883 unless the key type can be compared
+    owner := rel.owner;
+END
+$$;
+
+-- The state tables of a new counter t (counter_internal.track): base (a
+-- value per key) and delta (per key, bucket and shard), the owner's, no
+-- right for PUBLIC; on Citus colocated with the source (its shards'
+-- triggers write their own shard), else with the triggers that count their
+-- writers (reads keep values while none is in flight: src/read_cache.cpp).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_make_state(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    base_t text := counter_internal.tracked_table(t, 'base');
+    delta_t text := counter_internal.tracked_table(t, 'delta');
+BEGIN
+    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, t.key_type);
+    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, t.key_type);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, t.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, t.owner);
+    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
+    IF t.distributed THEN
+        PERFORM counter_internal.citus_colocate(base_t::regclass, t.source);
+        PERFORM counter_internal.citus_colocate(delta_t::regclass, t.source);
+    ELSE
+        PERFORM counter_internal.tracked_state_triggers(t);
+    END IF;
+END
+$$;
+
+-- The rows already in the source of a new counter t, a backfill for its
+-- first runs (30_tracked.sql), counted as its owner; t comes back with
+-- backfill_left. On Citus, which refuses a read as the owner of placements
+-- that this transaction changed as counter_ext's role (the triggers), a bare
+-- count(*) as that role, which runs no code of the owner's (no filter).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_count_backfill(t counter.tracked)
+RETURNS counter.tracked
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    sql text := format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL', t.source, t.key_column,
+                       t.time_column);
+BEGIN
+    IF t.distributed THEN
+        EXECUTE sql INTO t.backfill_left;
+    ELSE
+        SELECT x.n INTO t.backfill_left FROM counter_internal.exec_as_owner(t.owner, sql || ' AND $1', true) AS x(n bigint);
+    END IF;
+    UPDATE counter.tracked c SET backfill_left = t.backfill_left WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id
+    RETURNING * INTO t;
+    RETURN t;
+END
+$$;
+
+-- Registers a tracked counter. See doc/reference/tracked.md.
+CREATE OR REPLACE FUNCTION counter_internal.track(
+    name text,
+    source regclass,
+    key_column name,
+    time_column name,
+    filter text DEFAULT NULL,
+    mode text DEFAULT 'trigger',
+    watermark_lag interval DEFAULT interval '5 seconds',
+    bucket_width interval DEFAULT interval '1 minute',
+    shards integer DEFAULT 64,
+    batch_size integer DEFAULT 1000,
+    drift_log_threshold bigint DEFAULT 0,
+    alert_threshold bigint DEFAULT 1000,
+    reconcile_every interval DEFAULT interval '1 minute',
+    verify_every interval DEFAULT interval '1 day',
+    replicated boolean DEFAULT false,
+    buffered boolean DEFAULT false,
+    max_future interval DEFAULT interval '1 day')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+    caller regrole := counter_internal.caller();
+    src record; -- counter_internal.track_check_source: owner, key_type
+    t counter.tracked;
+    compiled text[];
+    distributed boolean := false;
+BEGIN
+    PERFORM counter_internal.track_check_args(name, source, key_column, time_column, mode, watermark_lag,
+        bucket_width, shards, batch_size, drift_log_threshold, alert_threshold, reconcile_every, verify_every,
+        replicated, buffered, max_future);
+    IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        -- on Citus: a hash-distributed source keyed by its distribution
+        -- column, or refused (0A000)
+        distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
+    END IF;
+    SELECT * INTO src FROM counter_internal.track_check_source(source, key_column, time_column, caller);
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+        compiled := counter_internal.filter_compile(source, filter, src.owner);
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
                    WHERE i.indrelid OPERATOR(pg_catalog.=) source
@@ -672,45 +756,17 @@ BEGIN
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
         reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future, distributed)
-    VALUES (name, source, key_column, kcol.typ, time_column, compiled[1], compiled[2],
+    VALUES (name, source, key_column, src.key_type, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
-        batch_size, drift_log_threshold, alert_threshold, reconcile_every, rel.owner, verify_every, source::oid,
+        batch_size, drift_log_threshold, alert_threshold, reconcile_every, src.owner, verify_every, source::oid,
         replicated, buffered, max_future, distributed)
     RETURNING * INTO t;
-
-    base_t := counter_internal.tracked_table(t, 'base');
-    delta_t := counter_internal.tracked_table(t, 'delta');
-    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
-    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
-                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
-    EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
-    EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
-    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
-    IF distributed THEN   -- colocated with the source: its shards' triggers write their own shard
-        PERFORM counter_internal.citus_colocate(base_t::regclass, source);
-        PERFORM counter_internal.citus_colocate(delta_t::regclass, source);
-    ELSE                  -- reads keep values while no writer of these tables is in flight (src/read_cache.cpp)
-        PERFORM counter_internal.tracked_state_triggers(t);
-    END IF;
+    PERFORM counter_internal.tracked_make_state(t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();
-    -- the rows already there are a backfill for its first runs (30_tracked.sql);
     -- counted after the functions are made (on Citus a function made after a
     -- parallel read of a distributed table in the same transaction fails)
-    UPDATE counter.tracked c SET backfill_left = (SELECT x.n FROM counter_internal.exec_as_owner(rel.owner,
-            format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL AND $1', source, key_column,
-                   time_column), true) AS x(n bigint))
-    WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id AND NOT distributed
-    RETURNING * INTO t;
-    IF distributed THEN
-        -- Citus refuses a read as the owner of placements that this
-        -- transaction changed as counter_ext's role (the triggers, made
-        -- above): counted as that role, a bare count(*) that runs no code
-        -- of the owner's (no filter)
-        EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NOT NULL AND %I IS NOT NULL', source, key_column, time_column)
-            INTO t.backfill_left;
-        UPDATE counter.tracked c SET backfill_left = t.backfill_left WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
-    END IF;
+    t := counter_internal.tracked_count_backfill(t);
 
     PERFORM counter.job_register('reconcile', name, reconcile_every);
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
@@ -1199,6 +1255,115 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 COMMENT ON FUNCTION counter.reconcile(text, timestamptz, boolean) IS
     'reconciles a tracked counter from its source rows up to a watermark; one summary row';
 
+-- The first step of a reconciliation run of t (counter_internal.tracked_run_step;
+-- target names t, args as there, direct: counter.reconcile's form): flushes a
+-- buffered counter, takes the counter's lock (else the run is recorded
+-- skipped and this is its last state), follows a restore and the filter's
+-- functions, starts the run (the watermark, every key or the dirty ones)
+-- and sizes this run's slice of the verification cycle. The run's first
+-- state.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_begin(t counter.tracked, target text, args jsonb,
+    direct boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    run bigint;
+    w timestamptz;
+    w_from timestamptz;
+    every_key boolean;
+    est double precision;
+    slice bigint;
+BEGIN
+    -- a buffered counter is flushed first (this transaction commits
+    -- before the steps); the flush may schedule a repair (full_pending)
+    IF t.buffered THEN
+        PERFORM counter.flush(t.name);
+        t := counter_internal.tracked_get(target);
+    END IF;
+    IF direct AND args ->> 'all_keys' IS NULL THEN
+        RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
+        RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
+        PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
+        RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}'::jsonb || CASE WHEN direct THEN
+            pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object('counter', t.name,
+                'watermark', counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz),
+                'all_keys', (args ->> 'all_keys')::boolean OR t.full_pending, 'keys_checked', 0,
+                'keys_corrected', 0, 'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0,
+                'duration', interval '0', 'outcome', 'skipped')) ELSE '{}' END;
+    END IF;
+    t := counter_internal.tracked_check_restored(t);
+    PERFORM counter_internal.tracked_filter_follow(t);
+    IF direct THEN
+        w := counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz);
+        every_key := (args ->> 'all_keys')::boolean OR t.full_pending;
+    ELSE
+        w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
+                                 '2000-01-01 00:00:00+00'::timestamptz);
+        every_key := t.full_pending;
+    END IF;
+    SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
+    SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
+    WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
+    -- This run's slice of the verification cycle: enough keys that every
+    -- key is checked once per verify_every at this job's interval.
+    IF NOT every_key AND NOT direct THEN
+        slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
+                                       / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
+        IF t.verify_after IS NULL THEN
+            UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
+            WHERE c.counter_id = t.counter_id;
+        END IF;
+    END IF;
+    RETURN pg_catalog.jsonb_build_object('run', run, 'watermark', w, 'from', w_from, 'every_key', every_key,
+        'verify_slice', slice, 'verify_from', t.verify_after, 'verified', 0, 'after', NULL,
+        'phase', CASE WHEN every_key THEN 'every key' ELSE 'dirty keys' END, 'done', 0,
+        'total', CASE WHEN every_key THEN est::bigint END, 'rows', 0, 'finished', false);
+END
+$fn$;
+
+-- The end of reconciliation run 'run' of state of t with outcome
+-- (counter_internal.tracked_run_step): a verification run moves the cycle on
+-- to where it got (unless cycle_done: it went round) and notes the keys it
+-- verified; a full run that succeeded clears full_pending; the run's record
+-- is finished. The last state: outcome, the keys corrected as rows, and for
+-- counter.reconcile's form (direct) the summary row ('result').
+CREATE OR REPLACE FUNCTION counter_internal.tracked_run_end(t counter.tracked, run bigint, state jsonb,
+    outcome text, cycle_done boolean, direct boolean)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    verifying boolean := state ->> 'phase' = 'verify';
+    r counter.tracked_runs;
+BEGIN
+    IF verifying AND NOT cycle_done THEN
+        UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
+    END IF;
+    IF verifying THEN
+        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
+            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
+             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
+            + (state ->> 'verified')::bigint));
+    END IF;
+    IF outcome = 'ok' AND (state ->> 'every_key')::boolean AND t.full_pending THEN
+        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
+    END IF;
+    r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
+    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected)
+        || CASE WHEN direct THEN pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object(
+               'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark, 'all_keys', r.all_keys,
+               'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
+               'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
+               'max_abs_drift', r.max_abs_drift, 'duration', r.finished_at - r.started_at,
+               'outcome', r.outcome)) ELSE '{}' END;
+END
+$fn$;
+
 -- The reconciliation's step function for the one commit loop
 -- (src/spine.cpp, kind 'reconcile': the job's run; checks the caller
 -- owns the counter, and from the second step on that the run is this
@@ -1218,64 +1383,14 @@ DECLARE
     direct boolean := args ? 'all_keys';   -- counter.reconcile's form
     run bigint;
     w timestamptz;
-    w_from timestamptz;
-    every_key boolean;
-    est double precision;
-    slice bigint;
     verifying boolean;
     cycle_done boolean := false;
     b record;
     outcome text;
-    r counter.tracked_runs;
 BEGIN
     PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'reconcile it');
     IF state IS NULL THEN
-        -- a buffered counter is flushed first (this transaction commits
-        -- before the steps); the flush may schedule a repair (full_pending)
-        IF t.buffered THEN
-            PERFORM counter.flush(t.name);
-            t := counter_internal.tracked_get(target);
-        END IF;
-        IF direct AND args ->> 'all_keys' IS NULL THEN
-            RAISE EXCEPTION 'all_keys must not be NULL' USING ERRCODE = '22004';
-        END IF;
-        IF NOT counter_internal.lock_take('tracked', t.counter_id, wait => false) THEN
-            RAISE NOTICE 'tracked counter "%" is being reconciled by another session; skipped', t.name;
-            PERFORM counter_internal.tracked_skipped(t, 'another session is reconciling the counter');
-            RETURN '{"finished": true, "rows": 0, "outcome": "skipped"}'::jsonb || CASE WHEN direct THEN
-                pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object('counter', t.name,
-                    'watermark', counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz),
-                    'all_keys', (args ->> 'all_keys')::boolean OR t.full_pending, 'keys_checked', 0,
-                    'keys_corrected', 0, 'drift_positive', 0, 'drift_negative', 0, 'max_abs_drift', 0,
-                    'duration', interval '0', 'outcome', 'skipped')) ELSE '{}' END;
-        END IF;
-        t := counter_internal.tracked_check_restored(t);
-        PERFORM counter_internal.tracked_filter_follow(t);
-        IF direct THEN
-            w := counter_internal.tracked_watermark(t, (args ->> 'watermark')::timestamptz);
-            every_key := (args ->> 'all_keys')::boolean OR t.full_pending;
-        ELSE
-            w := pg_catalog.date_bin(t.bucket_width, pg_catalog.clock_timestamp() - t.watermark_lag,
-                                     '2000-01-01 00:00:00+00'::timestamptz);
-            every_key := t.full_pending;
-        END IF;
-        SELECT s.run, s.run_watermark, s.run_from INTO run, w, w_from FROM counter_internal.tracked_start_run(t, w, every_key) s;
-        SELECT GREATEST(c.reltuples, 0) INTO est FROM pg_catalog.pg_class c
-        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base'));
-        -- This run's slice of the verification cycle: enough keys that every
-        -- key is checked once per verify_every at this job's interval.
-        IF NOT every_key AND NOT direct THEN
-            slice := GREATEST(1, pg_catalog.ceil(coalesce(est, 0) * pg_catalog.date_part('epoch', t.reconcile_every)
-                                           / pg_catalog.date_part('epoch', t.verify_every)))::bigint;
-            IF t.verify_after IS NULL THEN
-                UPDATE counter.tracked c SET verify_started = pg_catalog.clock_timestamp()
-                WHERE c.counter_id = t.counter_id;
-            END IF;
-        END IF;
-        RETURN pg_catalog.jsonb_build_object('run', run, 'watermark', w, 'from', w_from, 'every_key', every_key,
-            'verify_slice', slice, 'verify_from', t.verify_after, 'verified', 0, 'after', NULL,
-            'phase', CASE WHEN every_key THEN 'every key' ELSE 'dirty keys' END, 'done', 0,
-            'total', CASE WHEN every_key THEN est::bigint END, 'rows', 0, 'finished', false);
+        RETURN counter_internal.tracked_run_begin(t, target, args, direct);
     END IF;
     run := (state ->> 'run')::bigint;
     PERFORM counter_internal.tracked_require_run(t, run);
@@ -1317,27 +1432,7 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    -- the run ends: the verification cycle moves on to where it got
-    IF verifying AND NOT cycle_done THEN
-        UPDATE counter.tracked c SET verify_after = state ->> 'after' WHERE c.counter_id = t.counter_id;
-    END IF;
-    IF verifying THEN
-        PERFORM counter_internal.run_note(run, pg_catalog.jsonb_build_object('keys_verified',
-            (SELECT (x.info ->> 'keys_verified')::bigint FROM counter.job_runs x
-             WHERE x.run_id = run AND x.kind = 'reconcile' AND x.object_id = t.counter_id)
-            + (state ->> 'verified')::bigint));
-    END IF;
-    IF outcome = 'ok' AND (state ->> 'every_key')::boolean AND t.full_pending THEN
-        UPDATE counter.tracked c SET full_pending = false WHERE c.counter_id = t.counter_id;
-    END IF;
-    r := counter_internal.tracked_finish_run(t, run, outcome, state -> 'error');
-    RETURN state || pg_catalog.jsonb_build_object('finished', true, 'outcome', outcome, 'rows', r.keys_corrected)
-        || CASE WHEN direct THEN pg_catalog.jsonb_build_object('result', pg_catalog.jsonb_build_object(
-               'counter', t.name, 'run_id', r.run_id, 'watermark', r.watermark, 'all_keys', r.all_keys,
-               'keys_checked', r.keys_checked, 'keys_corrected', r.keys_corrected,
-               'drift_positive', r.drift_positive, 'drift_negative', r.drift_negative,
-               'max_abs_drift', r.max_abs_drift, 'duration', r.finished_at - r.started_at,
-               'outcome', r.outcome)) ELSE '{}' END;
+    RETURN counter_internal.tracked_run_end(t, run, state, outcome, cycle_done, direct);
 END
 $fn$;
 CREATE OR REPLACE VIEW counter.tracked_history WITH (security_barrier) AS

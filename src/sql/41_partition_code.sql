@@ -358,17 +358,279 @@ AS $$
     SELECT counter_internal.partition_move(parent, counter.partition_default(parent), t, lo, hi, max_rows)
 $$;
 
+-- Finishes or continues the staged drain stg (partition_step): moves
+-- another batch of its slot from the default partition d, or, when what is
+-- left is one batch at most, the rest under lock, then attaches the staging
+-- table. status is 'more' either way.
+CREATE OR REPLACE FUNCTION counter_internal.partition_drain_staged(parent regclass, cfg counter.partitioned_tables,
+    d regclass, stg counter.partition_staging, OUT created integer, OUT moved bigint, OUT status text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    created := 0; status := 'more';
+    IF d IS NULL THEN
+        RAISE EXCEPTION 'table % lost its default partition during a drain', parent
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+        format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
+               d, cfg.control, stg.lo, cfg.control, stg.hi, cfg.batch_rows OPERATOR(pg_catalog.+) 1), true)
+        AS x(n bigint);
+    IF n OPERATOR(pg_catalog.>) cfg.batch_rows THEN
+        moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, cfg.batch_rows);
+        RETURN;
+    END IF;
+    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
+    moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, NULL);
+    PERFORM counter_internal.partition_attach(parent, stg.staging, stg.lo, stg.hi, true);
+    DELETE FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_drain_staged.parent;
+    created := 1;
+END
+$$;
+
+-- Creates up to cfg.step_partitions missing partitions (partition_step):
+-- the slots of step seconds from win_lo up to upto that overlap no
+-- partition (covered) and have no rows in the default partition d (below
+-- drain_hi). A slot writers may be filling right now (up to the one after
+-- cur) is made with writers of the parent held, so none routes a row there
+-- with a stale partition list (it would fail after the ATTACH). Each slot in
+-- a subtransaction of its own: a slot that cannot be made (a row arrived for
+-- it in the default partition: 23514) is reported in skipped, the others are
+-- made; running out of lock time (55P03) is for the whole attempt. covered
+-- comes back with the slots made.
+CREATE OR REPLACE FUNCTION counter_internal.partition_create_slots(parent regclass, cfg counter.partitioned_tables,
+    d regclass, win_lo timestamptz, upto timestamptz, cur timestamptz, step bigint, drain_hi timestamptz,
+    INOUT covered tstzmultirange, OUT created integer, OUT skipped jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    busy_slots timestamptz[];
+    todo timestamptz[];
+    near boolean := false;
+    lo timestamptz;
+    hi timestamptz;
+    t regclass;
+BEGIN
+    created := 0; skipped := '[]';
+    IF d IS NOT NULL THEN
+        SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+            format('SELECT array_agg(DISTINCT %6$s) FROM ONLY %2$s '
+                   'WHERE %1$I >= %3$L AND %1$I < %5$L AND $1',
+                   cfg.control, d, win_lo, step, drain_hi,
+                   counter_internal.partition_slot_sql(cfg.control, step)), true) AS x(a timestamptz[]);
+    END IF;
+    SELECT array_agg(g ORDER BY g) INTO todo FROM (
+        SELECT g FROM generate_series(win_lo, upto, make_interval(secs => step)) g
+        WHERE NOT (covered && tstzrange(g, g + make_interval(secs => step)))
+          AND NOT (g = ANY (coalesce(busy_slots, '{}')))
+        ORDER BY g LIMIT cfg.step_partitions) s;
+    FOREACH lo IN ARRAY coalesce(todo, '{}') LOOP
+        hi := lo + make_interval(secs => step);
+        BEGIN
+            IF NOT near AND lo <= cur + make_interval(secs => step) THEN
+                PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                near := true;
+            END IF;
+            t := counter_internal.partition_make_table(parent, lo, hi, 'standalone');
+            PERFORM counter_internal.partition_attach(parent, t, lo, hi, false);
+            covered := covered + tstzmultirange(tstzrange(lo, hi));
+            created := created + 1;
+        EXCEPTION
+            WHEN lock_not_available THEN RAISE;
+            WHEN OTHERS THEN
+                near := false; -- the subtransaction's lock went with it
+                skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                    'slot', lo, 'action', 'create', 'error', SQLERRM, 'sqlstate', SQLSTATE));
+        END;
+    END LOOP;
+END
+$$;
+
+-- Drains the default partition d (partition_step), oldest slot first: up to
+-- cfg.step_partitions slots of [drain_lo, drain_hi) of at most batch_rows
+-- rows each, each moved and attached under a lock that holds writers for
+-- that moment; a larger slot starts a staged drain (one batch per step, the
+-- last under lock), as the first slot of a step only. whole_slots (Citus):
+-- each slot drained whole, under lock, never staged. Each slot in a
+-- subtransaction of its own: a slot whose rows cannot be moved is reported
+-- in skipped (its rows stay in the default partition), the next slots are
+-- drained. more: the table needs another step. covered comes back with the
+-- partitions attached.
+CREATE OR REPLACE FUNCTION counter_internal.partition_drain_slots(parent regclass, cfg counter.partitioned_tables,
+    d regclass, drain_lo timestamptz, drain_hi timestamptz, step bigint, whole_slots boolean,
+    INOUT covered tstzmultirange, OUT created integer, OUT moved bigint, OUT more boolean, OUT skipped jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    scan_lo timestamptz := drain_lo;
+    locked boolean := false;
+    lo timestamptz;
+    hi timestamptz;
+    n bigint;
+    k bigint;
+    t regclass;
+BEGIN
+    created := 0; moved := 0; more := false; skipped := '[]';
+    FOR i IN 1..cfg.step_partitions LOOP
+        lo := NULL;
+        SELECT x.t INTO lo FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+            format('SELECT %1$I FROM ONLY %2$s WHERE %1$I >= %3$L AND %1$I < %4$L AND $1 ORDER BY %1$I LIMIT 1',
+                   cfg.control, d, scan_lo, drain_hi), true) AS x(t timestamptz);
+        EXIT WHEN lo IS NULL;
+        lo := counter_internal.partition_slot(lo, step);
+        hi := lo + make_interval(secs => step);
+        scan_lo := hi;
+        SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+            format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
+                   d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1), true) AS x(n bigint);
+        IF whole_slots THEN
+            n := least(n, cfg.batch_rows); -- drained whole, under lock
+        END IF;
+        IF n > cfg.batch_rows AND i > 1 THEN
+            EXIT; -- the next step stages it
+        END IF;
+        BEGIN
+            IF covered && tstzrange(lo, hi) THEN
+                RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
+                    lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
+            END IF;
+            t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
+            IF n > cfg.batch_rows THEN
+                INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
+                moved := counter_internal.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
+            ELSE
+                IF NOT locked THEN
+                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
+                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
+                    locked := true;
+                END IF;
+                k := counter_internal.partition_move_rows(parent, t, lo, hi, NULL);
+                PERFORM counter_internal.partition_attach(parent, t, lo, hi, true);
+                -- (variables are not rolled back with a subtransaction: counted once done)
+                covered := covered + tstzmultirange(tstzrange(lo, hi));
+                moved := moved + k;
+                created := created + 1;
+            END IF;
+            more := true;
+        EXCEPTION
+            WHEN lock_not_available THEN RAISE;
+            WHEN OTHERS THEN
+                locked := false; -- the subtransaction's locks went with it
+                skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                    'slot', lo, 'action', 'drain', 'error', SQLERRM, 'sqlstate', SQLSTATE));
+                CONTINUE;
+        END;
+        EXIT WHEN n > cfg.batch_rows; -- a staged drain: one batch per step
+    END LOOP;
+END
+$$;
+
+-- Drops (or, with retention_keep_table, detaches) the partitions expired
+-- (partition_step: at most step_partitions, wholly past retention); how many.
+CREATE OR REPLACE FUNCTION counter_internal.partition_drop_expired(parent regclass, cfg counter.partitioned_tables,
+    expired regclass[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    dropped integer := 0;
+BEGIN
+    FOREACH t IN ARRAY coalesce(expired, '{}') LOOP
+        IF cfg.retention_keep_table THEN
+            PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DETACH PARTITION %s', parent, t));
+        ELSE
+            PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', t));
+        END IF;
+        dropped := dropped + 1;
+    END LOOP;
+    RETURN dropped;
+END
+$$;
+
+-- The slots partition_step works on for cfg at as_of (in UTC): step (the
+-- interval in seconds), cur (the slot of as_of), upto (the last slot to make,
+-- premake intervals ahead), cutoff (as_of - retention; NULL without one), and
+-- the window [drain_lo, drain_hi): from the slot of as_of - retention (7
+-- days without one) to the end of upto's slot. No partition is made outside
+-- it, for a gap or for a row of the default partition, however old or far
+-- ahead.
+CREATE OR REPLACE FUNCTION counter_internal.partition_window(cfg counter.partitioned_tables, as_of timestamptz,
+    OUT step bigint, OUT cur timestamptz, OUT upto timestamptz, OUT cutoff timestamptz,
+    OUT drain_lo timestamptz, OUT drain_hi timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+AS $$
+BEGIN
+    step := counter_internal.partition_interval_seconds(cfg.part_interval);
+    cur := counter_internal.partition_slot(as_of, step);
+    upto := cur OPERATOR(pg_catalog.+) make_interval(secs => step OPERATOR(pg_catalog.*) cfg.premake);
+    cutoff := CASE WHEN cfg.retention IS NOT NULL THEN as_of OPERATOR(pg_catalog.-) cfg.retention END;
+    drain_lo := counter_internal.partition_slot(coalesce(cutoff, as_of OPERATOR(pg_catalog.-) interval '7 days'), step);
+    drain_hi := upto OPERATOR(pg_catalog.+) make_interval(secs => step);
+END
+$$;
+
+-- One look at the partitions of parent but its default one (partition_step):
+-- what they cover, the oldest start, and the first n (oldest first) wholly
+-- at or before cutoff (as_of - retention).
+CREATE OR REPLACE FUNCTION counter_internal.partition_layout(parent regclass, cutoff timestamptz, n integer,
+    OUT covered tstzmultirange, OUT oldest timestamptz, OUT expired regclass[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(range_agg(tstzrange(b.lo, b.hi)), '{}'::tstzmultirange),
+           min(b.lo) FILTER (WHERE b.lo > '-infinity'),
+           (array_agg(b.partition ORDER BY b.hi) FILTER (WHERE b.hi <= cutoff))[1:n]
+    FROM counter.partition_bounds(parent) b WHERE NOT b.is_default
+$$;
+
+-- The rows of the default partition d of parent outside [lo, hi), read as
+-- the table's owner (partition_step: left there, reported).
+CREATE OR REPLACE FUNCTION counter_internal.partition_outside(parent regclass, control name, d regclass,
+    lo timestamptz, hi timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    n bigint;
+BEGIN
+    SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
+        format('SELECT count(*) FROM ONLY %1$s WHERE NOT (%2$I >= %3$L AND %2$I < %4$L) AND $1',
+               d, control, lo, hi), true) AS x(n bigint);
+    RETURN n;
+END
+$$;
+
 -- One bounded step of maintenance of one table, in the caller's transaction:
--- finish or continue a staged drain; else drop/detach up to step_partitions
--- partitions past retention; else create up to step_partitions missing
--- partitions up to as_of + premake intervals; else drain one slot of the
--- default partition (at most batch_rows rows, or the whole slot under lock
--- when that is small), only slots inside [as_of - retention (or 7 days),
--- as_of + premake]; when done, outside = the rows of the default
--- partition outside that window (left there). status: 'more' (call again),
--- 'done', 'busy' (another session maintains the table), 'skipped' (locks not
--- obtained within lock_timeout after lock_retries retries), 'error' (message
--- in error). Every statement on the table runs as its owner.
+-- finish or continue a staged drain (partition_drain_staged); else create up
+-- to step_partitions missing partitions up to as_of + premake intervals
+-- (partition_create_slots); else drain slots of the default partition (at
+-- most batch_rows rows each, or a slot staged: partition_drain_slots), only
+-- slots inside [as_of - retention (or 7 days), as_of + premake]; then drop/detach up to
+-- step_partitions partitions past retention (partition_drop_expired). When
+-- done, outside = the rows of the default partition outside that window
+-- (left there). status: 'more' (call again), 'done', 'busy' (another session
+-- maintains the table), 'skipped' (locks not obtained within lock_timeout
+-- after lock_retries retries), 'error' (message in error). Every statement
+-- on the table runs as its owner.
 CREATE OR REPLACE FUNCTION counter_internal.partition_step(parent regclass, as_of timestamptz,
     OUT created integer, OUT dropped integer, OUT moved bigint, OUT status text, OUT error text,
     OUT outside bigint, OUT skipped jsonb)
@@ -381,35 +643,18 @@ AS $$
 DECLARE
     cfg counter.partitioned_tables;
     stg counter.partition_staging;
-    step bigint;
+    w record; -- counter_internal.partition_window
     d regclass;
-    cur timestamptz;
-    upto timestamptz;
-    cutoff timestamptz;
-    win_lo timestamptz;
-    r record;
-    t regclass;
-    lo timestamptz;
-    hi timestamptz;
-    n bigint;
-    todo timestamptz[];
-    busy_slots timestamptz[];
     covered tstzmultirange;
+    win_lo timestamptz;
     expired regclass[];
     action text;
     attempt int := 0;
-    near boolean;
-    i int;
-    drain_lo timestamptz;
-    drain_hi timestamptz;
-    scan_lo timestamptz;
-    drain_locked boolean;
-    k bigint;
-    whole_slots boolean; -- Citus: each slot drained whole, no staged batches
+    c record;
 BEGIN
     created := 0; dropped := 0; moved := 0; status := 'done'; skipped := '[]';
     as_of := coalesce(as_of, now());
-    SELECT * INTO cfg FROM counter.partitioned_tables c WHERE c.parent OPERATOR(pg_catalog.=) partition_step.parent;
+    SELECT * INTO cfg FROM counter.partitioned_tables x WHERE x.parent OPERATOR(pg_catalog.=) partition_step.parent;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'table % is not managed by counter_ext', parent USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -418,227 +663,71 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', (extract(epoch FROM cfg.lock_timeout) OPERATOR(pg_catalog.*) 1000)::bigint::text, true);
-    step := counter_internal.partition_interval_seconds(cfg.part_interval);
     d := counter.partition_default(parent);
-    whole_slots := counter_internal.citus_distributed(parent);
-    cur := counter_internal.partition_slot(as_of, step);
-    upto := cur OPERATOR(pg_catalog.+) make_interval(secs => step OPERATOR(pg_catalog.*) cfg.premake);
-    cutoff := CASE WHEN cfg.retention IS NOT NULL THEN as_of OPERATOR(pg_catalog.-) cfg.retention END;
-
+    SELECT * INTO w FROM counter_internal.partition_window(cfg, as_of);
     LOOP -- attempts: a lock_not_available rolls the attempt back, waits, retries
         attempt := attempt OPERATOR(pg_catalog.+) 1;
         BEGIN
             created := 0; dropped := 0; moved := 0; status := 'done'; outside := NULL; skipped := '[]';
             SELECT * INTO stg FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_step.parent;
             IF FOUND THEN
-                -- A staged drain: move another batch, or the rest under lock and attach.
                 action := 'drain';
-                IF d IS NULL THEN
-                    RAISE EXCEPTION 'table % lost its default partition during a drain', parent
-                        USING ERRCODE = 'object_not_in_prerequisite_state';
-                END IF;
-                SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                    format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
-                           d, cfg.control, stg.lo, cfg.control, stg.hi, cfg.batch_rows OPERATOR(pg_catalog.+) 1), true)
-                    AS x(n bigint);
-                IF n OPERATOR(pg_catalog.>) cfg.batch_rows THEN
-                    moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, cfg.batch_rows);
-                    status := 'more';
-                ELSE
-                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
-                    PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
-                    moved := counter_internal.partition_move_rows(parent, stg.staging, stg.lo, stg.hi, NULL);
-                    PERFORM counter_internal.partition_attach(parent, stg.staging, stg.lo, stg.hi, true);
-                    DELETE FROM counter.partition_staging s WHERE s.parent OPERATOR(pg_catalog.=) partition_step.parent;
-                    created := 1;
-                    status := 'more';
-                END IF;
+                SELECT x.created, x.moved, x.status INTO created, moved, status
+                FROM counter_internal.partition_drain_staged(parent, cfg, d, stg) x;
                 EXIT;
             END IF;
-
-            -- One look at the partitions: what they cover, the oldest start, and
-            -- those wholly at or before as_of - retention (oldest first).
-            SELECT coalesce(range_agg(tstzrange(b.lo, b.hi)), '{}'::tstzmultirange),
-                   min(b.lo) FILTER (WHERE b.lo > '-infinity'),
-                   (array_agg(b.partition ORDER BY b.hi) FILTER (WHERE b.hi <= cutoff))[1:cfg.step_partitions]
-            INTO covered, win_lo, expired
-            FROM counter.partition_bounds(parent) b WHERE NOT b.is_default;
-
+            SELECT * INTO covered, win_lo, expired FROM counter_internal.partition_layout(parent, w.cutoff, cfg.step_partitions);
             -- Missing slots from the oldest partition (or the current slot) up to
-            -- as_of + premake, not overlapping any partition, without rows in default.
+            -- as_of + premake, inside the window.
             action := 'create';
-            win_lo := least(coalesce(counter_internal.partition_slot(win_lo, step), cur), cur);
-            -- The window: [as_of - retention (7 days without one), as_of +
-            -- premake]. No partition is made outside it, for a gap or for a
-            -- row of the default partition, however old or far ahead.
-            drain_lo := counter_internal.partition_slot(coalesce(cutoff, as_of OPERATOR(pg_catalog.-) interval '7 days'), step);
-            drain_hi := upto OPERATOR(pg_catalog.+) make_interval(secs => step);
-            win_lo := greatest(win_lo, drain_lo);
-            IF d IS NOT NULL THEN
-                SELECT x.a INTO busy_slots FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                    format('SELECT array_agg(DISTINCT %6$s) FROM ONLY %2$s '
-                           'WHERE %1$I >= %3$L AND %1$I < %5$L AND $1',
-                           cfg.control, d, win_lo, step, drain_hi,
-                           counter_internal.partition_slot_sql(cfg.control, step)), true) AS x(a timestamptz[]);
+            win_lo := greatest(least(coalesce(counter_internal.partition_slot(win_lo, w.step), w.cur), w.cur), w.drain_lo);
+            SELECT x.covered, x.created, x.skipped INTO covered, created, skipped
+            FROM counter_internal.partition_create_slots(parent, cfg, d, win_lo, w.upto, w.cur, w.step, w.drain_hi, covered) x;
+            IF created >= cfg.step_partitions THEN
+                status := 'more';
+                EXIT; -- bounded: the rest in the next step
             END IF;
-            SELECT array_agg(g ORDER BY g) INTO todo FROM (
-                SELECT g FROM generate_series(win_lo, upto, make_interval(secs => step)) g
-                WHERE NOT (covered && tstzrange(g, g + make_interval(secs => step)))
-                  AND NOT (g = ANY (coalesce(busy_slots, '{}')))
-                ORDER BY g LIMIT cfg.step_partitions) s;
-            IF todo IS NOT NULL THEN
-                near := false;
-                FOREACH lo IN ARRAY todo LOOP
-                    hi := lo + make_interval(secs => step);
-                    -- A slot writers may be filling right now: hold writers of
-                    -- the parent so none routes a row there with a stale
-                    -- partition list (it would fail after the ATTACH).
-                    -- Each slot in a subtransaction of its own: a slot that
-                    -- cannot be made (a row arrived for it in the default
-                    -- partition: 23514) is reported and skipped, the others
-                    -- are made. Running out of lock time is for the whole
-                    -- attempt (retried).
-                    BEGIN
-                        IF NOT near AND lo <= cur + make_interval(secs => step) THEN
-                            PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
-                            near := true;
-                        END IF;
-                        t := counter_internal.partition_make_table(parent, lo, hi, 'standalone');
-                        PERFORM counter_internal.partition_attach(parent, t, lo, hi, false);
-                        covered := covered + tstzmultirange(tstzrange(lo, hi));
-                        created := created + 1;
-                    EXCEPTION
-                        WHEN lock_not_available THEN RAISE;
-                        WHEN OTHERS THEN
-                            near := false; -- the subtransaction's lock went with it
-                            skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
-                                'slot', lo, 'action', 'create', 'error', SQLERRM, 'sqlstate', SQLSTATE));
-                    END;
-                END LOOP;
-                IF created >= cfg.step_partitions THEN
-                    status := 'more';
-                    EXIT; -- bounded: the rest in the next step
-                END IF;
-            END IF;
-
-            -- Drain, oldest slot first: up to step_partitions slots of at most
-            -- batch_rows rows each, each moved and attached under a lock that
-            -- holds writers for that moment; a larger slot starts a staged
-            -- drain (one batch per step, the last under lock).
-            -- Each slot in a subtransaction of its own: a slot whose rows
-            -- cannot be moved is reported and skipped (its rows stay in the
-            -- default partition), the next slots are drained.
             action := 'drain';
             IF d IS NOT NULL THEN
-                scan_lo := drain_lo;
-                drain_locked := false;
-                FOR i IN 1..cfg.step_partitions LOOP
-                    lo := NULL;
-                    SELECT x.t INTO lo FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                        format('SELECT %1$I FROM ONLY %2$s WHERE %1$I >= %3$L AND %1$I < %4$L AND $1 ORDER BY %1$I LIMIT 1',
-                               cfg.control, d, scan_lo, drain_hi), true) AS x(t timestamptz);
-                    EXIT WHEN lo IS NULL;
-                    lo := counter_internal.partition_slot(lo, step);
-                    hi := lo + make_interval(secs => step);
-                    scan_lo := hi;
-                    SELECT x.n INTO n FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                        format('SELECT count(*) FROM (SELECT 1 FROM ONLY %s WHERE %I >= %L AND %I < %L LIMIT %s) x WHERE $1',
-                               d, cfg.control, lo, cfg.control, hi, cfg.batch_rows + 1), true) AS x(n bigint);
-                    IF whole_slots THEN
-                        n := least(n, cfg.batch_rows); -- drained whole, under lock
-                    END IF;
-                    IF n > cfg.batch_rows AND i > 1 THEN
-                        EXIT; -- the next step stages it
-                    END IF;
-                    BEGIN
-                        IF covered && tstzrange(lo, hi) THEN
-                            RAISE EXCEPTION 'rows of % in the default partition of % cannot be moved: the slot overlaps an existing partition',
-                                lo, parent USING ERRCODE = 'object_not_in_prerequisite_state';
-                        END IF;
-                        IF n > cfg.batch_rows THEN
-                            t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
-                            INSERT INTO counter.partition_staging (parent, staging, lo, hi) VALUES (parent, t, lo, hi);
-                            k := counter_internal.partition_move_rows(parent, t, lo, hi, cfg.batch_rows);
-                            moved := k;
-                            status := 'more';
-                        ELSE
-                            t := counter_internal.partition_make_table(parent, lo, hi, 'bounded');
-                            IF NOT drain_locked THEN
-                                PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN SHARE MODE', parent));
-                                PERFORM counter_internal.partition_exec(parent, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', d));
-                                drain_locked := true;
-                            END IF;
-                            k := counter_internal.partition_move_rows(parent, t, lo, hi, NULL);
-                            PERFORM counter_internal.partition_attach(parent, t, lo, hi, true);
-                            -- (variables are not rolled back with a subtransaction: counted once done)
-                            covered := covered + tstzmultirange(tstzrange(lo, hi));
-                            moved := moved + k;
-                            created := created + 1;
-                            status := 'more';
-                        END IF;
-                    EXCEPTION
-                        WHEN lock_not_available THEN RAISE;
-                        WHEN OTHERS THEN
-                            drain_locked := false; -- the subtransaction's locks went with it
-                            skipped := skipped || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
-                                'slot', lo, 'action', 'drain', 'error', SQLERRM, 'sqlstate', SQLSTATE));
-                            CONTINUE;
-                    END;
-                    EXIT WHEN n > cfg.batch_rows; -- a staged drain: one batch per step
-                END LOOP;
+                SELECT * INTO c FROM counter_internal.partition_drain_slots(parent, cfg, d, w.drain_lo, w.drain_hi, w.step,
+                                                                             counter_internal.citus_distributed(parent), covered) x;
+                created := created + c.created; moved := moved + c.moved; skipped := skipped || c.skipped;
+                status := CASE WHEN c.more THEN 'more' ELSE status END;
             END IF;
-
             -- Retention, last (its ACCESS EXCLUSIVE lock on the parent is held only
-            -- until the commit): drop (or detach) up to step_partitions expired partitions.
-            IF expired IS NOT NULL THEN
-                action := 'retention';
-                FOREACH t IN ARRAY expired LOOP
-                    IF cfg.retention_keep_table THEN
-                        PERFORM counter_internal.partition_exec(parent, format('ALTER TABLE %s DETACH PARTITION %s', parent, t));
-                    ELSE
-                        PERFORM counter_internal.partition_exec(parent, format('DROP TABLE %s', t));
-                    END IF;
-                    dropped := dropped + 1;
-                END LOOP;
-                IF dropped >= cfg.step_partitions THEN
-                    status := 'more';
-                END IF;
-            END IF;
-
+            -- until the commit).
+            action := CASE WHEN expired IS NULL THEN action ELSE 'retention' END;
+            dropped := counter_internal.partition_drop_expired(parent, cfg, expired);
+            status := CASE WHEN dropped >= cfg.step_partitions THEN 'more' ELSE status END;
             -- Done: count what is left outside the window (reported, left there).
             IF status = 'done' AND d IS NOT NULL THEN
-                SELECT x.n INTO outside FROM counter_internal.exec_as_owner(counter_internal.partition_owner(parent),
-                    format('SELECT count(*) FROM ONLY %1$s WHERE NOT (%2$I >= %3$L AND %2$I < %4$L) AND $1',
-                           d, cfg.control, drain_lo, drain_hi), true) AS x(n bigint);
+                outside := counter_internal.partition_outside(parent, cfg.control, d, w.drain_lo, w.drain_hi);
             END IF;
-            EXIT;
         EXCEPTION
+            -- the attempt was rolled back whole, its skipped slots too
             WHEN lock_not_available THEN
-                IF attempt OPERATOR(pg_catalog.>) cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0; skipped := '[]';
-                    status := 'skipped';
-                    error := format('%s: could not lock %s within lock_timeout %s (%s attempts): %s',
-                                    action, parent, cfg.lock_timeout, attempt, SQLERRM);
-                    RETURN;
+                IF attempt OPERATOR(pg_catalog.<=) cfg.lock_retries THEN
+                    PERFORM pg_sleep(least(extract(epoch FROM cfg.lock_timeout), 1));
+                    CONTINUE;
                 END IF;
-                PERFORM pg_sleep(least(extract(epoch FROM cfg.lock_timeout), 1));
+                status := 'skipped';
+                error := format('%s: could not lock %s within lock_timeout %s (%s attempts): %s',
+                                action, parent, cfg.lock_timeout, attempt, SQLERRM);
             WHEN check_violation THEN
                 -- a row arrived in the default partition for a slot being
                 -- created: the next attempt sees it and drains that slot.
-                IF action <> 'create' OR attempt > cfg.lock_retries THEN
-                    created := 0; dropped := 0; moved := 0; skipped := '[]';
-                    status := 'error';
-                    error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
-                    RETURN;
-                END IF;
-            WHEN OTHERS THEN
-                -- the attempt was rolled back whole, its skipped slots too
-                created := 0; dropped := 0; moved := 0; skipped := '[]';
+                CONTINUE WHEN action = 'create' AND attempt <= cfg.lock_retries;
                 status := 'error';
                 error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
-                RETURN;
+            WHEN OTHERS THEN
+                status := 'error';
+                error := format('%s: %s (SQLSTATE %s)', action, SQLERRM, SQLSTATE);
         END;
+        EXIT;
     END LOOP;
+    IF status IN ('skipped', 'error') THEN
+        created := 0; dropped := 0; moved := 0; outside := NULL; skipped := '[]';
+    END IF;
 END
 $$;
 
@@ -852,37 +941,23 @@ BEGIN
 END
 $$;
 
--- Puts a table under maintenance: checks it, records it, creates its default
--- partition (if it has none) and its partitions from start_at (default: the
--- current slot; never before as_of - retention) through as_of + premake
--- intervals, at most 10,000 of them, registers its job. Returns the number of
--- partitions created. For the table's owner (or a superuser); the partitions
--- are made by the owner.
-CREATE OR REPLACE FUNCTION counter_internal.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
-    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
-    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
-    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+-- The checks of counter.partition_manage (counter_internal.partition_manage):
+-- none NULL but retention, start_at and as_of; parent a table partitioned by
+-- range over its timestamptz column control, not temporary, of an owner
+-- caller belongs to (or caller a superuser), not managed yet; the settings
+-- in their bounds. The partition interval in seconds.
+CREATE OR REPLACE FUNCTION counter_internal.partition_manage_check(parent regclass, control name,
+    part_interval interval, premake integer, retention interval, retention_keep_table boolean, batch_rows integer,
+    lock_timeout interval, caller regrole)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET DateStyle = 'ISO, YMD'
 AS $$
 DECLARE
-    caller regrole := counter_internal.caller();
-    first_slot timestamptz;
     rel pg_class;
     pt pg_partitioned_table;
     att pg_attribute;
-    nsp name;
     step bigint;
-    made bigint := 0;
-    d regclass;
-    lo timestamptz;
-    t regclass;
-    busy_slots timestamptz[];
-    covered tstzmultirange;
-    s record;
 BEGIN
     IF parent IS NULL OR control IS NULL OR part_interval IS NULL OR premake IS NULL
        OR retention_keep_table IS NULL OR batch_rows IS NULL OR lock_timeout IS NULL THEN
@@ -890,7 +965,6 @@ BEGIN
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
-    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid = rel.relnamespace;
     IF rel.relkind <> 'p' THEN
         RAISE EXCEPTION '% is not a partitioned table', parent
             USING ERRCODE = 'wrong_object_type', HINT = 'Declare it PARTITION BY RANGE (a timestamptz column).';
@@ -930,10 +1004,77 @@ BEGIN
     IF lock_timeout <= interval '0' THEN
         RAISE EXCEPTION 'lock_timeout must be positive' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_manage.parent) THEN
+    IF EXISTS (SELECT 1 FROM counter.partitioned_tables c WHERE c.parent = partition_manage_check.parent) THEN
         RAISE EXCEPTION 'table % is already managed', parent USING ERRCODE = 'duplicate_object',
             HINT = 'Use counter.partition_unmanage() first to change its settings.';
     END IF;
+    RETURN step;
+END
+$$;
+
+-- The default partition of a newly managed parent that has none
+-- (counter_internal.partition_manage), made by its owner, with the grants of
+-- the parent as every partition has them. Made after the first partitions:
+-- each partition made before it skipped the check of the default
+-- partition's rows.
+CREATE OR REPLACE FUNCTION counter_internal.partition_make_default(parent regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel pg_class;
+    t regclass;
+    s record;
+BEGIN
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
+    PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT',
+                   (SELECT n.nspname FROM pg_namespace n WHERE n.oid = rel.relnamespace),
+                   counter_internal.partition_name_for(rel.relname, '_default'), parent));
+    t := counter.partition_default(parent);
+    IF rel.relacl IS NOT NULL THEN
+        FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
+                 WHERE a.grantee <> rel.relowner LOOP
+            PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
+                           CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE s.grantee::regrole::text END,
+                           CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- Puts a table under maintenance: checks it, records it, creates its default
+-- partition (if it has none) and its partitions from start_at (default: the
+-- current slot; never before as_of - retention) through as_of + premake
+-- intervals, at most 10,000 of them, registers its job. Returns the number of
+-- partitions created. For the table's owner (or a superuser); the partitions
+-- are made by the owner.
+CREATE OR REPLACE FUNCTION counter_internal.partition_manage(parent regclass, control name, part_interval interval DEFAULT '1 hour',
+    premake integer DEFAULT 48, retention interval DEFAULT NULL, retention_keep_table boolean DEFAULT false,
+    start_at timestamptz DEFAULT NULL, batch_rows integer DEFAULT 10000,
+    lock_timeout interval DEFAULT '500 milliseconds', as_of timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET DateStyle = 'ISO, YMD'
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    first_slot timestamptz;
+    rel pg_class;
+    nsp name;
+    step bigint;
+    made bigint := 0;
+    d regclass;
+    lo timestamptz;
+    busy_slots timestamptz[];
+    covered tstzmultirange;
+BEGIN
+    step := counter_internal.partition_manage_check(parent, control, part_interval, premake, retention,
+                                                    retention_keep_table, batch_rows, lock_timeout, caller);
+    SELECT * INTO STRICT rel FROM pg_class c WHERE c.oid = parent;
+    SELECT n.nspname INTO STRICT nsp FROM pg_namespace n WHERE n.oid = rel.relnamespace;
     as_of := coalesce(as_of, now());
     first_slot := counter_internal.partition_slot(least(coalesce(start_at, as_of), as_of), step);
     IF retention IS NOT NULL THEN
@@ -969,23 +1110,9 @@ BEGIN
         PERFORM counter_internal.partition_make_table(parent, lo, lo + make_interval(secs => step), 'direct');
         made := made + 1;
     END LOOP;
-
-    -- The default partition last: each partition made before it skipped the
-    -- check of the default partition's rows.
+    -- The default partition last (partition_make_default).
     IF d IS NULL THEN
-        PERFORM counter_internal.partition_exec(parent, format('CREATE TABLE %I.%I PARTITION OF %s DEFAULT', nsp,
-                       counter_internal.partition_name_for(rel.relname, '_default'), parent));
-        d := counter.partition_default(parent);
-        t := d;
-        -- privileges as for every partition
-        IF rel.relacl IS NOT NULL THEN
-            FOR s IN SELECT a.grantee, a.privilege_type, a.is_grantable FROM aclexplode(rel.relacl) a
-                     WHERE a.grantee <> rel.relowner LOOP
-                PERFORM counter_internal.partition_exec(parent, format('GRANT %s ON %s TO %s%s', s.privilege_type, t,
-                               CASE WHEN s.grantee = 0 THEN 'PUBLIC' ELSE s.grantee::regrole::text END,
-                               CASE WHEN s.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END));
-            END LOOP;
-        END IF;
+        PERFORM counter_internal.partition_make_default(parent);
     END IF;
 
     -- Every partition, those made before too, gets the parent's replica identity.

@@ -22,38 +22,33 @@ BEGIN
 END
 $$;
 
--- The SQL a rollup runs, generated from its catalog row with the current
--- names of its tables (regclass output under a pinned search_path is
--- always schema-qualified).
-CREATE OR REPLACE FUNCTION counter_internal.rollup_sql(rid integer)
-RETURNS counter.rollups
-LANGUAGE plpgsql STABLE STRICT
+-- The pieces of the SQL of rollup r (counter_internal.rollup_sql), one
+-- list per place, each with an entry for count, then each column of sums,
+-- then each of distinct_on (sketches are canonical, equal sets give equal
+-- bytes: compared as bytes):
+--   keys      "g1, g2, " (the key columns)
+--   keys_ddr  "d.g1 = r.g1 AND " (with the key type's own =)
+--   vals      pg_catalog.count(*) AS count, coalesce(sum(x), 0) AS sum_x, ...
+--   cols      count, sum_x, ...
+--   add_set, fresh_set   the SET of an upsert adding to, or replacing, a row
+--   old_vals, new_vals   a row's values before and after, to compare
+--   ev_vals   the events' branch: 1 AS "n$", x AS "v$x", NULL::bigint AS "o$count", ...
+--   ro_vals   the rollup rows' branch: 0, NULL::int4, r.count, r.sum_x, ...
+--   agg_vals  sum("n$")::bigint AS count, coalesce(sum("v$x"), 0) AS sum_x, ...
+--   agg_new, agg_old     the fresh and the stored values, aggregated over both branches
+CREATE OR REPLACE FUNCTION counter_internal.rollup_sql_parts(r counter.rollups,
+    OUT keys text, OUT keys_ddr text, OUT vals text, OUT cols text, OUT add_set text, OUT fresh_set text,
+    OUT old_vals text, OUT new_vals text, OUT ev_vals text, OUT ro_vals text, OUT agg_vals text,
+    OUT agg_new text, OUT agg_old text)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups;
-    hour_expr text;
-    keys text := '';        -- "g1, g2, "
-    ev_vals text;           -- 1, x, NULL::bigint, NULL::bigint (events branch)
-    ro_vals text;           -- 0, NULL::int4, r.count, r.sum_x (rollup branch)
-    agg_vals text;          -- sum(n)::bigint AS count, coalesce(sum(x), 0) AS sum_x, max(oc), ...
-    agg_new text;           -- ROW of the fresh values
-    agg_old text;           -- ROW of the old values
-    keys_ddr text := '';    -- "d.g1 OPERATOR(..) r.g1 AND "
     st text;                -- type of a sum column
-    vals text;              -- count(*) AS count, coalesce(sum(x), 0) AS sum_x
-    cols text;              -- count, sum_x
-    add_set text;
-    fresh_set text;
-    old_vals text;
-    new_vals text;
     g name;
     t oid;
-    where_filter text;
 BEGIN
-    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
-    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
-                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    keys := ''; keys_ddr := '';
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
         keys := keys || format('%I, ', g);
@@ -87,7 +82,6 @@ BEGIN
         new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
     END LOOP;
     FOREACH g IN ARRAY r.distinct_on LOOP
-        -- Sketches are canonical (equal sets give equal bytes): compare bytes.
         vals := vals || format(', counter.hll_add_agg(%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
         cols := cols || format(', %I', 'distinct_' || g);
         add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
@@ -102,6 +96,27 @@ BEGIN
         agg_new := agg_new || format(', counter.hll_add_agg(%I, %s)::bytea', 'w$' || g, r.hll_precision);
         agg_old := agg_old || format(', counter.hll_union_agg(%I)::bytea', 'o$distinct_' || g);
     END LOOP;
+END
+$$;
+
+-- The SQL a rollup runs, generated from its catalog row with the current
+-- names of its tables (regclass output under a pinned search_path is
+-- always schema-qualified).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_sql(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+    p record;               -- counter_internal.rollup_sql_parts
+    hour_expr text;
+    where_filter text;
+BEGIN
+    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
+                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    SELECT * INTO p FROM counter_internal.rollup_sql_parts(r);
     -- The stored tree, applied to each event row (src/filter.cpp); the
     -- trigger applies it in C++ before add_sql sees new_rows.
     where_filter := CASE WHEN r.filter IS NULL THEN 'true'
@@ -117,7 +132,7 @@ BEGIN
         SELECT %2$s%4$s AS hour, %5$s FROM new_rows
         GROUP BY %2$s%4$s ORDER BY %2$s%4$s
         ON CONFLICT (%2$shour) DO UPDATE SET %6$s$f$,
-        r.rollup_table, keys, cols, hour_expr, vals, add_set);
+        r.rollup_table, p.keys, p.cols, hour_expr, p.vals, p.add_set);
     -- Recompute [$1, $2) (or only the hours in $3): one GROUP BY over the
     -- events and the rollup rows of those hours together finds the rows that
     -- differ (no join, no per-row lock or probe of unchanged rows); write only
@@ -143,8 +158,8 @@ BEGIN
             WHERE d.count = 0 AND %16$sd.hour OPERATOR(pg_catalog.=) r.hour
             RETURNING 1)
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
-        r.rollup_table, keys, cols, hour_expr, agg_vals, ev_vals, where_filter, r.source, r.time_column,
-        ro_vals, agg_new, agg_old, fresh_set, old_vals, new_vals, keys_ddr);
+        r.rollup_table, p.keys, p.cols, hour_expr, p.agg_vals, p.ev_vals, where_filter, r.source, r.time_column,
+        p.ro_vals, p.agg_new, p.agg_old, p.fresh_set, p.old_vals, p.new_vals, p.keys_ddr);
     r.sql_for := format('%s|%s', r.source, r.rollup_table);
     RETURN r;
 END
@@ -588,37 +603,17 @@ BEGIN
 END
 $$;
 
--- Creates a rollup: its table, its triggers on the source, its catalog row
--- and its refresh job, and marks every hour that already has events dirty
--- (the job fills them in). Nothing is created when any argument is wrong.
-CREATE OR REPLACE FUNCTION counter_internal.rollup_create(
-    name text,
-    source regclass,
-    time_column name,
-    group_by name[],
-    distinct_on name[] DEFAULT '{}',
-    mode text DEFAULT 'trigger',
-    sums name[] DEFAULT '{}',
-    filter text DEFAULT NULL,
-    retention interval DEFAULT NULL,
-    refresh_every interval DEFAULT '1 minute',
-    replicated boolean DEFAULT false)
-RETURNS regclass
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The checks of counter.rollup_create's arguments that need no table
+-- (counter_internal.rollup_create): none NULL but filter and retention, the
+-- name, the mode (a buffered rollup's columns: rollup_buffered_check), the
+-- intervals, no rollup of that name yet.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_check_args(name text, source regclass, time_column name,
+    group_by name[], distinct_on name[], mode text, sums name[], retention interval, refresh_every interval,
+    replicated boolean)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    caller regrole := counter_internal.caller();
-    compiled text[];
-    rel record;
-    col record;
-    g name;
-    seen name[] := '{}';
-    outcols text[] := ARRAY['hour', 'count'];
-    ddl text := '';
-    keys text := '';
-    tbl regclass;
-    rid integer;
 BEGIN
     IF name IS NULL OR source IS NULL OR time_column IS NULL OR group_by IS NULL OR distinct_on IS NULL
        OR mode IS NULL OR sums IS NULL OR refresh_every IS NULL OR replicated IS NULL THEN
@@ -640,10 +635,25 @@ BEGIN
         RAISE EXCEPTION 'refresh_every must be at least 1 second and retention positive'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_create.name) THEN
+    IF EXISTS (SELECT FROM counter.rollups r WHERE r.name = rollup_check_args.name) THEN
         RAISE EXCEPTION 'rollup "%" already exists', name USING ERRCODE = 'duplicate_object';
     END IF;
-    -- both modes put a trigger on the source (rollup_trigger)
+END
+$$;
+
+-- The source of a rollup to be made (counter_internal.rollup_create): a
+-- table that is neither temporary nor refused on Citus (the rollup puts a
+-- trigger on it), of an owner caller belongs to (or caller a superuser),
+-- with a NOT NULL time column of type timestamptz. Its owner and schema.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_check_source(source regclass, time_column name, caller regrole,
+    OUT owner regrole, OUT nsp name)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    col record;
+BEGIN
     PERFORM counter_internal.citus_refuse(source, 'a rollup');
     SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
     INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
@@ -658,7 +668,6 @@ BEGIN
             OR (SELECT a.rolsuper FROM pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) caller)) THEN
         RAISE EXCEPTION 'must be owner of table %', source USING ERRCODE = 'insufficient_privilege';
     END IF;
-
     SELECT c.atttypid, c.attnotnull INTO col FROM counter_internal.column_of(source, time_column) c;
     IF col.atttypid <> 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'time column "%" is %, not timestamp with time zone', time_column, format_type(col.atttypid, NULL)
@@ -668,7 +677,27 @@ BEGIN
     IF NOT col.attnotnull THEN
         RAISE EXCEPTION 'time column "%" must be NOT NULL', time_column USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    owner := rel.owner;
+    nsp := rel.nsp;
+END
+$$;
 
+-- The key columns of a rollup of source (counter_internal.rollup_create):
+-- ddl, their definitions in the rollup table (type, typmod and collation of
+-- the source's column, NOT NULL), and keys, the list "a, b, " that starts
+-- its primary key. Each must be NOT NULL in the source, comparable, not the
+-- time column, and named unlike the rollup's hour and count.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_key_columns(source regclass, time_column name, group_by name[],
+    OUT ddl text, OUT keys text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    col record;
+    seen name[] := '{}';
+BEGIN
+    ddl := ''; keys := '';
     FOREACH g IN ARRAY group_by LOOP
         IF g IS NULL THEN
             RAISE EXCEPTION 'group_by must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -680,7 +709,7 @@ BEGIN
         IF g = ANY (seen) THEN
             RAISE EXCEPTION 'column "%" appears twice in group_by', g USING ERRCODE = 'duplicate_column';
         END IF;
-        IF g = ANY (outcols) THEN
+        IF g IN ('hour', 'count') THEN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
@@ -696,10 +725,27 @@ BEGIN
              JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
         keys := keys || format('%I, ', g);
     END LOOP;
-    outcols := outcols || seen::text[];
+END
+$$;
 
-    ddl := ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL';
-    seen := '{}';
+-- The value columns of a rollup of source grouped by group_by
+-- (counter_internal.rollup_create): ", sum_<c> bigint|numeric NOT NULL" for
+-- each column of sums (integers or numeric: exact), then ", distinct_<c>
+-- counter.hll NOT NULL" for each of distinct_on (one sketch per column:
+-- merged across hours, never summed); none named like another column.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_value_columns(source regclass, group_by name[], sums name[],
+    distinct_on name[])
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    col record;
+    seen name[] := '{}';
+    outcols text[] := ARRAY['hour', 'count'] || group_by::text[];
+    ddl text := '';
+BEGIN
     FOREACH g IN ARRAY sums LOOP
         IF g IS NULL THEN
             RAISE EXCEPTION 'sums must not contain NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -724,8 +770,6 @@ BEGIN
         ddl := ddl || format(', %I %s NOT NULL', 'sum_' || g,
                              CASE WHEN col.atttypid IN ('int2'::regtype, 'int4'::regtype) THEN 'bigint' ELSE 'numeric' END);
     END LOOP;
-
-    -- One sketch per distinct_on column: merged across hours, never summed.
     seen := '{}';
     FOREACH g IN ARRAY distinct_on LOOP
         IF g IS NULL THEN
@@ -746,32 +790,84 @@ BEGIN
         outcols := outcols || ('distinct_' || g);
         ddl := ddl || format(', %I counter.hll NOT NULL', 'distinct_' || g);
     END LOOP;
+    RETURN ddl;
+END
+$$;
 
-    IF to_regclass(format('%I.%I', rel.nsp, name)) IS NOT NULL THEN
-        RAISE EXCEPTION 'relation "%.%" already exists', rel.nsp, name USING ERRCODE = 'duplicate_table',
+-- Makes the rollup table nsp.name of a rollup of source, as owner
+-- (counter_internal.rollup_create): the columns (ddl), the primary key
+-- (keys, hour), an index on hour and a comment. fillfactor: each row is
+-- updated many times in its hour; room on its page keeps those updates HOT
+-- (no index entries, pruned in place).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_make_table(owner regrole, nsp name, name text, ddl text,
+    keys text, source regclass, mode text)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass;
+BEGIN
+    PERFORM counter_internal.exec_as_owner_cmd(owner,
+        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', nsp, name, ddl, keys), true);
+    tbl := format('%I.%I', nsp, name)::regclass;
+    PERFORM counter_internal.exec_as_owner_cmd(owner, format('CREATE INDEX ON %s (hour)', tbl), true);
+    PERFORM counter_internal.exec_as_owner_cmd(owner, format('COMMENT ON TABLE %s IS %L', tbl,
+        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
+    RETURN tbl;
+END
+$$;
+
+-- Creates a rollup: its table, its triggers on the source, its catalog row
+-- and its refresh job, and marks every hour that already has events dirty
+-- (the job fills them in). Nothing is created when any argument is wrong.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_create(
+    name text,
+    source regclass,
+    time_column name,
+    group_by name[],
+    distinct_on name[] DEFAULT '{}',
+    mode text DEFAULT 'trigger',
+    sums name[] DEFAULT '{}',
+    filter text DEFAULT NULL,
+    retention interval DEFAULT NULL,
+    refresh_every interval DEFAULT '1 minute',
+    replicated boolean DEFAULT false)
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller regrole := counter_internal.caller();
+    src record; -- counter_internal.rollup_check_source: owner, nsp
+    k record; -- counter_internal.rollup_key_columns: ddl, keys
+    compiled text[];
+    tbl regclass;
+    rid integer;
+BEGIN
+    PERFORM counter_internal.rollup_check_args(name, source, time_column, group_by, distinct_on, mode, sums,
+                                               retention, refresh_every, replicated);
+    SELECT * INTO src FROM counter_internal.rollup_check_source(source, time_column, caller);
+    SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by);
+    k.ddl := k.ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL'
+             || counter_internal.rollup_value_columns(source, group_by, sums, distinct_on);
+    IF to_regclass(format('%I.%I', src.nsp, name)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%.%" already exists', src.nsp, name USING ERRCODE = 'duplicate_table',
             HINT = 'the rollup table is created in the schema of the source, named after the rollup';
     END IF;
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
-        compiled := counter_internal.filter_compile(source, filter, rel.owner);
+        compiled := counter_internal.filter_compile(source, filter, src.owner);
     END IF;
-
     -- The rollup table is made by the owner, in the source's schema.
-    -- fillfactor: each row is updated many times in its hour; room on its
-    -- page keeps those updates HOT (no index entries, pruned in place).
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner,
-        format('CREATE TABLE %I.%I (%s, PRIMARY KEY (%shour)) WITH (fillfactor = 60)', rel.nsp, name, ddl, keys), true);
-    tbl := format('%I.%I', rel.nsp, name)::regclass;
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('CREATE INDEX ON %s (hour)', tbl), true);
-    PERFORM counter_internal.exec_as_owner_cmd(rel.owner, format('COMMENT ON TABLE %s IS %L', tbl,
-        format('counter_ext rollup %s of %s by UTC hour (%s mode)', name, source, mode)), true);
+    tbl := counter_internal.rollup_make_table(src.owner, src.nsp, name, k.ddl, k.keys, source, mode);
 
     -- the sketches' precision is fixed here, from the creating session
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
                                  filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated,
                                  hll_precision)
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
-            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, rel.owner, replicated,
+            CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, src.owner, replicated,
             coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
     RETURNING rollup_id INTO rid;
     PERFORM counter_internal.rollup_build(rid);
@@ -780,7 +876,7 @@ BEGIN
     -- them off until commit, so these are all the events the triggers miss
     -- (read as the owner; only the hours reach the catalog).
     INSERT INTO counter.rollup_dirty (rollup_id, hour)
-    SELECT rid, x.h FROM counter_internal.exec_as_owner(rel.owner,
+    SELECT rid, x.h FROM counter_internal.exec_as_owner(src.owner,
         format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
         AS x(h timestamptz);
     PERFORM counter_internal.rollup_job_sync(name);
@@ -979,7 +1075,7 @@ AS 'MODULE_PATHNAME', 'counter_entry';
 
 -- Newest hour the rollup knows of (its table, read as its owner, and its
 -- dirty log); NULL for a rollup the caller does not own.
-CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour(rid integer)
+CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour_impl(rid integer)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1000,9 +1096,13 @@ BEGIN
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
--- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
--- counter_internal.rollup_newest_hour above with the same arguments.
-CREATE OR REPLACE FUNCTION counter.rollup_newest_hour(rid integer)
+-- The entry point the view counter.rollup_state calls: counter_entry
+-- (src/owner.cpp) notes the role calling it, then runs
+-- counter_internal.rollup_newest_hour_impl above. PostgreSQL checks EXECUTE
+-- on a view's functions as the view's reader, so this one function of
+-- counter_internal is executable by PUBLIC (99_internal.sql); it answers
+-- only for the caller's rollups, as counter.rollup_newest_hour of 1.6 did.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_newest_hour(rid integer)
 RETURNS timestamptz
 LANGUAGE c STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -1029,7 +1129,7 @@ SELECT r.name,
        r.mode,
        r.source,
        r.rollup_table,
-       counter.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
+       counter_internal.rollup_newest_hour(r.rollup_id) AS newest_event_hour,
        least(pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') OPERATOR(pg_catalog.-) interval '1 hour',
              d.oldest_dirty OPERATOR(pg_catalog.-) interval '1 hour') AS newest_complete_hour,
        coalesce(d.dirty_hours, 0) AS dirty_hours,

@@ -1,7 +1,9 @@
 -- Last piece of the install script: EXECUTE on every function and procedure
 -- of schema counter_internal is revoked from PUBLIC, whatever piece made it.
 -- A registration grants what an owner needs (counter.rollup_create grants
--- filter_match to the rollup's owner).
+-- filter_match to the rollup's owner). The one exception: the entry point
+-- the view counter.rollup_state calls (PostgreSQL checks EXECUTE on a view's
+-- functions as its reader), which answers only for the caller's rollups.
 DO $$
 DECLARE
     f regprocedure;
@@ -14,3 +16,4 @@ BEGIN
     END LOOP;
 END
 $$;
+GRANT EXECUTE ON FUNCTION counter_internal.rollup_newest_hour(integer) TO PUBLIC;
