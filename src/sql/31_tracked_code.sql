@@ -681,8 +681,12 @@ BEGIN
     base_t := counter_internal.tracked_table(t, 'base');
     delta_t := counter_internal.tracked_table(t, 'delta');
     EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, kcol.typ);
+    -- fillfactor (1.7): a delta row is updated in place by every flush and
+    -- every fold that touches its key; room on its page keeps the update HOT
+    -- (no new index entry, no index bloat for the next upsert's probe)
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
-                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard))', delta_t, kcol.typ);
+                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard)) WITH (fillfactor = 60)',
+                   delta_t, kcol.typ);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, rel.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, rel.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
