@@ -33,8 +33,9 @@ flush_cost() {
     {
         echo "SELECT setseed(0.5);"
         for _ in $(seq 1 "$r"); do
-            echo "SELECT count(counter.add('appz', floor(pg_catalog.power(1 - random() * (1 - power(100000, -0.1)),"
-            echo "    -10))::bigint, 1, '$at')) FROM generate_series(1, $draws);"
+            # one line a statement (postgres --single)
+            echo "SELECT count(counter.add('appz', floor(power(1 - random() * (1 - power(100000, -0.1)), -10))::bigint," \
+                "1, '$at')) FROM generate_series(1, $draws);"
             echo "SELECT counter.flush('appz');"
         done
     } >"$out/in.sql"
@@ -42,8 +43,8 @@ flush_cost() {
     ce_as_owner valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
         "$bin/postgres" --single -D "${!d}/data" postgres <"$out/in.sql" >"$out/out.txt" 2>"$out/valgrind.txt" || true
     rows=$(sed -n 's/.*flush = "\([0-9]*\)".*/\1/p' "$out/out.txt" | awk '{ s += $1 } END { print s + 0 }')
-    if [ "$rows" = 0 ] || grep -q ERROR "$out/out.txt"; then
-        tail -20 "$out/out.txt" "$out/valgrind.txt" >&2
+    if [ "$rows" = 0 ] || grep -q ' ERROR: ' "$out/valgrind.txt"; then
+        tail -n 20 "$out/out.txt" "$out/valgrind.txt" >&2
         ce_die "the $cluster build flushed nothing or failed (R = $r)"
     fi
     callgrind_annotate --inclusive=yes "$out/cg.out" >"$out/annotated.txt" 2>/dev/null
