@@ -28,6 +28,10 @@ SELECT counter.track('buf_posts', 'buf_s.posts', 'author', 'at', buffered => tru
 SELECT counter.track('buf_plain', 'buf_s.calls', 'api', 'at', NULL, 'application') > 0 AS ok;
 SELECT name, buffered FROM counter.tracked ORDER BY name;
 RESET ROLE;
+-- delta tables keep room on their pages: a flush updates its keys' rows in place (HOT)
+SELECT c.reloptions FROM counter.tracked t
+JOIN pg_class c ON c.oid = pg_catalog.to_regclass(counter_internal.tracked_table(t, 'delta'))
+WHERE t.name = 'buf_calls';
 SELECT kind, target, run_every FROM counter.jobs WHERE kind = 'flush' ORDER BY target;
 SET ROLE buf_owner;
 SELECT counter.track('buf_bad', 'buf_s.calls', 'api', 'at', buffered => NULL);

@@ -201,6 +201,8 @@ SQL
     [ "$(printf '%s\n' "$result" | sed -n 5p)" = counter_internal ] || ce_die "the tracked state did not move: $result"
     [ "$(printf '%s\n' "$result" | sed -n 6p)" = ok ] || ce_die "reconcile after the update failed: $result"
     [ "$(printf '%s\n' "$result" | sed -n 7p)" = 0 ] || ce_die "the updated tracked counter is not exact: $result"
+    ff=$(ce_psql -At -d upgraded -c "SELECT c.reloptions FROM pg_class c WHERE c.relname = 'tracked_1_delta'")
+    [ "$ff" = "{fillfactor=60}" ] || ce_die "the update did not set fillfactor 60 on the delta table: $ff"
 done
 ce_scan_log "$CE_upgrade_LOG"
 echo ok

@@ -13,6 +13,9 @@
 #   add_zipf_held add_zipf with the flush job off during the run (the adds
 #                 stay in shared memory; flushed, untimed, after it): not run
 #                 unless named in CE_BENCH_RUNS (the runs, in order)
+#   add_zipf_ff100  add_zipf on a second counter whose delta table is packed
+#                 (fillfactor 100, as before 1.7): its flushes' updates find no
+#                 room on their page (not HOT); only when named in CE_BENCH_RUNS
 # Each add run's line says what the flush job took meanwhile (the sum of its
 # runs' durations in counter.job_runs over the run's wall time, and the rows
 # it wrote).
@@ -51,6 +54,9 @@ CREATE TABLE app (id bigserial PRIMARY KEY, link bigint NOT NULL, at timestamptz
 CREATE INDEX ON app (at);
 SELECT counter.track('appb', 'app', 'link', 'at', mode => 'application', buffered => true);
 SELECT counter.track('appz', 'app', 'link', 'at', mode => 'application', buffered => true);
+SELECT counter.track('appzp', 'app', 'link', 'at', mode => 'application', buffered => true);
+SELECT format('ALTER TABLE counter_internal.tracked_%s_delta SET (fillfactor = 100)', counter_id)
+FROM counter.tracked WHERE name = 'appzp' \gexec
 UPDATE counter.jobs SET enabled = false WHERE kind = 'reconcile';
 SQL
 
@@ -61,12 +67,14 @@ printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT :k::bigint;" >
 echo "SELECT counter.value('appb', 1::bigint);" >"$work/value_hot.sql"
 cp "$work/value_hot.sql" "$work/value_tables.sql"
 cp "$work/add_zipf.sql" "$work/add_zipf_held.sql"
+sed 's/appz/appzp/' "$work/add_zipf.sql" >"$work/add_zipf_ff100.sql"
 read -r -a runs <<<"${CE_BENCH_RUNS:-select_1 add_hot select_zipf add_zipf value_hot value_tables}"
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
 tx_of() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
 expect_hot=0
 expect_zipf=0
+expect_zipfp=0
 run() { # run NAME CLIENTS
     local out="$work/$1.$2.out" t n since flush=
     local options=
@@ -75,7 +83,7 @@ run() { # run NAME CLIENTS
     since=$(ce_psql -At -c "SELECT pg_catalog.clock_timestamp()")
     PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
     case $1 in
-        add_hot | add_zipf) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
+        add_hot | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
                 sum(finished_at - started_at), '0')) / $seconds, 1) || '% of a core, ' || coalesce(sum(rows_affected), 0)
                 || ' rows' FROM counter.job_runs WHERE kind = 'flush' AND started_at >= '$since'") ;;
         add_zipf_held) ce_psql -q -c "UPDATE counter.jobs SET enabled = true WHERE kind = 'flush'" \
@@ -88,6 +96,7 @@ run() { # run NAME CLIENTS
     case $1 in
         add_hot) expect_hot=$((expect_hot + ${n:-0})) ;;
         add_zipf | add_zipf_held) expect_zipf=$((expect_zipf + ${n:-0})) ;;
+        add_zipf_ff100) expect_zipfp=$((expect_zipfp + ${n:-0})) ;;
     esac
     printf '  %-13s %3s clients %10s tps   load %s%s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)" "$flush"
 }
@@ -104,6 +113,7 @@ done
 ce_psql -q -c "SELECT counter.flush()" >/dev/null
 got_hot=$(ce_psql -At -c "SELECT counter.value('appb', 1::bigint)")
 got_zipf=$(ce_psql -At -c "SELECT coalesce(sum(value), 0) FROM counter.tracked_values WHERE counter = 'appz'")
+got_zipfp=$(ce_psql -At -c "SELECT coalesce(sum(value), 0) FROM counter.tracked_values WHERE counter = 'appzp'")
 zipf_overflows=$(ce_psql -At -c "SELECT overflows FROM counter.buffered WHERE counter = 'appz'")
 
 echo
@@ -137,10 +147,12 @@ else
     echo
 fi
 echo "targets: add one key >= 0.9x SELECT 1 (32 clients), value >= 0.8x, 100,000 zipf keys no slower than one key"
-if [ "$got_hot" = "$expect_hot" ] && [ "$got_zipf" = "$expect_zipf" ]; then
-    echo "every add counted once: one key $got_hot = $expect_hot transactions, zipf keys $got_zipf = $expect_zipf"
+if [ "$got_hot" = "$expect_hot" ] && [ "$got_zipf" = "$expect_zipf" ] && [ "$got_zipfp" = "$expect_zipfp" ]; then
+    echo "every add counted once: one key $got_hot = $expect_hot transactions, zipf keys $got_zipf = $expect_zipf" \
+        "(packed delta table: $got_zipfp = $expect_zipfp)"
 else
-    echo "ADDS MISCOUNTED: one key $got_hot, expected $expect_hot; zipf keys $got_zipf, expected $expect_zipf"
+    echo "ADDS MISCOUNTED: one key $got_hot, expected $expect_hot; zipf keys $got_zipf, expected $expect_zipf;" \
+        "packed: $got_zipfp, expected $expect_zipfp"
 fi
 echo "zipf keys: ${zipf_overflows:-?} adds found the owner's share full and were written directly"
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), shared with other" \
