@@ -12,6 +12,7 @@
 // are converted by ce::keys::convert (no user-defined cast ever runs), keys
 // are compared with the operators of the key type's default btree class.
 #include "counter_ext/buffer.hpp"
+#include "counter_ext/citus.hpp"
 #include "counter_ext/compat.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/keys.hpp"
@@ -736,59 +737,22 @@ void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 	f->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard fold", ALLOCSET_SMALL_SIZES);
 	f->relid = RelationGetRelid(rel);
 	f->owner = rel->rd_rel->relowner;
-	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
-	        SPI_OK_SELECT ||
-	    SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	bool isnull;
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	const char *tables[2] = {psprintf("counter_internal.tracked_%d_delta", id),
+	                         psprintf("counter_internal.tracked_%d_base", id)};
+	char *shards[2] = {nullptr, nullptr};
+	ce::citus::Place place = ce::citus::colocated_shards(rel, tables, 2, shards);
+	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		                errmsg("the trigger %s on %s belongs to tracked counter %d on Citus, which is not installed "
 		                       "in this database",
 		                       td->tg_trigger->tgname, RelationGetRelationName(rel), id),
 		                errhint("CREATE EXTENSION citus, or drop the trigger.")));
-	Oid types[4] = {OIDOID, TEXTOID, TEXTOID, INT8OID};
-	Datum args[4] = {ObjectIdGetDatum(f->relid), CStringGetTextDatum(psprintf("counter_internal.tracked_%d_delta", id)),
-	                 CStringGetTextDatum(psprintf("counter_internal.tracked_%d_base", id)), Int64GetDatum(0)};
-	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
-	                          " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)",
-	                          1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
-	    SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	f->shell = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	f->shell = place == ce::citus::Place::shell;
 	if (f->shell) {
 		f->valid = true;
 		return;
 	}
-	// a shard is named <table>_<shard id> (Citus's shard_name)
-	const char *name = RelationGetRelationName(rel);
-	const char *us = strrchr(name, '_');
-	int64 shardid = 0;
-	if (us != nullptr && us[1] != '\0' && strspn(us + 1, "0123456789") == strlen(us + 1) && strlen(us + 1) < 19)
-		shardid = strtoll(us + 1, nullptr, 10);
-	args[3] = Int64GetDatum(shardid);
-	int rc = SPI_execute_with_args(
-	    "SELECT pg_catalog.shard_name(pd.logicalrelid, d.shardid, false), pg_catalog.shard_name(pb.logicalrelid,"
-	    " b.shardid, false)"
-	    " FROM pg_catalog.pg_dist_shard s"
-	    " JOIN pg_catalog.pg_dist_partition ps ON ps.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
-	    " JOIN pg_catalog.pg_dist_partition pd ON pd.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)"
-	    "  AND pd.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
-	    " JOIN pg_catalog.pg_dist_shard d ON d.logicalrelid OPERATOR(pg_catalog.=) pd.logicalrelid"
-	    "  AND d.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
-	    " JOIN pg_catalog.pg_dist_partition pb ON pb.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($3)"
-	    "  AND pb.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
-	    " JOIN pg_catalog.pg_dist_shard b ON b.logicalrelid OPERATOR(pg_catalog.=) pb.logicalrelid"
-	    "  AND b.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
-	    " WHERE s.shardid OPERATOR(pg_catalog.=) $4 AND ps.partmethod OPERATOR(pg_catalog.=) 'h'"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))"
-	    "      OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pd.logicalrelid, d.shardid, false)) IS NOT NULL"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pb.logicalrelid, b.shardid, false)) IS NOT NULL",
-	    4, types, args, nullptr, true, 2);
-	if (rc != SPI_OK_SELECT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	if (SPI_processed != 1)
+	if (place != ce::citus::Place::shard)
 		ereport(ERROR,
 		        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		         errmsg("the trigger %s on %s belongs to tracked counter %d, whose state has no shard on this node "
@@ -800,8 +764,8 @@ void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 		         errhint("The counter was untracked, or its state was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.track again.")));
 	MemoryContext old = MemoryContextSwitchTo(f->context);
-	f->delta = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	f->base = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
+	f->delta = pstrdup(shards[0]);
+	f->base = pstrdup(shards[1]);
 	MemoryContextSwitchTo(old);
 	f->valid = true;
 }
