@@ -19,19 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
 source test/citus.sh
-ce_citus_script_setup
-
-if [ -z "${CE_CITUS_KEEP:-}" ]; then
-    trap 'ce_cluster_stop_all' EXIT
-    ce_citus_cluster_start
-fi
-coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
-owner() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U cr_own -d postgres -v ON_ERROR_STOP=1 "$@"; }
-app() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U cr_app -d postgres -v ON_ERROR_STOP=1 "$@"; }
-app_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U cr_app -d postgres -v ON_ERROR_STOP=1 "$@"; }
-on_node() { local p=$1; shift; PGOPTIONS="-c citus.override_table_visibility=off" ce_psql -h 127.0.0.1 -p "$p" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
-nodes="$CE_citus_coord_PORT $CE_citus_w1_PORT $CE_citus_w2_PORT"
-fail() { echo "FAIL: $*"; exit 1; }
+ce_citus_script_start cr_own cr_app
 
 coord -q <<'SQL'
 CREATE ROLE cr_own LOGIN;
@@ -206,16 +194,16 @@ for t in ev pev; do
     deliver "$t" 7501 8000 ROLLBACK w1
     deliver "${t}_one" 6001 7500
 done
-# the refresh of a distributed rollup is pushed down: the shards' statements
-# read the source's shard and write the rollup's shard
+refresh_all
+check_all "written through the coordinator and a worker (INSERT, re-delivery, rollback)"
+# the recompute of a distributed rollup (as the refresh) is pushed down: the
+# shards' statements read the source's shard and write the rollup's shard
 out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
-    -c "SELECT counter.rollup_refresh_dirty('ev_r')" 2>&1) || fail "the refresh of ev_r failed: $out"
+    -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-03')" 2>&1) || fail "the recompute of ev_r failed: $out"
 n=$(grep -c "INSERT INTO cr.ev_r_[0-9]* AS r .*FROM cr.ev_[0-9]* e" <<<"$out" || true)
 [ "$n" -ge 8 ] || fail "the refresh's upsert was not pushed down to the 8 shards ($n statements): $out"
 grep -q "DELETE FROM cr.ev_r_[0-9]* r .*cr.ev_[0-9]* e" <<<"$out" || fail "the refresh's delete was not pushed down: $out"
 echo "ok: the refresh is pushed down to the shards (INSERT ... SELECT and DELETE, shard by shard)"
-refresh_all
-check_all "written through the coordinator and a worker (INSERT, re-delivery, rollback)"
 
 # COPY, INSERT ... SELECT (pushed down on the cluster), UPDATE, DELETE, and
 # late events (hours refreshed already), through the coordinator and a worker
