@@ -9,6 +9,8 @@
 #include "counter_ext/wall.hpp"
 #include "counter_ext/citus.hpp"
 
+#include <unordered_map>
+
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -20,6 +22,8 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
 #include "parser/parse_func.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -72,7 +76,7 @@ void object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub
 
 } // namespace
 
-ce::citus::Place ce::citus::colocated_shards(RelationData *rel, const char *const *tables, int n, char **out) {
+ce::citus::Place ce::citus::colocated_shards(Relation rel, const char *const *tables, int n, char **out) {
 	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
 	        SPI_OK_SELECT ||
 	    SPI_processed != 1)
@@ -118,6 +122,63 @@ ce::citus::Place ce::citus::colocated_shards(RelationData *rel, const char *cons
 		out[i] = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	}
 	return Place::shard;
+}
+
+namespace {
+
+std::unordered_map<Oid, ce::citus::ShardTrigger> *shard_triggers = nullptr;
+constexpr size_t shard_trigger_limit = 1024; // shard triggers a backend keeps plans for
+
+void shard_trigger_invalidate(Datum, Oid relid) {
+	if (shard_triggers == nullptr)
+		return;
+	for (auto &entry : *shard_triggers)
+		if (relid == InvalidOid || entry.second.relid == relid)
+			entry.second.valid = false;
+}
+
+// Owns nothing C++.
+void shard_trigger_release(ce::citus::ShardTrigger *t) {
+	if (t->context != nullptr) {
+		for (SPIPlanPtr plan : t->plans)
+			if (plan != nullptr)
+				SPI_freeplan(plan);
+		MemoryContextDelete(t->context);
+	}
+	memset(t, 0, sizeof(*t));
+}
+
+} // namespace
+
+ce::citus::ShardTrigger *ce::citus::shard_trigger(Oid tgoid, Relation rel) {
+	if (shard_triggers == nullptr) {
+		shard_triggers = new std::unordered_map<Oid, ShardTrigger>();
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(shard_trigger_invalidate, (Datum)0); });
+	}
+	if (shard_triggers->size() >= shard_trigger_limit && shard_triggers->find(tgoid) == shard_triggers->end()) {
+		for (auto &entry : *shard_triggers)
+			ce::pg_guard([&entry] { shard_trigger_release(&entry.second); });
+		shard_triggers->clear();
+	}
+	ShardTrigger *t = &(*shard_triggers)[tgoid]; // a new entry is zeroed
+	if (t->valid && t->relid != RelationGetRelid(rel))
+		t->valid = false;
+	return t;
+}
+
+ce::citus::Place ce::citus::shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n) {
+	shard_trigger_release(t);
+	t->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard trigger", ALLOCSET_SMALL_SIZES);
+	t->relid = RelationGetRelid(rel);
+	t->owner = rel->rd_rel->relowner;
+	char *shards[2] = {nullptr, nullptr};
+	Place place = colocated_shards(rel, tables, n, shards);
+	t->shell = place == Place::shell;
+	if (place == Place::shard)
+		for (int i = 0; i < n; i++)
+			t->state[i] = MemoryContextStrdup(t->context, shards[i]);
+	t->valid = place == Place::shard || place == Place::shell;
+	return place;
 }
 
 void ce::install_citus_hook() {

@@ -47,8 +47,6 @@ extern "C" {
 #include "executor/executor.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
-#include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/queryenvironment.h"
 #include "utils/resowner.h"
@@ -694,54 +692,19 @@ void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId p
 // (which holds no rows) the trigger does nothing. EXECUTE on rollup_trigger is
 // revoked from PUBLIC on every node: only counter.rollup_create (or a
 // superuser) makes such a trigger.
-struct ShardMark {
-	bool valid;
-	Oid relid;
-	Oid owner;
-	bool shell;
-	MemoryContext context;
-	char *dirty;         // the colocated shard of the dirty log, qualified
-	SPIPlanPtr plans[3]; // INSERT, DELETE, UPDATE
-};
-std::unordered_map<Oid, ShardMark> *shard_marks = nullptr;
-bool shard_mark_callback = false;
-constexpr size_t shard_mark_limit = 1024; // triggers a backend keeps plans for
-
-void shard_mark_invalidate(Datum, Oid relid) {
-	if (shard_marks == nullptr)
-		return;
-	for (auto &entry : *shard_marks)
-		if (relid == InvalidOid || entry.second.relid == relid)
-			entry.second.valid = false;
-}
-
-// Owns nothing C++.
-void shard_mark_release(ShardMark *m) {
-	if (m->context != nullptr) {
-		for (SPIPlanPtr plan : m->plans)
-			if (plan != nullptr)
-				SPI_freeplan(plan);
-		MemoryContextDelete(m->context);
-	}
-	memset(m, 0, sizeof(*m));
-}
+using ShardMark = ce::citus::ShardTrigger; // state[0]: the dirty log's shard
 
 // Owns nothing C++: as the table's owner, inside SPI.
 void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
 	Relation rel = td->tg_relation;
-	m->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext rollup shard mark", ALLOCSET_SMALL_SIZES);
-	m->relid = RelationGetRelid(rel);
-	m->owner = rel->rd_rel->relowner;
 	const char *tables[1] = {psprintf("counter_internal.rollup_%d_dirty", rid)};
-	char *shards[1] = {nullptr};
-	ce::citus::Place place = ce::citus::colocated_shards(rel, tables, 1, shards);
+	ce::citus::Place place = ce::citus::shard_trigger_fill(m, rel, tables, 1);
 	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		                errmsg("the trigger %s on %s belongs to rollup %d on Citus, which is not installed in this "
 		                       "database",
 		                       td->tg_trigger->tgname, RelationGetRelationName(rel), rid),
 		                errhint("CREATE EXTENSION citus, or drop the trigger.")));
-	m->shell = place == ce::citus::Place::shell;
 	if (place == ce::citus::Place::missing)
 		ereport(ERROR,
 		        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -754,9 +717,6 @@ void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
 		         errhint("The rollup was dropped, or its dirty log was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.rollup_create "
 		                 "again.")));
-	if (!m->shell)
-		m->dirty = MemoryContextStrdup(m->context, shards[0]);
-	m->valid = true;
 }
 
 // The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): one mark
@@ -776,7 +736,7 @@ SPIPlanPtr shard_mark_plan(ShardMark *m, TriggerData *td, int kind) {
 	             : kind == 1 ? leg("old_rows")
 	                         : psprintf("%s UNION ALL %s", leg("new_rows"), leg("old_rows"));
 	char *sql = psprintf("INSERT INTO %s (key, hour) SELECT DISTINCT ON (x.h) x.k, x.h FROM (%s) x ORDER BY x.h",
-	                     m->dirty, rows);
+	                     m->state[0], rows);
 	m->plans[kind] = ce::prepare_kept(sql, 0, nullptr);
 	return m->plans[kind];
 }
@@ -785,10 +745,8 @@ SPIPlanPtr shard_mark_plan(ShardMark *m, TriggerData *td, int kind) {
 void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	if (!m->valid) {
-		shard_mark_release(m);
+	if (!m->valid)
 		shard_mark_fill(m, td, rid);
-	}
 	if (!m->shell) {
 		if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
@@ -806,22 +764,8 @@ void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
 void shard_mark(TriggerData *td) {
 	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 4)
 		throw ce::Error("39P01", "a rollup's trigger on a Citus shard is a statement trigger with 4 arguments");
-	if (shard_marks == nullptr)
-		shard_marks = new std::unordered_map<Oid, ShardMark>();
-	if (!shard_mark_callback) {
-		ce::pg_guard([] { CacheRegisterRelcacheCallback(shard_mark_invalidate, (Datum)0); });
-		shard_mark_callback = true;
-	}
 	int32 rid = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
-	Oid tgoid = td->tg_trigger->tgoid;
-	if (shard_marks->size() >= shard_mark_limit && shard_marks->find(tgoid) == shard_marks->end()) {
-		for (auto &entry : *shard_marks)
-			ce::pg_guard([&entry] { shard_mark_release(&entry.second); });
-		shard_marks->clear();
-	}
-	ShardMark *m = &(*shard_marks)[tgoid]; // a new entry is zeroed
-	if (m->valid && m->relid != RelationGetRelid(td->tg_relation))
-		m->valid = false;
+	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the rollup's owner
 	Oid owner = m->valid ? m->owner : td->tg_relation->rd_rel->relowner;
 	ce::as_owner(owner, [m, td, rid] { shard_mark_run(m, td, rid); });

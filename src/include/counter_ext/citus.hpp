@@ -3,7 +3,11 @@
 // work on Citus (src/citus.cpp).
 #pragma once
 
-struct RelationData;
+#include "counter_ext/spi.hpp"
+
+extern "C" {
+#include "utils/relcache.h"
+}
 
 namespace ce {
 
@@ -26,7 +30,29 @@ enum class Place {
 // is a shard of a hash-distributed table, the names (schema-qualified, palloc'd
 // in the current context) of the shards of the distributed tables tables[0..n)
 // that cover the same hash range on this node, into out[0..n).
-Place colocated_shards(RelationData *rel, const char *const *tables, int n, char **out);
+Place colocated_shards(Relation rel, const char *const *tables, int n, char **out);
+
+// What a backend keeps per shard trigger of counter_ext (a tracked
+// counter's, a rollup's), in one bounded cache of all of them, made again
+// when its table's relcache entry is invalidated.
+struct ShardTrigger {
+	bool valid;
+	Oid relid;
+	Oid owner; // the table's owner: the counter's or rollup's
+	bool shell;
+	MemoryContext context;
+	char *state[2];      // the colocated shards of the tables asked for (shard_trigger_fill)
+	SPIPlanPtr plans[4]; // the caller's, by event
+};
+
+// The entry of trigger tgoid on rel (zeroed when new, invalid when rel is
+// another table than the one it was made for). Owns nothing C++ but the cache.
+ShardTrigger *shard_trigger(Oid tgoid, Relation rel);
+
+// Inside SPI, as the table's owner; owns nothing C++. Makes t again for
+// rel: the shards of tables[0..n) (n <= 2) colocated with it
+// (colocated_shards); t is valid unless the answer is no_citus or missing.
+Place shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n);
 
 } // namespace citus
 
