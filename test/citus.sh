@@ -177,3 +177,9 @@ fail() {
     echo "FAIL: $*"
     exit 1
 }
+# on_nodes_sum SQL: the sum, over every node (shards visible), of the number
+# SQL returns there
+on_nodes_sum() {
+    local p
+    for p in $nodes; do on_node "$p" -tA -c "$1"; done | awk '{ s += $1 } END { print s + 0 }'
+}

@@ -87,12 +87,8 @@ owner -q -c "CREATE TABLE cr.late_src (id bigint NOT NULL, k bigint NOT NULL, at
 refused "create_distributed_table of a rollup's source" "SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('cr.late_src', 'k')"
 refused "create_distributed_table of a rollup's table" "SET citus.enable_unsafe_triggers = on; SELECT create_distributed_table('cr.late', 'k')"
 owner -q -c "SELECT counter.rollup_drop('late')" -c "DROP TABLE cr.late_src" >/dev/null
-n=0
-for p in $nodes; do
-    m=$(on_node "$p" -tA -c "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_')
-        + (SELECT count(*) FROM pg_class WHERE relname ~ '^(x|late)(_[0-9]+)?$' OR relname ~ '^rollup_[0-9]+_dirty')")
-    n=$((n + m))
-done
+n=$(on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_')
+    + (SELECT count(*) FROM pg_class WHERE relname ~ '^(x|late)(_[0-9]+)?$' OR relname ~ '^rollup_[0-9]+_dirty')")
 got=$(coord -tA -c "SELECT count(*) FROM counter.rollups")
 [ "$n" = 0 ] && [ "$got" = 0 ] || fail "refused rollups left $n objects and $got catalog rows"
 app -q -c "INSERT INTO cr.ev VALUES (0, 0, '2026-07-01 00:00+00', 'view', 0)" -c "DELETE FROM cr.ev WHERE id = 0"
@@ -116,10 +112,8 @@ WHERE r.distributed AND t.colocationid = p.colocationid AND d.colocationid = p.c
 SQL
 )
 [ "$got" = 4 ] || fail "rollup tables and dirty logs colocated with their source: $got of 4 rollups"
-shard_triggers=$(for p in $CE_citus_w1_PORT $CE_citus_w2_PORT; do
-    on_node "$p" -tA -c "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-        WHERE t.tgname ~ '^counter_rollup_[0-9]+_(insert|delete|update)_[0-9]+$' AND c.relname ~ '^p?ev_[0-9]+$'"
-done | awk '{ s += $1 } END { print s + 0 }')
+shard_triggers=$(on_nodes_sum "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE t.tgname ~ '^counter_rollup_[0-9]+_(insert|delete|update)_[0-9]+$' AND c.relname ~ '^p?ev_[0-9]+$'")
 # ev: 8 shards, pev: 4 shards, 2 rollups each, 3 triggers each
 [ "$shard_triggers" = $(((8 + 4) * 2 * 3)) ] || fail "rollup triggers on the shards: $shard_triggers"
 echo "ok: deferred rollups with and without a filter are made on a distributed and a distributed partitioned table, table and dirty log colocated, triggers on every shard"
@@ -279,14 +273,8 @@ check_all "refreshed by CALL counter.rollup_refresh"
 # rollup_drop: nothing left on any node (in a transaction after a parallel
 # distributed write too); the tables take writes after it
 leftovers() {
-    local ids=$1 p total=0 n
-    for p in $nodes; do
-        n=$(on_node "$p" -tA -c "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_($ids)_')
-            + (SELECT count(*) FROM pg_class WHERE relname ~ '^rollup_($ids)_dirty'
-                  OR relname ~ '^p?ev_(r|n)(_[0-9]+)?$')")
-        total=$((total + n))
-    done
-    echo "$total"
+    on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_($1)_')
+        + (SELECT count(*) FROM pg_class WHERE relname ~ '^rollup_($1)_dirty' OR relname ~ '^p?ev_(r|n)(_[0-9]+)?$')"
 }
 ids=$(coord -tA -c "SELECT string_agg(rollup_id::text, '|') FROM counter.rollups WHERE distributed")
 n=$(leftovers "$ids")
@@ -321,8 +309,8 @@ INSERT INTO public.dx SELECT g, g % 5, now() FROM generate_series(1, 50) g;
 SQL
 for p in $nodes; do on_node "$p" -q -c "SET client_min_messages = warning" -c "DROP EXTENSION counter_ext CASCADE" 2>/dev/null || true; done
 coord -q -c "INSERT INTO public.dx SELECT g, g % 5, now() FROM generate_series(51, 100) g"
-n=$(for p in $nodes; do on_node "$p" -tA -c "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_')
-        + (SELECT count(*) FROM pg_class WHERE relname ~ '^rollup_[0-9]+_dirty')"; done | awk '{ s += $1 } END { print s + 0 }')
+n=$(on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_')
+    + (SELECT count(*) FROM pg_class WHERE relname ~ '^rollup_[0-9]+_dirty')")
 [ "$n" = 0 ] || fail "DROP EXTENSION left $n triggers or dirty logs"
 got=$(coord -tA -c "SELECT count(*) FROM public.dx")
 [ "$got" = 100 ] || fail "writes after DROP EXTENSION: $got rows"
