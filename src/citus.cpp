@@ -9,6 +9,8 @@
 #include "counter_ext/wall.hpp"
 #include "counter_ext/citus.hpp"
 
+#include <unordered_map>
+
 extern "C" {
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -17,6 +19,11 @@ extern "C" {
 #include "catalog/objectaccess.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_trigger.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
 #include "parser/parse_func.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
@@ -68,6 +75,111 @@ void object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub
 }
 
 } // namespace
+
+ce::citus::Place ce::citus::colocated_shards(Relation rel, const char *const *tables, int n, char **out) {
+	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	bool isnull;
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return Place::no_citus;
+	Oid types[3] = {OIDOID, TEXTOID, INT8OID};
+	Datum args[3] = {ObjectIdGetDatum(RelationGetRelid(rel)), (Datum)0, Int64GetDatum(0)};
+	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
+	                          " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)",
+	                          1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return Place::shell;
+	// a shard is named <table>_<shard id> (Citus's shard_name)
+	const char *name = RelationGetRelationName(rel);
+	const char *us = strrchr(name, '_');
+	int64 shardid = 0;
+	if (us != nullptr && us[1] != '\0' && strspn(us + 1, "0123456789") == strlen(us + 1) && strlen(us + 1) < 19)
+		shardid = strtoll(us + 1, nullptr, 10);
+	args[2] = Int64GetDatum(shardid);
+	for (int i = 0; i < n; i++) {
+		args[1] = CStringGetTextDatum(tables[i]);
+		int rc = SPI_execute_with_args(
+		    "SELECT pg_catalog.shard_name(pd.logicalrelid, d.shardid, false)"
+		    " FROM pg_catalog.pg_dist_shard s"
+		    " JOIN pg_catalog.pg_dist_partition ps ON ps.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
+		    " JOIN pg_catalog.pg_dist_partition pd ON pd.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)"
+		    "  AND pd.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
+		    " JOIN pg_catalog.pg_dist_shard d ON d.logicalrelid OPERATOR(pg_catalog.=) pd.logicalrelid"
+		    "  AND d.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
+		    " WHERE s.shardid OPERATOR(pg_catalog.=) $3 AND ps.partmethod OPERATOR(pg_catalog.=) 'h'"
+		    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))"
+		    "      OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"
+		    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pd.logicalrelid, d.shardid, false)) IS NOT NULL",
+		    3, types, args, nullptr, true, 2);
+		if (rc != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+		if (SPI_processed != 1)
+			return Place::missing;
+		out[i] = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	}
+	return Place::shard;
+}
+
+namespace {
+
+std::unordered_map<Oid, ce::citus::ShardTrigger> *shard_triggers = nullptr;
+constexpr size_t shard_trigger_limit = 1024; // shard triggers a backend keeps plans for
+
+void shard_trigger_invalidate(Datum, Oid relid) {
+	if (shard_triggers == nullptr)
+		return;
+	for (auto &entry : *shard_triggers)
+		if (relid == InvalidOid || entry.second.relid == relid)
+			entry.second.valid = false;
+}
+
+// Owns nothing C++.
+void shard_trigger_release(ce::citus::ShardTrigger *t) {
+	if (t->context != nullptr) {
+		for (SPIPlanPtr plan : t->plans)
+			if (plan != nullptr)
+				SPI_freeplan(plan);
+		MemoryContextDelete(t->context);
+	}
+	memset(t, 0, sizeof(*t));
+}
+
+} // namespace
+
+ce::citus::ShardTrigger *ce::citus::shard_trigger(Oid tgoid, Relation rel) {
+	if (shard_triggers == nullptr) {
+		shard_triggers = new std::unordered_map<Oid, ShardTrigger>();
+		ce::pg_guard([] { CacheRegisterRelcacheCallback(shard_trigger_invalidate, (Datum)0); });
+	}
+	if (shard_triggers->size() >= shard_trigger_limit && shard_triggers->find(tgoid) == shard_triggers->end()) {
+		for (auto &entry : *shard_triggers)
+			ce::pg_guard([&entry] { shard_trigger_release(&entry.second); });
+		shard_triggers->clear();
+	}
+	ShardTrigger *t = &(*shard_triggers)[tgoid]; // a new entry is zeroed
+	if (t->valid && t->relid != RelationGetRelid(rel))
+		t->valid = false;
+	return t;
+}
+
+ce::citus::Place ce::citus::shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n) {
+	shard_trigger_release(t);
+	t->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard trigger", ALLOCSET_SMALL_SIZES);
+	t->relid = RelationGetRelid(rel);
+	t->owner = rel->rd_rel->relowner;
+	char *shards[2] = {nullptr, nullptr};
+	Place place = colocated_shards(rel, tables, n, shards);
+	t->shell = place == Place::shell;
+	if (place == Place::shard)
+		for (int i = 0; i < n; i++)
+			t->state[i] = MemoryContextStrdup(t->context, shards[i]);
+	t->valid = place == Place::shard || place == Place::shell;
+	return place;
+}
 
 void ce::install_citus_hook() {
 	prev_object_access_hook = object_access_hook;

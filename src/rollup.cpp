@@ -28,6 +28,7 @@
 // per (rollup, hour) and (sub)transaction; the refresh job recomputes those
 // hours from the rows, as the rollup's owner, in either mode. No user code
 // and no SQL on the rows runs in the apply worker.
+#include "counter_ext/citus.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/owner.hpp"
@@ -673,6 +674,103 @@ void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId p
 	}
 }
 
+// ---------------------------------------------------------------------------
+// Citus (doc/citus.md, "Rollups on a distributed table"): a deferred rollup
+// whose source is hash-distributed, grouped by its distribution column. Its
+// triggers are made on the distributed table and copied by Citus to every
+// shard, on every node, where no catalog of counter_ext is: the arguments
+// carry what the shard's trigger needs (rollup id, 'citus', time column,
+// distribution column). On a shard it records the UTC hours of the
+// statement's rows (one row per hour, with one value of the distribution
+// column of that hour's rows, so that the mark lands here) in the shard of
+// the rollup's dirty log counter_internal.rollup_<id>_dirty colocated with
+// it, found in Citus's metadata (the one lookup, ce::citus::colocated_shards,
+// as a tracked counter's shard trigger): a local write, in the writer's
+// transaction, as the shard's owner (the rollup's owner). The refresh, on the
+// coordinator, moves the marks into counter.rollup_dirty and recomputes those
+// hours with statements Citus pushes down. On the distributed table itself
+// (which holds no rows) the trigger does nothing. EXECUTE on rollup_trigger is
+// revoked from PUBLIC on every node: only counter.rollup_create (or a
+// superuser) makes such a trigger.
+using ShardMark = ce::citus::ShardTrigger; // state[0]: the dirty log's shard
+
+// Owns nothing C++: as the table's owner, inside SPI.
+void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
+	Relation rel = td->tg_relation;
+	const char *tables[1] = {psprintf("counter_internal.rollup_%d_dirty", rid)};
+	ce::citus::Place place = ce::citus::shard_trigger_fill(m, rel, tables, 1);
+	if (place == ce::citus::Place::no_citus)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		                errmsg("the trigger %s on %s belongs to rollup %d on Citus, which is not installed in this "
+		                       "database",
+		                       td->tg_trigger->tgname, RelationGetRelationName(rel), rid),
+		                errhint("CREATE EXTENSION citus, or drop the trigger.")));
+	if (place == ce::citus::Place::missing)
+		ereport(ERROR,
+		        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		         errmsg("the trigger %s on %s belongs to rollup %d, whose dirty log has no shard on this node "
+		                "colocated with %s",
+		                td->tg_trigger->tgname, RelationGetRelationName(rel), rid, RelationGetRelationName(rel)),
+		         errdetail("A rollup on a distributed table marks the hours of each shard's rows in the colocated "
+		                   "shard of counter_internal.rollup_%d_dirty.",
+		                   rid),
+		         errhint("The rollup was dropped, or its dirty log was moved apart from the table: drop the trigger "
+		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.rollup_create "
+		                 "again.")));
+}
+
+// The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): one mark
+// per UTC hour of the transition tables' rows. Owns nothing C++: inside SPI.
+SPIPlanPtr shard_mark_plan(ShardMark *m, TriggerData *td, int kind) {
+	if (m->plans[kind] != nullptr)
+		return m->plans[kind];
+	char **a = td->tg_trigger->tgargs;
+	const char *at = quote_identifier(a[2]);
+	const char *key = quote_identifier(a[3]);
+	auto leg = [&](const char *table) {
+		return psprintf("SELECT %s.%s AS k, pg_catalog.date_bin('01:00:00'::pg_catalog.interval, %s.%s,"
+		                " '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) AS h FROM %s WHERE %s.%s IS NOT NULL",
+		                table, key, table, at, table, table, at);
+	};
+	char *rows = kind == 0   ? leg("new_rows")
+	             : kind == 1 ? leg("old_rows")
+	                         : psprintf("%s UNION ALL %s", leg("new_rows"), leg("old_rows"));
+	char *sql = psprintf("INSERT INTO %s (key, hour) SELECT DISTINCT ON (x.h) x.k, x.h FROM (%s) x ORDER BY x.h",
+	                     m->state[0], rows);
+	m->plans[kind] = ce::prepare_kept(sql, 0, nullptr);
+	return m->plans[kind];
+}
+
+// Owns nothing C++: as the table's owner.
+void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if (!m->valid)
+		shard_mark_fill(m, td, rid);
+	if (!m->shell) {
+		if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
+		int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
+		int rc = SPI_execute_plan(shard_mark_plan(m, td, kind), nullptr, nullptr, false, 0);
+		if (rc != SPI_OK_INSERT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("rollup %d: recording dirty hours failed: %s", rid, SPI_result_code_string(rc))));
+	}
+	SPI_finish();
+}
+
+// The shard path of counter_internal.rollup_trigger: arguments (rollup id,
+// 'citus', time column, distribution column).
+void shard_mark(TriggerData *td) {
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 4)
+		throw ce::Error("39P01", "a rollup's trigger on a Citus shard is a statement trigger with 4 arguments");
+	int32 rid = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
+	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
+	// the shard's owner is the distributed table's: the rollup's owner
+	Oid owner = m->valid ? m->owner : td->tg_relation->rd_rel->relowner;
+	ce::as_owner(owner, [m, td, rid] { shard_mark_run(m, td, rid); });
+}
+
 } // namespace
 
 // counter_internal.rollup_trigger(): see above.
@@ -683,6 +781,10 @@ CE_FUNCTION(counter_rollup_fire) {
 	if (!TRIGGER_FIRED_AFTER(td->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || td->tg_trigger->tgnargs < 1)
 		throw ce::Error("39P01", "counter_internal.rollup_trigger must be an AFTER INSERT, UPDATE or DELETE trigger "
 		                         "with the rollup id as its argument");
+	if (td->tg_trigger->tgnargs >= 2 && strcmp(td->tg_trigger->tgargs[1], "citus") == 0) {
+		shard_mark(td); // a rollup of a table Citus distributes (above)
+		return PointerGetDatum(nullptr);
+	}
 	const char *arg = td->tg_trigger->tgargs[0];
 	int32 rid = ce::pg_guard([arg] { return pg_strtoint32(arg); });
 	if (kept == nullptr)

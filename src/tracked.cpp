@@ -12,6 +12,7 @@
 // are converted by ce::keys::convert (no user-defined cast ever runs), keys
 // are compared with the operators of the key type's default btree class.
 #include "counter_ext/buffer.hpp"
+#include "counter_ext/citus.hpp"
 #include "counter_ext/compat.hpp"
 #include "counter_ext/filter.hpp"
 #include "counter_ext/keys.hpp"
@@ -350,7 +351,6 @@ constexpr size_t cache_limit = 1024; // triggers (and counters) a backend keeps 
 
 std::unordered_map<Oid, FoldCache> *fold_caches = nullptr;
 bool fold_callback_registered = false;
-bool shard_callback_registered = false;
 
 void fold_invalidate(Datum, Oid relid) {
 	if (fold_caches == nullptr)
@@ -695,100 +695,22 @@ void truncate_state(FoldCache *c) {
 // on every node, so only counter.track (or a superuser) makes such a
 // trigger, and Citus copies it to the shards as the role that made it.
 
-// What a backend keeps per shard trigger, rebuilt when the table's relcache
-// entry is invalidated.
-struct ShardFold {
-	bool valid;
-	Oid relid;
-	Oid owner;
-	bool shell; // the distributed table itself: no rows, nothing to count
-	MemoryContext context;
-	char *delta; // the colocated shards of the counter's state, qualified
-	char *base;
-	SPIPlanPtr plans[4]; // INSERT, DELETE, UPDATE, TRUNCATE
-};
-
-std::unordered_map<Oid, ShardFold> *shard_folds = nullptr;
-
-void shard_fold_invalidate(Datum, Oid relid) {
-	if (shard_folds == nullptr)
-		return;
-	for (auto &entry : *shard_folds)
-		if (relid == InvalidOid || entry.second.relid == relid)
-			entry.second.valid = false;
-}
-
-// Owns nothing C++.
-void shard_fold_release(ShardFold *f) {
-	if (f->context != nullptr) {
-		for (SPIPlanPtr plan : f->plans)
-			if (plan != nullptr)
-				SPI_freeplan(plan);
-		MemoryContextDelete(f->context);
-	}
-	memset(f, 0, sizeof(*f));
-}
+using ShardFold = ce::citus::ShardTrigger; // state[0]: the delta shard, state[1]: the base shard
 
 // Owns nothing C++: as the table's owner, between SPI_connect and
 // SPI_finish. Finds what trigger td's table is in Citus's metadata.
 void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 	Relation rel = td->tg_relation;
-	f->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard fold", ALLOCSET_SMALL_SIZES);
-	f->relid = RelationGetRelid(rel);
-	f->owner = rel->rd_rel->relowner;
-	if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
-	        SPI_OK_SELECT ||
-	    SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	bool isnull;
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	const char *tables[2] = {psprintf("counter_internal.tracked_%d_delta", id),
+	                         psprintf("counter_internal.tracked_%d_base", id)};
+	ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, 2);
+	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		                errmsg("the trigger %s on %s belongs to tracked counter %d on Citus, which is not installed "
 		                       "in this database",
 		                       td->tg_trigger->tgname, RelationGetRelationName(rel), id),
 		                errhint("CREATE EXTENSION citus, or drop the trigger.")));
-	Oid types[4] = {OIDOID, TEXTOID, TEXTOID, INT8OID};
-	Datum args[4] = {ObjectIdGetDatum(f->relid), CStringGetTextDatum(psprintf("counter_internal.tracked_%d_delta", id)),
-	                 CStringGetTextDatum(psprintf("counter_internal.tracked_%d_base", id)), Int64GetDatum(0)};
-	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p"
-	                          " WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass)",
-	                          1, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
-	    SPI_processed != 1)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	f->shell = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (f->shell) {
-		f->valid = true;
-		return;
-	}
-	// a shard is named <table>_<shard id> (Citus's shard_name)
-	const char *name = RelationGetRelationName(rel);
-	const char *us = strrchr(name, '_');
-	int64 shardid = 0;
-	if (us != nullptr && us[1] != '\0' && strspn(us + 1, "0123456789") == strlen(us + 1) && strlen(us + 1) < 19)
-		shardid = strtoll(us + 1, nullptr, 10);
-	args[3] = Int64GetDatum(shardid);
-	int rc = SPI_execute_with_args(
-	    "SELECT pg_catalog.shard_name(pd.logicalrelid, d.shardid, false), pg_catalog.shard_name(pb.logicalrelid,"
-	    " b.shardid, false)"
-	    " FROM pg_catalog.pg_dist_shard s"
-	    " JOIN pg_catalog.pg_dist_partition ps ON ps.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid"
-	    " JOIN pg_catalog.pg_dist_partition pd ON pd.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($2)"
-	    "  AND pd.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
-	    " JOIN pg_catalog.pg_dist_shard d ON d.logicalrelid OPERATOR(pg_catalog.=) pd.logicalrelid"
-	    "  AND d.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
-	    " JOIN pg_catalog.pg_dist_partition pb ON pb.logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($3)"
-	    "  AND pb.colocationid OPERATOR(pg_catalog.=) ps.colocationid"
-	    " JOIN pg_catalog.pg_dist_shard b ON b.logicalrelid OPERATOR(pg_catalog.=) pb.logicalrelid"
-	    "  AND b.shardminvalue OPERATOR(pg_catalog.=) s.shardminvalue"
-	    " WHERE s.shardid OPERATOR(pg_catalog.=) $4 AND ps.partmethod OPERATOR(pg_catalog.=) 'h'"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))"
-	    "      OPERATOR(pg_catalog.=) $1::pg_catalog.regclass"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pd.logicalrelid, d.shardid, false)) IS NOT NULL"
-	    "  AND pg_catalog.to_regclass(pg_catalog.shard_name(pb.logicalrelid, b.shardid, false)) IS NOT NULL",
-	    4, types, args, nullptr, true, 2);
-	if (rc != SPI_OK_SELECT)
-		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-	if (SPI_processed != 1)
+	if (place == ce::citus::Place::missing)
 		ereport(ERROR,
 		        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		         errmsg("the trigger %s on %s belongs to tracked counter %d, whose state has no shard on this node "
@@ -799,11 +721,6 @@ void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 		                   id),
 		         errhint("The counter was untracked, or its state was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.track again.")));
-	MemoryContext old = MemoryContextSwitchTo(f->context);
-	f->delta = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	f->base = pstrdup(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2));
-	MemoryContextSwitchTo(old);
-	f->valid = true;
 }
 
 // The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): the
@@ -839,7 +756,7 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 	                     " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0 ORDER BY x.k, x.b"
 	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
 	                     " excluded.delta",
-	                     f->delta, rows);
+	                     f->state[0], rows);
 	Oid types[1] = {INT2OID};
 	f->plans[kind] = ce::prepare_kept(sql, 1, types);
 	return f->plans[kind];
@@ -849,10 +766,8 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	if (!f->valid) {
-		shard_fold_release(f);
+	if (!f->valid)
 		shard_fold_fill(f, td, id);
-	}
 	if (f->shell && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		// Citus copies no TRUNCATE trigger to the shards: the distributed
 		// table's own empties the state, on every shard (distributed DELETEs)
@@ -874,7 +789,8 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		if (f->plans[3] == nullptr)
 			f->plans[3] = ce::prepare_kept(
-			    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", f->delta, f->base), 0, nullptr);
+			    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", f->state[0], f->state[1]), 0,
+			    nullptr);
 		if (SPI_execute_plan(f->plans[3], nullptr, nullptr, false, 0) != SPI_OK_DELETE)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("emptying a tracked counter failed")));
 		SPI_finish();
@@ -897,23 +813,9 @@ void shard_fold(TriggerData *td) {
 	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 7)
 		throw ce::Error("39P01",
 		                "a tracked counter's trigger on a Citus shard is a statement trigger with 7 arguments");
-	if (shard_folds == nullptr)
-		shard_folds = new std::unordered_map<Oid, ShardFold>();
-	if (!shard_callback_registered) {
-		ce::pg_guard([] { CacheRegisterRelcacheCallback(shard_fold_invalidate, (Datum)0); });
-		shard_callback_registered = true;
-	}
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
-	Oid tgoid = td->tg_trigger->tgoid;
-	if (shard_folds->size() >= cache_limit && shard_folds->find(tgoid) == shard_folds->end()) {
-		for (auto &entry : *shard_folds)
-			ce::pg_guard([&entry] { shard_fold_release(&entry.second); });
-		shard_folds->clear();
-	}
-	ShardFold *f = &(*shard_folds)[tgoid]; // a new entry is zeroed
-	if (f->valid && f->relid != RelationGetRelid(td->tg_relation))
-		f->valid = false;
+	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the counter's owner
 	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
 	ce::as_owner(owner, [f, td, id, shards] { shard_fold_run(f, td, id, shards); });

@@ -145,3 +145,41 @@ SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM coun
     USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
 SQL
 }
+
+# ce_citus_script_start OWNER APP: the start of a test script that writes as
+# two unprivileged roles: builds and stages (when run by hand), starts the
+# cluster (unless CE_CITUS_KEEP: a cluster kept between runs) and defines
+# coord (the superuser on the coordinator), owner and app (roles OWNER and
+# APP on the coordinator), app_w1 (APP directly on worker 1), on_node PORT
+# (the superuser on any node, shards visible), nodes (the three ports) and
+# fail.
+ce_citus_script_start() {
+    CE_CITUS_OWNER=$1
+    CE_CITUS_APP=$2
+    ce_citus_script_setup
+    if [ -z "${CE_CITUS_KEEP:-}" ]; then
+        trap 'ce_cluster_stop_all' EXIT
+        ce_citus_cluster_start
+    fi
+    nodes="$CE_citus_coord_PORT $CE_citus_w1_PORT $CE_citus_w2_PORT"
+}
+coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+owner() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$CE_CITUS_OWNER" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+app() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$CE_CITUS_APP" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+app_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U "$CE_CITUS_APP" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+on_node() {
+    local p=$1
+    shift
+    PGOPTIONS="-c citus.override_table_visibility=off" ce_psql -h 127.0.0.1 -p "$p" -U "$(ce_owner_name)" -d postgres \
+        -v ON_ERROR_STOP=1 "$@"
+}
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+# on_nodes_sum SQL: the sum, over every node (shards visible), of the number
+# SQL returns there
+on_nodes_sum() {
+    local p
+    for p in $nodes; do on_node "$p" -tA -c "$1"; done | awk '{ s += $1 } END { print s + 0 }'
+}

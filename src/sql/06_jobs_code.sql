@@ -128,7 +128,7 @@ $$;
 -- refused when it is made, before anything is written, so that no write to
 -- the table ever fails because counter_ext is there: triggers are copied to
 -- the shards, where the counter's or rollup's catalog is not (1.4: every
--- INSERT failed on the workers). 'what' names the refused configuration.
+-- INSERT failed on the workers).
 -- True when Citus distributes source: it (or a table it is a partition of)
 -- is a distributed or reference table (in pg_dist_partition). False without
 -- Citus.
@@ -176,17 +176,34 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION counter_internal.citus_refuse(source regclass, what text)
-RETURNS void
+-- The layout of a table Citus distributes, for the checks below: its
+-- distribution column (col), and why counter_ext's triggers cannot run on
+-- its shards (why, NULL when they can): it is a partition of a distributed
+-- table, or not hash-distributed, or Citus's metadata is not synced to every
+-- node (the shard triggers find their colocated state there).
+CREATE OR REPLACE FUNCTION counter_internal.citus_layout(source regclass, OUT col name, OUT why text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    method "char";
+    unsynced bigint;
 BEGIN
-    IF counter_internal.citus_distributed(source) THEN
-        RAISE EXCEPTION '% on %, a table Citus distributes, is not supported yet', what, source
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'Its triggers would run on the shards, where counter_ext''s catalog is not: every write to the table would fail.',
-                  HINT = 'On a distributed table use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+    EXECUTE 'SELECT p.partmethod, '
+            'CASE WHEN p.partkey IS NOT NULL THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END '
+            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO method, col USING source;
+    IF (SELECT c.relispartition FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source) THEN
+        why := 'It is a partition of a distributed table: use the partitioned table itself.';
+    ELSIF method IS DISTINCT FROM 'h' THEN
+        why := 'Only a hash-distributed table is supported (not a reference table, a single-shard or a Citus local table).';
+    ELSE
+        EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_node n WHERE n.isactive AND n.noderole OPERATOR(pg_catalog.=) ''primary'' '
+                'AND NOT (n.hasmetadata AND n.metadatasynced)'
+            INTO unsynced;
+        IF unsynced OPERATOR(pg_catalog.>) 0 THEN
+            why := 'Citus''s metadata is not synced to every node (pg_dist_node.hasmetadata, metadatasynced): the shard triggers find their state there.';
+        END IF;
     END IF;
 END
 $$;
@@ -208,32 +225,20 @@ AS $$
 DECLARE
     p record;
     why text;
-    unsynced bigint;
 BEGIN
     IF NOT counter_internal.citus_distributed(source) THEN
         RETURN false;
     END IF;
-    EXECUTE 'SELECT p.partmethod, p.repmodel, p.colocationid, '
-            'CASE WHEN p.partkey IS NOT NULL THEN pg_catalog.column_to_column_name(p.logicalrelid, p.partkey) END AS col '
-            'FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1'
-        INTO p USING source;
-    IF (SELECT c.relispartition FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source) THEN
-        why := 'It is a partition of a distributed table: track the partitioned table itself.';
-    ELSIF p.partmethod IS DISTINCT FROM 'h' THEN
-        why := 'Only a hash-distributed table is supported (not a reference table, a single-shard or a Citus local table).';
-    ELSIF p.col IS DISTINCT FROM key_column::text THEN
+    p := counter_internal.citus_layout(source);
+    why := p.why;
+    IF why IS NOT NULL THEN
+        NULL;
+    ELSIF p.col IS DISTINCT FROM key_column THEN
         why := pg_catalog.format('Its key must be the distribution column (%s): the state of a counter with another key would not be colocated with the rows.', p.col);
     ELSIF buffered THEN
         why := 'A buffered trigger-mode counter is not supported there (its buffer is in the shared memory of the node that writes).';
     ELSIF replicated THEN
         why := 'replicated => true is not supported there.';
-    ELSE
-        EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_node n WHERE n.isactive AND n.noderole OPERATOR(pg_catalog.=) ''primary'' '
-                'AND NOT (n.hasmetadata AND n.metadatasynced)'
-            INTO unsynced;
-        IF unsynced OPERATOR(pg_catalog.>) 0 THEN
-            why := 'Citus''s metadata is not synced to every node (pg_dist_node.hasmetadata, metadatasynced): the shard triggers find the counter''s state there.';
-        END IF;
     END IF;
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a trigger-mode tracked counter on %, a table Citus distributes, is not supported yet in this form', source
@@ -244,15 +249,91 @@ BEGIN
 END
 $$;
 
--- Distributes a distributed counter's state table rel by its key,
--- colocated with source (same shard count, same shard ranges, same nodes).
+-- A rollup on a table Citus distributes (doc/citus.md, "Rollups on a
+-- distributed table"): the distribution column of source when it is a
+-- hash-distributed table (not a partition of one) whose distribution column
+-- is one of group_by, the rollup is deferred, and every node has Citus's
+-- metadata (the shard triggers find the rollup's colocated dirty log
+-- there): then the rollup's table and dirty log are distributed colocated
+-- with it, its triggers run on the shards and its refresh is pushed down.
+-- NULL when Citus does not distribute source. Any other layout is refused
+-- (0A000), before anything is made.
+CREATE OR REPLACE FUNCTION counter_internal.citus_rollup_check(source regclass, group_by name[], mode text,
+    replicated boolean)
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    why text;
+BEGIN
+    IF NOT counter_internal.citus_distributed(source) THEN
+        RETURN NULL;
+    END IF;
+    p := counter_internal.citus_layout(source);
+    why := p.why;
+    IF why IS NOT NULL THEN
+        NULL;
+    ELSIF NOT p.col OPERATOR(pg_catalog.=) ANY (group_by) THEN
+        why := pg_catalog.format('Its group_by must include the distribution column (%s): the rollup''s rows are kept on the shards of the rows they summarize.', p.col);
+    ELSIF mode IS DISTINCT FROM 'deferred' THEN
+        why := pg_catalog.format('Only a deferred rollup is supported there, not mode %L (trigger mode''s hour locks and buffered mode''s shared memory are per node).', mode);
+    ELSIF replicated THEN
+        why := 'replicated => true is not supported there.';
+    END IF;
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'a rollup of %, a table Citus distributes, is not supported yet in this form', source
+            USING ERRCODE = 'feature_not_supported', DETAIL = why,
+                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred'') whose group_by includes the distribution column; otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+    END IF;
+    RETURN p.col;
+END
+$$;
+
+-- A distributed rollup's filter (its stored tree): Citus refuses a VOLATILE
+-- function in the refresh's DELETE, which it pushes down to the shards; such
+-- a filter is refused when it is set (0A000), before anything is made.
+CREATE OR REPLACE FUNCTION counter_internal.citus_filter_check(tree text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    SELECT p.oid INTO f FROM pg_catalog.regexp_matches(tree, ':(?:funcid|opfuncid) ([0-9]+)', 'g') m
+    JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) m[1]::oid
+    WHERE p.provolatile OPERATOR(pg_catalog.=) 'v' LIMIT 1;
+    IF f IS NOT NULL THEN
+        RAISE EXCEPTION 'the filter of a rollup of a table Citus distributes calls the VOLATILE function %', f
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'Its refresh runs the filter in statements Citus pushes down to the shards, and Citus refuses VOLATILE functions there.',
+                  HINT = 'Declare the function STABLE or IMMUTABLE if it is (ALTER FUNCTION ... STABLE), on every node, or filter without it (doc/citus.md).';
+    END IF;
+END
+$$;
+
+-- Distributes rel (a distributed counter's state table, a distributed
+-- rollup's table or dirty log) by its column col, colocated with source
+-- (same shard count, same shard ranges, same nodes).
+CREATE OR REPLACE FUNCTION counter_internal.citus_colocate(rel regclass, source regclass, col name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE 'SELECT pg_catalog.create_distributed_table($1, $2, colocate_with => $3)' USING rel, col::text, source::text;
+END
+$$;
+-- A distributed counter's state tables are distributed by their column key.
 CREATE OR REPLACE FUNCTION counter_internal.citus_colocate(rel regclass, source regclass)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    EXECUTE 'SELECT pg_catalog.create_distributed_table($1, ''key'', colocate_with => $2)' USING rel, source::text;
+    PERFORM counter_internal.citus_colocate(rel, source, 'key');
 END
 $$;
 
@@ -277,7 +358,8 @@ $$;
 -- create_distributed_table or create_reference_table makes rel a table
 -- Citus distributes (rel is in pg_dist_partition then): refuses it when
 -- counter_ext serves it in a way that does not work there (what
--- counter_internal.citus_refuse refuses at track / rollup_create, and a
+-- counter_internal.citus_tracked_check and citus_rollup_check refuse at
+-- track / rollup_create, and a
 -- rollup's own table, which its source's trigger writes with a statement
 -- Citus cannot run), before the shards are made; the error rolls the whole
 -- call back. A table Citus only adds to its metadata (a Citus local table)
@@ -357,9 +439,10 @@ BEGIN
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
                AND p.proname IN ('tracked_fold', 'rollup_trigger') AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
-        IF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' AND g.citus THEN
-            -- a distributed counter's trigger (src/tracked.cpp, shard_fold):
-            -- made by counter.track on the distributed table, copied by
+        IF g.citus THEN
+            -- a distributed counter's or rollup's trigger (src/tracked.cpp,
+            -- shard_fold; src/rollup.cpp, shard_mark):
+            -- made by counter.track (rollup_create) on the distributed table, copied by
             -- Citus to its shards and to the other nodes' metadata copy of
             -- the table; it finds its state in Citus's metadata, where it
             -- runs. Accepted on a table Citus hash-distributes and on its

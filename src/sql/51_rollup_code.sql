@@ -160,8 +160,97 @@ BEGIN
         SELECT (SELECT pg_catalog.count(*) FROM up) + (SELECT pg_catalog.count(*) FROM del)$f$,
         r.rollup_table, p.keys, p.cols, hour_expr, p.agg_vals, p.ev_vals, where_filter, r.source, r.time_column,
         p.ro_vals, p.agg_new, p.agg_old, p.fresh_set, p.old_vals, p.new_vals, p.keys_ddr);
+    IF r.distributed THEN
+        -- Citus: the statements the refresh runs (rollup_citus_sql); stored to be read
+        r.refresh_sql := pg_catalog.array_to_string(counter_internal.rollup_citus_sql(r), E';\n');
+    END IF;
     r.sql_for := format('%s|%s', r.source, r.rollup_table);
     RETURN r;
+END
+$$;
+
+-- Citus (doc/citus.md, "Rollups on a distributed table"): the recompute of
+-- [$1, $2) (or only the hours in $3) of a distributed rollup, two statements
+-- Citus pushes down whole to each shard (the rollup table is colocated with
+-- the source and grouped by its distribution column): an upsert of the
+-- groups that have events, writing only the rows that differ, and a delete
+-- of the rows whose group has no event any more. The filter is SQL printed
+-- from the stored tree (counter_internal.filter_sql, every name qualified):
+-- the shards have no catalog of counter_ext. Run as the owner.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_citus_sql(r counter.rollups)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hour_expr text := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, e.%I, '
+                             '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    keys text := '';
+    ekeys text := '';
+    same text := '';
+    vals text := 'pg_catalog.count(*) AS count';
+    cols text := 'count';
+    fresh_set text := 'count = EXCLUDED.count';
+    old_vals text := 'r.count';
+    new_vals text := 'EXCLUDED.count';
+    f text := coalesce(counter_internal.filter_sql(r.source, r.filter, r.filter_tree, r.filter_relid, r.owner, 'e'),
+                       'true');
+    g name;
+    t oid;
+BEGIN
+    FOREACH g IN ARRAY r.group_by LOOP
+        SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        keys := keys || format('%I, ', g);
+        ekeys := ekeys || format('e.%I, ', g);
+        same := same || format('e.%1$I %2$s r.%1$I AND ', g, (counter_internal.key_operators(t))[1]);
+    END LOOP;
+    FOREACH g IN ARRAY r.sums LOOP
+        vals := vals || format(', coalesce(pg_catalog.sum(e.%1$I), 0) AS %2$I', g, 'sum_' || g);
+        cols := cols || format(', %I', 'sum_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
+        old_vals := old_vals || format(', r.%I', 'sum_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
+    END LOOP;
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        vals := vals || format(', counter.hll_add_agg(e.%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
+        cols := cols || format(', %I', 'distinct_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
+    END LOOP;
+    RETURN ARRAY[
+        format($f$
+        INSERT INTO %1$s AS r (%2$shour, %3$s)
+        SELECT %4$s%5$s, %6$s FROM %7$s AS e
+        WHERE e.%8$I >= $1 AND e.%8$I < $2 AND ($3 IS NULL OR %5$s = ANY ($3)) AND (%9$s)
+        GROUP BY %4$s%5$s
+        ON CONFLICT (%2$shour) DO UPDATE SET %10$s
+        WHERE ROW(%11$s) IS DISTINCT FROM ROW(%12$s)$f$,
+        r.rollup_table, keys, cols, ekeys, hour_expr, vals, r.source, r.time_column, f, fresh_set, old_vals, new_vals),
+        format($f$
+        DELETE FROM %1$s AS r
+        WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))
+          AND NOT EXISTS (SELECT FROM %2$s AS e WHERE %3$se.%4$I >= r.hour AND e.%4$I < r.hour + '01:00:00'::pg_catalog.interval
+                          AND (%5$s))$f$,
+        r.rollup_table, r.source, same, r.time_column, f)];
+END
+$$;
+
+-- Citus: moves the marks the shards wrote in a distributed rollup's dirty
+-- log (counter_internal.rollup_<id>_dirty, src/rollup.cpp) into
+-- counter.rollup_dirty, in one distributed transaction, as the owner. A mark
+-- it moves was committed with its rows on their shard, so a recompute after
+-- it sees them; a mark committed later stays for the next refresh.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_citus_marks(r counter.rollups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO counter.rollup_dirty (rollup_id, hour)
+    SELECT r.rollup_id, x.h FROM counter_internal.exec_as_owner(r.owner,
+        format('WITH d AS (DELETE FROM counter_internal.%I RETURNING hour) SELECT DISTINCT d.hour FROM d WHERE $1',
+               'rollup_' || r.rollup_id || '_dirty'), true) AS x(h timestamptz);
 END
 $$;
 
@@ -191,9 +280,33 @@ AS $$
 DECLARE
     r counter.rollups;
     trg name;
+    cmd text;
 BEGIN
     PERFORM counter_internal.rollup_build_sql(rid);
     SELECT * INTO STRICT r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF r.distributed THEN
+        -- Citus: the dirty log belongs to the rollup's owner (the shard
+        -- triggers write it as the source's owner); the triggers are made on
+        -- the distributed table and copied by Citus to every shard, where no
+        -- catalog of counter_ext is: the arguments carry what the shard's
+        -- trigger needs there (src/rollup.cpp, shard_mark)
+        EXECUTE format('ALTER TABLE counter_internal.%I OWNER TO %s', 'rollup_' || rid || '_dirty', r.owner);
+        FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, r.source) FROM pg_catalog.pg_trigger g
+                   WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
+                     AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_(insert|delete|update)$', rid)
+                   UNION ALL
+                   SELECT format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT'
+                                 ' EXECUTE FUNCTION counter_internal.rollup_trigger(%L, %L, %L, %L)',
+                                 'counter_rollup_' || rid || '_' || k.trg, k.event, r.source, k.referencing,
+                                 rid, 'citus', r.time_column, counter_internal.partition_citus_column(r.source))
+                   FROM (VALUES ('insert', 'INSERT', 'REFERENCING NEW TABLE AS new_rows'),
+                                ('delete', 'DELETE', 'REFERENCING OLD TABLE AS old_rows'),
+                                ('update', 'UPDATE', 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'))
+                        AS k(trg, event, referencing) LOOP
+            PERFORM counter_internal.citus_trigger_ddl(cmd);
+        END LOOP;
+        RETURN;
+    END IF;
     IF r.filter IS NOT NULL THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.filter_match(text, integer, anyelement) TO %s',
                        r.owner);
@@ -324,6 +437,7 @@ AS $$
 DECLARE
     r counter.rollups;
     n bigint;
+    sql text;
 BEGIN
     IF rid IS NULL OR from_h IS NULL OR to_h IS NULL OR wait IS NULL THEN
         RAISE EXCEPTION 'only hours of counter_internal.rollup_refresh_chunk may be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -353,7 +467,15 @@ BEGIN
     -- survives, so its events are recomputed by the next refresh.
     DELETE FROM counter.rollup_dirty d
     WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
-    SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, r.refresh_sql, from_h, to_h, hours) AS x(n bigint);
+    IF r.distributed THEN
+        -- Citus: two statements pushed down to the shards (rollup_citus_sql)
+        n := 0;
+        FOREACH sql IN ARRAY counter_internal.rollup_citus_sql(r) LOOP
+            n := n + counter_internal.exec_as_owner_cmd(r.owner, sql, from_h, to_h, hours);
+        END LOOP;
+    ELSE
+        SELECT x.n INTO n FROM counter_internal.exec_as_owner(r.owner, r.refresh_sql, from_h, to_h, hours) AS x(n bigint);
+    END IF;
     IF r.mode = 'buffered' THEN
         -- The GROUP BY counted every committed row of these hours (writers
         -- wait for our hour locks): what shared memory holds for them is
@@ -420,6 +542,9 @@ DECLARE
     dropped bigint;
 BEGIN
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'refresh it');
+    IF r.distributed THEN
+        PERFORM counter_internal.rollup_citus_marks(r);
+    END IF;
     horizon := counter_internal.rollup_horizon(rid);
     WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
     SELECT count(DISTINCT hour) INTO dropped FROM gone;
@@ -642,8 +767,7 @@ END
 $$;
 
 -- The source of a rollup to be made (counter_internal.rollup_create): a
--- table that is neither temporary nor refused on Citus (the rollup puts a
--- trigger on it), of an owner caller belongs to (or caller a superuser),
+-- table that is not temporary, of an owner caller belongs to (or caller a superuser),
 -- with a NOT NULL time column of type timestamptz. Its owner and schema.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_check_source(source regclass, time_column name, caller regrole,
     OUT owner regrole, OUT nsp name)
@@ -654,7 +778,6 @@ DECLARE
     rel record;
     col record;
 BEGIN
-    PERFORM counter_internal.citus_refuse(source, 'a rollup');
     SELECT c.relkind, c.relowner::regrole AS owner, c.relpersistence, n.nspname AS nsp
     INTO rel FROM pg_class c JOIN pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
     WHERE c.oid = source;
@@ -684,11 +807,13 @@ $$;
 
 -- The key columns of a rollup of source (counter_internal.rollup_create):
 -- ddl, their definitions in the rollup table (type, typmod and collation of
--- the source's column, NOT NULL), and keys, the list "a, b, " that starts
--- its primary key. Each must be NOT NULL in the source, comparable, not the
--- time column, and named unlike the rollup's hour and count.
+-- the source's column, NOT NULL), keys, the list "a, b, " that starts its
+-- primary key, and dist_type, the type of the column dist_col (Citus: the
+-- source's distribution column, or NULL). Each must be NOT NULL in the
+-- source, comparable, not the time column, and named unlike the rollup's
+-- hour and count.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_key_columns(source regclass, time_column name, group_by name[],
-    OUT ddl text, OUT keys text)
+    dist_col name, OUT ddl text, OUT keys text, OUT dist_type text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -696,6 +821,7 @@ DECLARE
     g name;
     col record;
     seen name[] := '{}';
+    coltype text;
 BEGIN
     ddl := ''; keys := '';
     FOREACH g IN ARRAY group_by LOOP
@@ -720,9 +846,13 @@ BEGIN
         END IF;
         PERFORM counter_internal.key_operators(col.atttypid);  -- 42883 unless the key type can be compared
         seen := seen || g;
-        ddl := ddl || format('%I %s%s NOT NULL, ', g, format_type(col.atttypid, col.atttypmod),
+        coltype := format('%s%s', format_type(col.atttypid, col.atttypmod),
             (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
              JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
+        ddl := ddl || format('%I %s NOT NULL, ', g, coltype);
+        IF g = dist_col THEN
+            dist_type := coltype;
+        END IF;
         keys := keys || format('%I, ', g);
     END LOOP;
 END
@@ -840,15 +970,19 @@ AS $$
 DECLARE
     caller regrole := counter_internal.caller();
     src record; -- counter_internal.rollup_check_source: owner, nsp
-    k record; -- counter_internal.rollup_key_columns: ddl, keys
+    k record; -- counter_internal.rollup_key_columns: ddl, keys, dist_type
     compiled text[];
     tbl regclass;
     rid integer;
+    dist_col name; -- Citus: the source's distribution column (a distributed rollup)
 BEGIN
     PERFORM counter_internal.rollup_check_args(name, source, time_column, group_by, distinct_on, mode, sums,
                                                retention, refresh_every, replicated);
+    -- Citus: a deferred rollup grouped by the distribution column of a
+    -- hash-distributed source (doc/citus.md); anything else is refused here
+    dist_col := counter_internal.citus_rollup_check(source, group_by, mode, replicated);
     SELECT * INTO src FROM counter_internal.rollup_check_source(source, time_column, caller);
-    SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by);
+    SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by, dist_col);
     k.ddl := k.ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL'
              || counter_internal.rollup_value_columns(source, group_by, sums, distinct_on);
     IF to_regclass(format('%I.%I', src.nsp, name)) IS NOT NULL THEN
@@ -858,9 +992,16 @@ BEGIN
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
         compiled := counter_internal.filter_compile(source, filter, src.owner);
+        IF dist_col IS NOT NULL THEN
+            PERFORM counter_internal.citus_filter_check(compiled[2]);
+        END IF;
     END IF;
     -- The rollup table is made by the owner, in the source's schema.
     tbl := counter_internal.rollup_make_table(src.owner, src.nsp, name, k.ddl, k.keys, source, mode);
+    IF dist_col IS NOT NULL THEN
+        -- colocated with the source: each shard's rows are summed on it
+        PERFORM counter_internal.citus_colocate(tbl, source, dist_col);
+    END IF;
 
     -- the sketches' precision is fixed here, from the creating session
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
@@ -870,15 +1011,35 @@ BEGIN
             CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, src.owner, replicated,
             coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
     RETURNING rollup_id INTO rid;
+    IF dist_col IS NOT NULL THEN
+        -- Citus: the dirty log the shard triggers write, colocated with the
+        -- source (a mark lands on the shard of its rows; src/rollup.cpp)
+        UPDATE counter.rollups c SET distributed = true WHERE c.rollup_id = rid;
+        EXECUTE format('CREATE TABLE counter_internal.%I (key %s NOT NULL, hour timestamptz NOT NULL)',
+                       'rollup_' || rid || '_dirty', k.dist_type);
+        EXECUTE format('REVOKE ALL ON counter_internal.%I FROM PUBLIC', 'rollup_' || rid || '_dirty');
+        PERFORM counter_internal.citus_colocate(format('counter_internal.%I', 'rollup_' || rid || '_dirty')::regclass,
+                                                source, 'key');
+    END IF;
     PERFORM counter_internal.rollup_build(rid);
 
     -- CREATE TRIGGER waited for every open writer of the source and holds
     -- them off until commit, so these are all the events the triggers miss
     -- (read as the owner; only the hours reach the catalog).
-    INSERT INTO counter.rollup_dirty (rollup_id, hour)
-    SELECT rid, x.h FROM counter_internal.exec_as_owner(src.owner,
-        format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
-        AS x(h timestamptz);
+    IF dist_col IS NULL THEN
+        INSERT INTO counter.rollup_dirty (rollup_id, hour)
+        SELECT rid, x.h FROM counter_internal.exec_as_owner(src.owner,
+            format('SELECT DISTINCT counter.rollup_hour(%I) FROM %s WHERE $1', time_column, source), true)
+            AS x(h timestamptz);
+    ELSE
+        -- Citus refuses a read as the owner of placements that this
+        -- transaction changed as counter_ext's role (the triggers, made
+        -- above): read as that role, a bare query that runs no code of the
+        -- owner's (as counter.track does)
+        EXECUTE format('INSERT INTO counter.rollup_dirty (rollup_id, hour) SELECT $1, x.h FROM '
+                       '(SELECT DISTINCT counter.rollup_hour(%I) AS h FROM %s) x', time_column, source)
+            USING rid;
+    END IF;
     PERFORM counter_internal.rollup_job_sync(name);
     IF counter.replication_warning(source, replicated) IS NOT NULL THEN
         RAISE WARNING 'rollup "%": %', name, counter.replication_warning(source, replicated)
@@ -924,10 +1085,22 @@ BEGIN
     FOR op IN SELECT g.tgname FROM pg_catalog.pg_trigger g
               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                 AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', r.rollup_id) LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', op, r.source);
+        IF r.distributed THEN
+            -- on every shard, as the owner (as counter.untrack does; the
+            -- setting is undone as this function returns)
+            PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+            PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TRIGGER %I ON %s', op, r.source), true);
+        ELSE
+            EXECUTE format('DROP TRIGGER %I ON %s', op, r.source);
+        END IF;
     END LOOP;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
+    END IF;
+    IF r.distributed AND pg_catalog.to_regclass(format('counter_internal.%I', 'rollup_' || r.rollup_id || '_dirty')) IS NOT NULL THEN
+        -- Citus: its dirty log, on every node, as the owner
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE counter_internal.%I',
+                                                                   'rollup_' || r.rollup_id || '_dirty'), true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
     IF r.mode = 'buffered' THEN
@@ -962,6 +1135,9 @@ BEGIN
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'change its filter');
     IF filter IS NOT NULL THEN
         compiled := counter_internal.filter_compile(r.source, filter, r.owner);
+        IF r.distributed THEN
+            PERFORM counter_internal.citus_filter_check(compiled[2]);
+        END IF;
     END IF;
     UPDATE counter.rollups c SET filter = compiled[1], filter_tree = compiled[2],
         filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END

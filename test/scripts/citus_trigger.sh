@@ -17,19 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
 source test/citus.sh
-ce_citus_script_setup
-
-if [ -z "${CE_CITUS_KEEP:-}" ]; then
-    trap 'ce_cluster_stop_all' EXIT
-    ce_citus_cluster_start
-fi
-coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
-owner() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_own -d postgres -v ON_ERROR_STOP=1 "$@"; }
-app() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_app -d postgres -v ON_ERROR_STOP=1 "$@"; }
-app_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U ct_app -d postgres -v ON_ERROR_STOP=1 "$@"; }
-on_node() { local p=$1; shift; PGOPTIONS="-c citus.override_table_visibility=off" ce_psql -h 127.0.0.1 -p "$p" -U "$(ce_owner_name)" -d postgres -v ON_ERROR_STOP=1 "$@"; }
-nodes="$CE_citus_coord_PORT $CE_citus_w1_PORT $CE_citus_w2_PORT"
-fail() { echo "FAIL: $*"; exit 1; }
+ce_citus_script_start ct_own ct_app
 
 coord -q <<'SQL'
 CREATE ROLE ct_own LOGIN;

@@ -3,9 +3,57 @@
 // work on Citus (src/citus.cpp).
 #pragma once
 
+#include "counter_ext/spi.hpp"
+
+extern "C" {
+#include "utils/relcache.h"
+}
+
 namespace ce {
 
 // Installs the object access hook; _PG_init calls it.
 void install_citus_hook();
+
+namespace citus {
+
+// Where a shard trigger of counter_ext fires (src/tracked.cpp, src/rollup.cpp:
+// the one lookup of a trigger's colocated state on a node without
+// counter_ext's catalog).
+enum class Place {
+	no_citus, // Citus is not installed in this database
+	shell,    // the distributed table itself (the coordinator's, or a node's metadata copy): it holds no rows
+	shard,    // a shard: every table asked for has its colocated shard here
+	missing,  // a shard, but some table asked for has no colocated shard on this node
+};
+
+// Inside SPI; owns nothing C++. For the table 'rel' a trigger fires on: when it
+// is a shard of a hash-distributed table, the names (schema-qualified, palloc'd
+// in the current context) of the shards of the distributed tables tables[0..n)
+// that cover the same hash range on this node, into out[0..n).
+Place colocated_shards(Relation rel, const char *const *tables, int n, char **out);
+
+// What a backend keeps per shard trigger of counter_ext (a tracked
+// counter's, a rollup's), in one bounded cache of all of them, made again
+// when its table's relcache entry is invalidated.
+struct ShardTrigger {
+	bool valid;
+	Oid relid;
+	Oid owner; // the table's owner: the counter's or rollup's
+	bool shell;
+	MemoryContext context;
+	char *state[2];      // the colocated shards of the tables asked for (shard_trigger_fill)
+	SPIPlanPtr plans[4]; // the caller's, by event
+};
+
+// The entry of trigger tgoid on rel (zeroed when new, invalid when rel is
+// another table than the one it was made for). Owns nothing C++ but the cache.
+ShardTrigger *shard_trigger(Oid tgoid, Relation rel);
+
+// Inside SPI, as the table's owner; owns nothing C++. Makes t again for
+// rel: the shards of tables[0..n) (n <= 2) colocated with it
+// (colocated_shards); t is valid unless the answer is no_citus or missing.
+Place shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n);
+
+} // namespace citus
 
 } // namespace ce

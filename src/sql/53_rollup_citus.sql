@@ -1,0 +1,8 @@
+-- (1.7; after every earlier column of counter.rollups, as the update
+-- appends it) Citus (doc/citus.md, "Rollups on a distributed table"): a
+-- deferred rollup of a hash-distributed table grouped by its distribution
+-- column. Its table and its dirty log (counter_internal.rollup_<id>_dirty)
+-- are distributed colocated with the source, its triggers run on the shards
+-- (src/rollup.cpp, shard_mark), and its refresh is pushed down to them
+-- (51_rollup_code.sql, rollup_citus_sql).
+ALTER TABLE counter.rollups ADD COLUMN distributed boolean NOT NULL DEFAULT false;
