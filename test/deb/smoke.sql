@@ -15,7 +15,7 @@ BEGIN
 END $$;
 SET client_min_messages = notice;
 
-SELECT pg_temp.expect('extension version', counter.version(), '1.7');
+SELECT pg_temp.expect('extension version', counter.version(), '1.8');
 SELECT pg_temp.expect('library preloaded', counter.preloaded(), true);
 
 -- counter.hll: small sets are exact; a union of halves is the whole.

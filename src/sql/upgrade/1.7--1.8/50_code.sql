@@ -1,4 +1,4 @@
--- ---- the functions, procedures and views of 1.7, as a fresh install makes them
+-- ---- the functions, procedures and views of 1.8, as a fresh install makes them
 --@include src/sql/01_internal.sql
 --@include src/sql/06_jobs_code.sql
 --@include src/sql/31_tracked_code.sql
