@@ -805,6 +805,24 @@ BEGIN
 END
 $$;
 
+-- A column's type as SQL, "type(typmod) COLLATE schema.collation" (no
+-- COLLATE for a type without one): how a rollup table copies a source's key
+-- column (counter_internal.rollup_key_columns) and how the pending rows of a
+-- buffered rollup are typed like its table's (rollup_buffer_coldefs).
+CREATE OR REPLACE FUNCTION counter_internal.column_type_sql(rel regclass, col name)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format_type(a.atttypid, a.atttypmod)
+           OPERATOR(pg_catalog.||) CASE WHEN co.oid IS NULL THEN ''
+                                        ELSE format(' COLLATE %I.%I', cn.nspname, co.collname) END
+    FROM pg_attribute a
+    LEFT JOIN pg_collation co ON co.oid OPERATOR(pg_catalog.=) a.attcollation
+    LEFT JOIN pg_namespace cn ON cn.oid OPERATOR(pg_catalog.=) co.collnamespace
+    WHERE a.attrelid OPERATOR(pg_catalog.=) rel AND a.attname OPERATOR(pg_catalog.=) col AND NOT a.attisdropped
+$$;
+
 -- The key columns of a rollup of source (counter_internal.rollup_create):
 -- ddl, their definitions in the rollup table (type, typmod and collation of
 -- the source's column, NOT NULL), keys, the list "a, b, " that starts its
@@ -839,16 +857,14 @@ BEGIN
             RAISE EXCEPTION 'group column "%" collides with the rollup column of that name', g
                 USING ERRCODE = 'duplicate_column';
         END IF;
-        SELECT c.atttypid, c.atttypmod, c.attnotnull, c.attcollation INTO col FROM counter_internal.column_of(source, g) c;
+        SELECT c.atttypid, c.atttypmod, c.attnotnull INTO col FROM counter_internal.column_of(source, g) c;
         IF NOT col.attnotnull THEN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
         END IF;
         PERFORM counter_internal.key_operators(col.atttypid);  -- 42883 unless the key type can be compared
         seen := seen || g;
-        coltype := format('%s%s', format_type(col.atttypid, col.atttypmod),
-            (SELECT format(' COLLATE %I.%I', cn.nspname, co.collname) FROM pg_collation co
-             JOIN pg_namespace cn ON cn.oid = co.collnamespace WHERE co.oid = col.attcollation));
+        coltype := counter_internal.column_type_sql(source, g);
         ddl := ddl || format('%I %s NOT NULL, ', g, coltype);
         IF g = dist_col THEN
             dist_type := coltype;
@@ -1404,14 +1420,9 @@ RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce((SELECT string_agg(format('%I %s%s', a.attname, format_type(a.atttypid, a.atttypmod),
-                                              CASE WHEN co.oid IS NULL THEN '' ELSE format(' COLLATE %I.%I', cn.nspname, co.collname) END),
+    SELECT coalesce((SELECT string_agg(format('%I %s', g.n, counter_internal.column_type_sql(r.rollup_table, g.n)),
                                        ', ' ORDER BY g.o) OPERATOR(pg_catalog.||) ', '
-                     FROM unnest(r.group_by) WITH ORDINALITY g(n, o)
-                     JOIN pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) r.rollup_table
-                                        AND a.attname OPERATOR(pg_catalog.=) g.n
-                     LEFT JOIN pg_collation co ON co.oid OPERATOR(pg_catalog.=) a.attcollation
-                     LEFT JOIN pg_namespace cn ON cn.oid OPERATOR(pg_catalog.=) co.collnamespace), '')
+                     FROM unnest(r.group_by) WITH ORDINALITY g(n, o)), '')
            OPERATOR(pg_catalog.||) 'hour timestamptz, count bigint'
            OPERATOR(pg_catalog.||) coalesce((SELECT string_agg(format(', %I numeric', 'sum_' OPERATOR(pg_catalog.||) g.n),
                                                                '' ORDER BY g.o)

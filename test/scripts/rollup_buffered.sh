@@ -55,7 +55,7 @@ SET ROLE bro;
 CREATE TABLE ev (
     id bigint NOT NULL,
     k int NOT NULL,
-    tag text NOT NULL DEFAULT 'a',
+    tag text COLLATE "C" NOT NULL DEFAULT 'a',
     v int,
     t timestamptz NOT NULL,
     UNIQUE (id, t)
@@ -75,6 +75,11 @@ RESET ROLE;
 SELECT (counter.job_alter(job_id, run_every => '1 hour', next_run => now() + interval '1 hour')).kind
 FROM counter.jobs WHERE target = 'ev_hourly';
 SQL
+
+# the rollup table's key column and the pending rows a read adds to it are
+# typed as the source's column: type and collation (counter_internal.column_type_sql)
+[ "$(ce_psql -At -c "SELECT collation_name FROM information_schema.columns WHERE table_name = 'ev_hourly' AND column_name = 'tag'")" = C ] ||
+    fail "the rollup table's tag column lost the source's collation C"
 
 # the check: per (key, hour), a GROUP BY of the events against what a read gives
 truth="SELECT k, tag, counter.rollup_hour(t) AS hour, count(*) AS n, coalesce(sum(v), 0) AS s FROM ev GROUP BY 1, 2, 3"
