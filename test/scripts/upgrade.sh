@@ -8,7 +8,32 @@
 # objects are old) keeps working after the update.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-trap ce_cluster_stop_all EXIT
+# The install script of every released version, built from the commit that
+# released it (src/sql/upgrade/releases; the tree keeps no copy), into the
+# staged extension directory beside this tree's scripts; CE_RELEASED_SQL
+# names a directory of them built already (test/versions.sh builds them on
+# the host: a chroot's copy of the tree has no history). No history, no test.
+released_sql=${CE_RELEASED_SQL:-}
+if [ -z "$released_sql" ]; then
+    released_sql=$CE_TOP/build/released-sql
+    rm -rf "$released_sql"
+    CE_PG_CONFIG=$CE_PG_CONFIG bash "$CE_TOP/test/released_scripts.sh" "$released_sql" ||
+        ce_die "the install scripts of the released versions could not be built from git history"
+fi
+ext_dir=$CE_STAGE/usr/share/postgresql/$CE_PG_MAJOR/extension
+added=()
+cleanup() {
+    ce_cluster_stop_all
+    for f in "${added[@]}"; do rm -f "$f"; done
+}
+trap cleanup EXIT
+released_versions=$(grep -v '^#' "$CE_TOP/src/sql/upgrade/releases" | awk 'NF { print $1 }')
+for old in $released_versions; do
+    [ -f "$released_sql/counter_ext--$old.sql" ] || ce_die "no install script of the released version $old in $released_sql"
+    [ ! -e "$ext_dir/counter_ext--$old.sql" ] || ce_die "$ext_dir already holds counter_ext--$old.sql (this tree installs no old version)"
+    cp "$released_sql/counter_ext--$old.sql" "$ext_dir/" && chmod a+r "$ext_dir/counter_ext--$old.sql"
+    added+=("$ext_dir/counter_ext--$old.sql")
+done
 ce_cluster_start upgrade "counter_ext.enabled = off"
 ce_cluster_use upgrade
 
@@ -68,13 +93,9 @@ SELECT line FROM lines ORDER BY line COLLATE "C";
 SQL
 )
 
-# Every released version: those with a frozen install script, and those
-# PostgreSQL installs as an older one plus the frozen updates (from 1.5 on).
-released_versions=$(
-    for f in "$CE_TOP"/src/sql/released/counter_ext--*.sql; do v=$(basename "$f" .sql); echo "${v#counter_ext--}"; done
-    for f in "$CE_TOP"/src/sql/upgrade/counter_ext--*--*.sql; do v=$(basename "$f" .sql); echo "${v##*--}"; done
-)
-for old in $(printf '%s\n' $released_versions | sort -u -V); do
+# Every released version, installed by its own install script, updated by
+# the script PostgreSQL picks (the shortest path to the current version).
+for old in $released_versions; do
     ce_log "upgrade from $old to $current"
     ce_psql -q -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS upgraded" -c "DROP DATABASE IF EXISTS fresh" \
         -c "CREATE DATABASE upgraded" -c "CREATE DATABASE fresh"
