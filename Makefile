@@ -26,21 +26,16 @@ OBJS = $(SRCS:.cpp=.o)
 # src/sql/ (one per feature, applied in name order). Each released version
 # (src/sql/upgrade/releases) gets one update script to the current version,
 # counter_ext--X--$(EXTVERSION).sql, assembled by src/sql/upgrade/assemble.sh
-# from the pieces of every hop since X and the current code once
-# (src/sql/upgrade/README.md). Versions older than the first hop directory
-# still update through frozen scripts, src/sql/upgrade/counter_ext--A--B.sql,
-# installed as they are. Install scripts of released versions are not in the
-# tree (test/released_scripts.sh builds them from git history for the
-# upgrade test).
+# from the pieces of every hop since X (src/sql/upgrade/A--B/) and the
+# current code once (src/sql/upgrade/README.md). No install script of a
+# released version is in the tree: test/released_scripts.sh builds them from
+# git history for the upgrade test.
 SQL_PIECES := $(sort $(wildcard src/sql/*.sql))
-UPGRADE_FROZEN := $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql)
-UPGRADE_FROZEN_FROM := $(foreach f,$(UPGRADE_FROZEN),$(word 2,$(subst --, ,$(basename $(notdir $(f))))))
 RELEASED := $(shell sed -n 's/^\([0-9][0-9.]*\) .*/\1/p' src/sql/upgrade/releases)
-UPGRADES_built := $(foreach v,$(filter-out $(UPGRADE_FROZEN_FROM),$(RELEASED)),$(EXTENSION)--$(v)--$(EXTVERSION).sql)
+UPGRADES_built := $(foreach v,$(RELEASED),$(EXTENSION)--$(v)--$(EXTVERSION).sql)
 UPGRADE_PIECES := src/sql/upgrade/releases src/sql/upgrade/assemble.sh src/sql/upgrade/code.sql \
 	$(wildcard src/sql/upgrade/*--*/*.sql)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(UPGRADES_built)
-DATA = $(UPGRADE_FROZEN)
 
 # pg_regress files: sql/NAME.sql with expected/NAME.out
 REGRESS := $(basename $(notdir $(wildcard sql/*.sql)))
