@@ -8,32 +8,10 @@
 # objects are old) keeps working after the update.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-# The install script of every released version, built from the commit that
-# released it (src/sql/upgrade/releases; the tree keeps no copy), into the
-# staged extension directory beside this tree's scripts; CE_RELEASED_SQL
-# names a directory of them built already (test/versions.sh builds them on
-# the host: a chroot's copy of the tree has no history). No history, no test.
-released_sql=${CE_RELEASED_SQL:-}
-if [ -z "$released_sql" ]; then
-    released_sql=$CE_TOP/build/released-sql
-    rm -rf "$released_sql"
-    CE_PG_CONFIG=$CE_PG_CONFIG bash "$CE_TOP/test/released_scripts.sh" "$released_sql" ||
-        ce_die "the install scripts of the released versions could not be built from git history"
-fi
-ext_dir=$CE_STAGE/usr/share/postgresql/$CE_PG_MAJOR/extension
-added=()
-cleanup() {
-    ce_cluster_stop_all
-    for f in "${added[@]}"; do rm -f "$f"; done
-}
-trap cleanup EXIT
-released_versions=$(grep -v '^#' "$CE_TOP/src/sql/upgrade/releases" | awk 'NF { print $1 }')
-for old in $released_versions; do
-    [ -f "$released_sql/counter_ext--$old.sql" ] || ce_die "no install script of the released version $old in $released_sql"
-    [ ! -e "$ext_dir/counter_ext--$old.sql" ] || ce_die "$ext_dir already holds counter_ext--$old.sql (this tree installs no old version)"
-    cp "$released_sql/counter_ext--$old.sql" "$ext_dir/" && chmod a+r "$ext_dir/counter_ext--$old.sql"
-    added+=("$ext_dir/counter_ext--$old.sql")
-done
+# Every released version's install script, from the commit that released it.
+trap 'ce_cluster_stop_all; ce_unstage_released_scripts' EXIT
+ce_stage_released_scripts
+released_versions=$CE_RELEASED_VERSIONS
 ce_cluster_start upgrade "counter_ext.enabled = off"
 ce_cluster_use upgrade
 
