@@ -5,9 +5,6 @@
 -- the adds of committed transactions in a shared-memory table and writes
 -- them to its delta table when it is flushed (counter.flush, the 'flush'
 -- job). The tables; the functions are in 36_buffered_code.sql.
---
--- Advisory locks (transaction level): (x'6365000f', counter_id), 'c' 'e'
--- 0 15: held by a flush of the counter until its writes commit or abort.
 
 ALTER TABLE counter.tracked ADD COLUMN buffered boolean NOT NULL DEFAULT false;
 
