@@ -57,7 +57,7 @@ done
 # current version and one update script from every released version
 # (src/sql/upgrade/releases), and no other script.
 deb_scripts_complete() {
-    local deb want have
+    local deb want have current
     deb=$(ls "$CE_TOP"/build/deb/postgresql-"$1"-counter-ext_*.deb) || return 1
     current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" counter_ext.control)
     want=$( { echo "counter_ext--$current.sql"
