@@ -23,19 +23,19 @@ SRCS := $(sort $(wildcard src/*.cpp))
 OBJS = $(SRCS:.cpp=.o)
 
 # The install script of the current version is assembled from the pieces in
-# src/sql/ (one per feature, applied in name order). Upgrade scripts from
-# released versions live in src/sql/upgrade/, and the install scripts of
-# released versions, frozen, in src/sql/released/ (so that an installation
-# can start at an old version and be updated, as the upgrade test does); both
-# are installed as they are.
+# src/sql/ (one per feature, applied in name order). Each released version
+# (src/sql/upgrade/releases) gets one update script to the current version,
+# counter_ext--X--$(EXTVERSION).sql, assembled by src/sql/upgrade/assemble.sh
+# from the pieces of every hop since X (src/sql/upgrade/A--B/) and the
+# current code once (src/sql/upgrade/README.md). No install script of a
+# released version is in the tree: test/released_scripts.sh builds them from
+# git history for the upgrade test.
 SQL_PIECES := $(sort $(wildcard src/sql/*.sql))
-# Upgrade scripts from 1.1 on are assembled too: src/sql/upgrade/A--B/*.sql
-# in name order, where a line "--@include FILE" stands for FILE (a piece of
-# the install script that holds only functions and views).
-UPGRADE_DIRS := $(notdir $(wildcard src/sql/upgrade/*--*))
-UPGRADES_built := $(foreach d,$(filter-out %.sql,$(UPGRADE_DIRS)),$(EXTENSION)--$(d).sql)
+RELEASED := $(shell sed -n 's/^\([0-9][0-9.]*\) .*/\1/p' src/sql/upgrade/releases)
+UPGRADES_built := $(foreach v,$(RELEASED),$(EXTENSION)--$(v)--$(EXTVERSION).sql)
+UPGRADE_PIECES := src/sql/upgrade/releases src/sql/upgrade/assemble.sh src/sql/upgrade/code.sql \
+	$(wildcard src/sql/upgrade/*--*/*.sql)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql $(UPGRADES_built)
-DATA = $(wildcard src/sql/upgrade/$(EXTENSION)--*--*.sql) $(wildcard src/sql/released/$(EXTENSION)--*.sql)
 
 # pg_regress files: sql/NAME.sql with expected/NAME.out
 REGRESS := $(basename $(notdir $(wildcard sql/*.sql)))
@@ -74,11 +74,8 @@ $(EXTENSION)--$(EXTVERSION).sql: $(SQL_PIECES) Makefile counter_ext.control
 	   for f in $(SQL_PIECES); do printf '\n-- ---- %s\n' "$$f"; cat "$$f"; done; } > $@
 
 
-$(EXTENSION)--%.sql: src/sql/upgrade/%/* $(SQL_PIECES) Makefile
-	@for f in $(sort $(wildcard src/sql/upgrade/$*/*.sql)); do \
-	   printf '\n-- ---- %s\n' "$$f"; \
-	   awk '/^--@include /{ f = $$2; while ((getline line < f) > 0) print line; close(f); next } { print }' "$$f"; \
-	 done > $@
+$(EXTENSION)--%--$(EXTVERSION).sql: $(UPGRADE_PIECES) $(SQL_PIECES) Makefile counter_ext.control
+	@bash src/sql/upgrade/assemble.sh $* $(EXTVERSION) > $@.tmp && mv $@.tmp $@
 
 
 CLANG_FORMAT ?= clang-format

@@ -145,6 +145,39 @@ ce_build_and_stage() {
     chmod -R a+rX "$CE_STAGE" 2>/dev/null || true
 }
 
+# ce_stage_released_scripts: the install script of every released version
+# (src/sql/upgrade/releases) in the staged extension directory, beside this
+# tree's scripts, for the tests that start at an old version (upgrade.sh,
+# worker_upgrade.sh; the tree keeps no copy of them). Built from the commits
+# that released them (test/released_scripts.sh, into build/released-sql), or
+# taken from CE_RELEASED_SQL (test/versions.sh builds them on the host: a
+# chroot's copy of the tree has no history). Exits when they cannot be had:
+# no history, no test. ce_unstage_released_scripts (from the EXIT trap)
+# removes them again; CE_RELEASED_VERSIONS lists the versions.
+CE_RELEASED_STAGED=()
+ce_stage_released_scripts() {
+    local dir=${CE_RELEASED_SQL:-} ext v
+    if [ -z "$dir" ]; then
+        dir=$CE_TOP/build/released-sql
+        rm -rf "$dir"
+        CE_PG_CONFIG=$CE_PG_CONFIG bash "$CE_TOP/test/released_scripts.sh" "$dir" ||
+            ce_die "the install scripts of the released versions could not be built from git history"
+    fi
+    ext=$CE_STAGE/usr/share/postgresql/$CE_PG_MAJOR/extension
+    CE_RELEASED_VERSIONS=$(grep -v '^#' "$CE_TOP/src/sql/upgrade/releases" | awk 'NF { print $1 }')
+    for v in $CE_RELEASED_VERSIONS; do
+        [ -f "$dir/counter_ext--$v.sql" ] || ce_die "no install script of the released version $v in $dir"
+        [ ! -e "$ext/counter_ext--$v.sql" ] || ce_die "$ext already holds counter_ext--$v.sql (this tree installs no old version)"
+        cp "$dir/counter_ext--$v.sql" "$ext/" && chmod a+r "$ext/counter_ext--$v.sql" || ce_die "cannot write $ext"
+        CE_RELEASED_STAGED+=("$ext/counter_ext--$v.sql")
+    done
+}
+ce_unstage_released_scripts() {
+    local f
+    for f in "${CE_RELEASED_STAGED[@]}"; do rm -f "$f"; done
+    CE_RELEASED_STAGED=()
+}
+
 ce_port_free() {
     ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }

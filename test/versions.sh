@@ -96,9 +96,15 @@ run_in_chroot() {
             src=$inner/build/citus-vendor/$(basename "$citus_src") &&
             patch=${citus_patch:+$inner/build/citus-vendor/$(basename "$citus_patch")}
     fi
+    # The install scripts of the released versions (test/scripts/upgrade.sh)
+    # are built from git history here: the copy of the tree has none. A
+    # failure leaves them out, and the upgrade test fails saying so.
+    CE_PG_CONFIG=pg_config bash test/released_scripts.sh "$work/build/released-sql" ||
+        rm -rf "$work/build/released-sql"
     ce_in_chroot "$dir" /bin/bash -c 'cd "$1" && CE_PG_MAJOR=$2 CE_SKIP_FORMAT=1 CE_ONLY=$3 CE_KEEP_LOGS=$4 \
-        CITUS_SRC=$5 CITUS_PATCH=$6 CE_CITUS_WHY_NOT=$7 bash test/run.sh' \
-        run "$inner" "$major" "${CE_ONLY:-.}" "${CE_KEEP_LOGS:+$inner/build/kept-logs}" "$src" "$patch" "$citus_why"
+        CITUS_SRC=$5 CITUS_PATCH=$6 CE_CITUS_WHY_NOT=$7 CE_RELEASED_SQL=$8 bash test/run.sh' \
+        run "$inner" "$major" "${CE_ONLY:-.}" "${CE_KEEP_LOGS:+$inner/build/kept-logs}" "$src" "$patch" "$citus_why" \
+        "$inner/build/released-sql"
     rc=$?
     rm -rf "$CE_TOP/build/test-output-pg$major"
     cp -a "$work/build/test-output" "$CE_TOP/build/test-output-pg$major" 2>/dev/null

@@ -53,13 +53,29 @@ done
 # The 15 package is built even when its test chroot is missing: the 17 and
 # 18 servers are shown to refuse its library. Packages of an earlier tree
 # are removed first, so that what is tested is this tree.
+# deb_scripts_complete MAJOR: the package holds the install script of the
+# current version and one update script from every released version
+# (src/sql/upgrade/releases), and no other script.
+deb_scripts_complete() {
+    local deb want have current
+    deb=$(ls "$CE_TOP"/build/deb/postgresql-"$1"-counter-ext_*.deb) || return 1
+    current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" counter_ext.control)
+    want=$( { echo "counter_ext--$current.sql"
+              grep -v '^#' src/sql/upgrade/releases | awk -v c="$current" 'NF { print "counter_ext--" $1 "--" c ".sql" }'
+            } | sort)
+    have=$(dpkg-deb -c "$deb" | sed -n 's#.*/extension/\(counter_ext--.*\.sql\)$#\1#p' | sort)
+    [ "$have" = "$want" ] && return 0
+    echo "the package for PostgreSQL $1 holds the scripts"; echo "$have"; echo "instead of"; echo "$want"
+    return 1
+}
+
 build=("${majors[@]}")
 [ "${majors[0]}" = 15 ] || build=(15 "${majors[@]}")
 failed=0
 for major in "${build[@]}"; do
     start=$SECONDS
     rm -f "$CE_TOP"/build/deb/postgresql-"$major"-counter-ext_*.deb
-    if bash test/deb/build.sh "$major"; then
+    if bash test/deb/build.sh "$major" && deb_scripts_complete "$major"; then
         echo "package build for PostgreSQL $major ... ok ($((SECONDS - start)) s)"
     else
         echo "package build for PostgreSQL $major ... FAILED ($((SECONDS - start)) s)"

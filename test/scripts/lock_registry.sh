@@ -16,9 +16,12 @@ db=lock_registry
 trap '"$CE_PGBIN/dropdb" --if-exists $db >/dev/null 2>&1 || true' EXIT
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" counter_ext.control)
 scripts=(counter_ext--"$current".sql)
-for f in src/sql/upgrade/*--"$current"; do
-    [ -d "$f" ] && scripts+=("counter_ext--$(basename "$f").sql")
+# the update scripts make builds, one from each released version
+# (src/sql/upgrade/README.md)
+for f in counter_ext--*--"$current".sql; do
+    [ -f "$f" ] && scripts+=("$f")
 done
+[ ${#scripts[@]} -gt 1 ] || ce_die "no update script to $current is built (run make)"
 for f in "${scripts[@]}"; do [ -f "$f" ] || ce_die "$f is not built (run make)"; done
 classes=$(ce_psql -d $db -At -F ' ' -c "CREATE EXTENSION counter_ext" \
     -c "SELECT class, number FROM counter_internal.lock_classes() ORDER BY number")

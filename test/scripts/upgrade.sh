@@ -8,7 +8,10 @@
 # objects are old) keeps working after the update.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-trap ce_cluster_stop_all EXIT
+# Every released version's install script, from the commit that released it.
+trap 'ce_cluster_stop_all; ce_unstage_released_scripts' EXIT
+ce_stage_released_scripts
+released_versions=$CE_RELEASED_VERSIONS
 ce_cluster_start upgrade "counter_ext.enabled = off"
 ce_cluster_use upgrade
 
@@ -68,13 +71,9 @@ SELECT line FROM lines ORDER BY line COLLATE "C";
 SQL
 )
 
-# Every released version: those with a frozen install script, and those
-# PostgreSQL installs as an older one plus the frozen updates (from 1.5 on).
-released_versions=$(
-    for f in "$CE_TOP"/src/sql/released/counter_ext--*.sql; do v=$(basename "$f" .sql); echo "${v#counter_ext--}"; done
-    for f in "$CE_TOP"/src/sql/upgrade/counter_ext--*--*.sql; do v=$(basename "$f" .sql); echo "${v##*--}"; done
-)
-for old in $(printf '%s\n' $released_versions | sort -u -V); do
+# Every released version, installed by its own install script, updated by
+# the script PostgreSQL picks (the shortest path to the current version).
+for old in $released_versions; do
     ce_log "upgrade from $old to $current"
     ce_psql -q -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS upgraded" -c "DROP DATABASE IF EXISTS fresh" \
         -c "CREATE DATABASE upgraded" -c "CREATE DATABASE fresh"

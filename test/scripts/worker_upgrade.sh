@@ -7,7 +7,9 @@
 # the reason, and the updated jobs then run in sessions of their owners.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-trap ce_cluster_stop_all EXIT
+# 1.1's install script, from the commit that released it (test/lib.sh)
+trap 'ce_cluster_stop_all; ce_unstage_released_scripts' EXIT
+ce_stage_released_scripts
 
 fail() { echo "FAIL: $*"; exit 1; }
 q() { ce_psql -At -c "$1"; }

@@ -1,6 +1,10 @@
--- ---- the functions, procedures and views of 1.8, as a fresh install makes them
+-- ---- the functions, procedures, views and aggregates of this version, as a
+-- fresh install makes them (all CREATE OR REPLACE): every update script runs
+-- them once, between the pieces of its hops that run before the code
+-- (NN_*.sql with NN < 50) and those that run after it (NN >= 50).
 --@include src/sql/01_internal.sql
 --@include src/sql/06_jobs_code.sql
+--@include src/sql/21_distributable_code.sql
 --@include src/sql/31_tracked_code.sql
 --@include src/sql/36_buffered_code.sql
 --@include src/sql/41_partition_code.sql

@@ -1,1 +1,0 @@
---@include src/sql/99_internal.sql
