@@ -5,7 +5,8 @@
 # buffered application-mode counter, a trigger-mode counter and a plain
 # table; then `postgres --single` runs a prepared statement 1,000 and 3,000
 # times, each in its own transaction, under callgrind. Per execution: the
-# difference of the two totals divided by 2,000. Also a read of a buffered
+# difference of the two totals divided by 2,000. Also an unbuffered add, an
+# INSERT into a table with a trigger-mode rollup, a read of a buffered
 # key and, for scale, a primary-key SELECT of one row. On demand, not in CI:
 #   bash test/bench/tracked/callgrind.sh [REF]
 set -euo pipefail
@@ -17,7 +18,9 @@ ce_bench_beside_release "$ref"
 statements=(
     "SELECT 1"
     "SELECT counter.add('appb', 1::bigint)"
+    "SELECT counter.add('app', 1::bigint)"
     "INSERT INTO trig (k) VALUES (1)"
+    "INSERT INTO rev (k) VALUES (1)"
     "INSERT INTO plain (k) VALUES (1)"
     "SELECT counter.value('appb', 1::bigint)"
     "SELECT n FROM hot WHERE id = 1"
@@ -49,6 +52,11 @@ CREATE TABLE trig (k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON trig (at);
 SELECT counter.track('trig', 'trig', 'k', 'at');
 CREATE TABLE plain (k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE app (k bigint NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON app (at);
+SELECT counter.track('app', 'app', 'k', 'at', mode => 'application');
+CREATE TABLE rev (k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
+SELECT counter.rollup_create('rev_hourly', 'rev', 'at', '{k}');
 CREATE TABLE hot (id int PRIMARY KEY, n bigint NOT NULL);
 INSERT INTO hot VALUES (1, 0);
 SELECT counter.add('appb', 1::bigint);
@@ -80,6 +88,9 @@ printf '%-45s %12s %12s\n' "buffered value beyond SELECT 1" \
     "$((${per["this|SELECT counter.value('appb', 1::bigint)"]} - sel_t))"
 printf '%-45s %12s %12s\n' "primary-key SELECT beyond SELECT 1" \
     "$((${per["ref|SELECT n FROM hot WHERE id = 1"]} - sel_r))" "$((${per["this|SELECT n FROM hot WHERE id = 1"]} - sel_t))"
+printf '%-45s %12s %12s\n' "trigger-mode rollup INSERT beyond a plain INSERT" \
+    "$((${per["ref|INSERT INTO rev (k) VALUES (1)"]} - ${per["ref|INSERT INTO plain (k) VALUES (1)"]}))" \
+    "$((${per["this|INSERT INTO rev (k) VALUES (1)"]} - ${per["this|INSERT INTO plain (k) VALUES (1)"]}))"
 printf '%-45s %12s %12s\n' "trigger-mode INSERT beyond a plain INSERT" \
     "$((${per["ref|INSERT INTO trig (k) VALUES (1)"]} - ${per["ref|INSERT INTO plain (k) VALUES (1)"]}))" \
     "$((${per["this|INSERT INTO trig (k) VALUES (1)"]} - ${per["this|INSERT INTO plain (k) VALUES (1)"]}))"
