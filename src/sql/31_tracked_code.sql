@@ -311,7 +311,6 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    ops text[] := counter_internal.key_operators(t.key_type);
     fn_batch text := format('counter_internal.%I', format('tracked_%s_batch', t.counter_id));
     f text;
     body text;
@@ -322,14 +321,49 @@ BEGIN
     f := CASE WHEN t.filter IS NULL THEN 'true'
               ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
                                                       'ce_new') || ')' END;
-    -- One reconciliation batch: the next ce_limit keys after ce_after (keys
-    -- with deltas before the watermark, keys with source rows whose event
-    -- time is in [ce_from, ce_w), and with ce_all every key with a base),
-    -- compared and repaired. It never waits for a writer: delta rows locked
-    -- by a writer are skipped, and so is every key with a delta row it did
-    -- not lock (busy; it stays dirty and the next run takes it), so the rows
-    -- it folds are exactly the rows it locked.
-    body := format($b$
+    body := CASE WHEN t.distributed THEN counter_internal.tracked_citus_batch(t, f)
+                 ELSE counter_internal.tracked_batch_sql(t, f) END;
+    -- on this node only (Citus: not propagated to the workers; it runs here)
+    IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
+        PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch));
+    END IF;
+    PERFORM counter_internal.citus_local_ddl(format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
+                   ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
+                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
+                   -- plans made for each batch's arrays (a generic plan takes
+                   -- every unnest for 10 rows and joins 1,000 keys in loops)
+                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body));
+    PERFORM counter_internal.citus_local_ddl(format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
+                   fn_batch, t.owner));
+    PERFORM counter_internal.citus_local_ddl(format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
+                   fn_batch));
+    IF t.buffered THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
+                       ' counter_internal.tracked_buffered(integer, anyelement) TO %s', t.owner);
+    END IF;
+END
+$fn$;
+
+-- The body of the batch function of counter t on one node
+-- (counter_internal.tracked_build_batch installs it; tracked_citus_batch is
+-- the form for a counter whose state Citus distributes), with f its filter
+-- as SQL over the row ce_new.
+-- One reconciliation batch: the next ce_limit keys after ce_after (keys
+-- with deltas before the watermark, keys with source rows whose event
+-- time is in [ce_from, ce_w), and with ce_all every key with a base),
+-- compared and repaired. It never waits for a writer: delta rows locked
+-- by a writer are skipped, and so is every key with a delta row it did
+-- not lock (busy; it stays dirty and the next run takes it), so the rows
+-- it folds are exactly the rows it locked.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_batch_sql(t counter.tracked, f text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ops text[] := counter_internal.key_operators(t.key_type);
+BEGIN
+    RETURN format($b$
 #variable_conflict use_column
 DECLARE
     ce_keys %5$s[];
@@ -437,27 +471,6 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
                          ' + interval ''1 second'' * %1$s',
                          pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
              ELSE '''infinity''::timestamptz' END);
-    IF t.distributed THEN
-        body := counter_internal.tracked_citus_batch(t, f);
-    END IF;
-    -- on this node only (Citus: not propagated to the workers; it runs here)
-    IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
-        PERFORM counter_internal.citus_local_ddl(format('DROP FUNCTION %s(timestamptz, timestamptz, text, boolean, integer)', fn_batch));
-    END IF;
-    PERFORM counter_internal.citus_local_ddl(format('CREATE FUNCTION %s(ce_w timestamptz, ce_from timestamptz, ce_after text, ce_all boolean,'
-                   ' ce_limit integer) RETURNS TABLE (key text, cached bigint, truth bigint, busy boolean, n bigint)'
-                   ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
-                   -- plans made for each batch's arrays (a generic plan takes
-                   -- every unnest for 10 rows and joins 1,000 keys in loops)
-                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body));
-    PERFORM counter_internal.citus_local_ddl(format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
-                   fn_batch, t.owner));
-    PERFORM counter_internal.citus_local_ddl(format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',
-                   fn_batch));
-    IF t.buffered THEN
-        EXECUTE format('GRANT EXECUTE ON FUNCTION counter_internal.tracked_buffer_busy(integer, timestamptz, anyarray),'
-                       ' counter_internal.tracked_buffered(integer, anyelement) TO %s', t.owner);
-    END IF;
 END
 $fn$;
 
