@@ -14,6 +14,7 @@
 extern "C" {
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xlog.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "nodes/makefuncs.h"
@@ -131,9 +132,35 @@ Node *ce::filter::compile(Relation rel, const char *text) {
 	return expr;
 }
 
+namespace {
+
+// A stored tree is "CE1 <system identifier> <nodeToString>": the format's
+// version, then the cluster it was resolved in. The oids of functions,
+// operators and collations in a tree name them only in that cluster:
+// pg_upgrade keeps the oids of tables and types, not of routines, and gives
+// the new cluster another system identifier.
+constexpr const char tree_format[] = "CE1 ";
+
+// The stored form of 'tree' (palloc'd).
+char *stamp(const char *tree) {
+	return psprintf("%s" UINT64_FORMAT " %s", tree_format, GetSystemIdentifier(), tree);
+}
+
+// The node text of a stored tree made in this cluster, or nullptr (another
+// cluster's, or not of this format: resolved again from the canonical text).
+const char *tree_of_this_cluster(const char *stored) {
+	char here[sizeof(tree_format) + 24];
+	snprintf(here, sizeof(here), "%s" UINT64_FORMAT " ", tree_format, GetSystemIdentifier());
+	const size_t n = strlen(here);
+	return strncmp(stored, here, n) == 0 ? stored + n : nullptr;
+}
+
+} // namespace
+
 Node *ce::filter::resolve(Relation rel, const char *tree, Oid tree_relid, const char *canonical) {
-	if (tree != nullptr && tree_relid == RelationGetRelid(rel)) {
-		Node *expr = static_cast<Node *>(stringToNode(tree));
+	const char *nodes = tree != nullptr && tree_relid == RelationGetRelid(rel) ? tree_of_this_cluster(tree) : nullptr;
+	if (nodes != nullptr) {
+		Node *expr = static_cast<Node *>(stringToNode(nodes));
 		check_vars(expr, RelationGetDescr(rel));
 		return expr;
 	}
@@ -155,7 +182,7 @@ CE_FUNCTION(counter_filter_compile) {
 		Node *expr = ce::filter::compile(rel, source_text);
 		List *context = deparse_context_for(RelationGetRelationName(rel), relid);
 		Datum parts[2] = {CStringGetTextDatum(deparse_expression(expr, context, false, false)),
-		                  CStringGetTextDatum(nodeToString(expr))};
+		                  CStringGetTextDatum(stamp(nodeToString(expr)))};
 		table_close(rel, NoLock);
 		return PointerGetDatum(construct_array(parts, 2, TEXTOID, -1, false, TYPALIGN_INT));
 	});

@@ -254,7 +254,8 @@ ce::spine::Kind ce::spine::resolve(const char *kind, Oid caller) {
 	    "  OR pg_catalog.has_function_privilege($2, p.oid, 'EXECUTE'),"
 	    " p.oid::pg_catalog.regprocedure::pg_catalog.text"
 	    " FROM counter_internal.job_kinds k"
-	    " LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) k.procedure::pg_catalog.oid"
+	    " LEFT JOIN pg_catalog.pg_proc p"
+	    "  ON p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(k.procedure::pg_catalog.text)"
 	    " WHERE k.kind OPERATOR(pg_catalog.=) $1",
 	    2, types, values, nullptr, true, 1);
 	if (rc != SPI_OK_SELECT)

@@ -279,7 +279,7 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 	        " p.oid IS NOT NULL AND j.owner IS NOT NULL AND has_function_privilege(j.owner::oid, p.oid, 'EXECUTE')"
 	        " FROM counter.jobs j LEFT JOIN counter.job_runs x ON x.run_id = j.running_run"
 	        " LEFT JOIN counter_internal.job_kinds k ON k.kind = j.kind"
-	        " LEFT JOIN pg_catalog.pg_proc p ON p.oid = k.procedure::oid"
+	        " LEFT JOIN pg_catalog.pg_proc p ON p.oid = pg_catalog.to_regprocedure(k.procedure::pg_catalog.text)"
 	        " LEFT JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
 	        " WHERE j.job_id = $1",
 	        1, id_type, id_value, nullptr, false, SPI_OK_SELECT, "reading a job");

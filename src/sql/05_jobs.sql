@@ -26,9 +26,14 @@
 -- The kinds of job and the routine each one runs. The rows of the built-in
 -- kinds are added by 61_job_kinds.sql (after the step functions exist); a superuser
 -- may add a kind of their own (only superuser-owned procedures are run).
+-- procedure is the routine's schema-qualified signature as text
+-- ('counter_internal.tracked_run_step(text, jsonb, jsonb)'), looked up with
+-- to_regprocedure when a job runs: not a regprocedure, which pg_upgrade
+-- refuses in a table (function OIDs are not kept), and not an OID, which
+-- would name nothing after it.
 CREATE TABLE counter_internal.job_kinds (
     kind       text PRIMARY KEY CHECK (kind ~ '^[a-z][a-z0-9_]{0,58}$'),
-    procedure  regprocedure NOT NULL,
+    procedure  text NOT NULL,
     builtin    boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE counter_internal.job_kinds IS 'job kinds of counter_ext and the procedure each runs (superuser only)';

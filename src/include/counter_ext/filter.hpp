@@ -8,11 +8,14 @@
 //   filter        the canonical text: the resolved tree printed back with every
 //                 name qualified as needed (what pg_get_expr shows; what a dump
 //                 carries);
-//   filter_tree   the tree itself (nodeToString), with filter_relid, the source
-//                 table's oid it was resolved against.
+//   filter_tree   the tree itself ("CE1 <system identifier> " and nodeToString),
+//                 with filter_relid, the source table's oid it was resolved
+//                 against.
 // Evaluation uses the stored tree. Only when filter_relid is not the source
-// table's oid any more (a dump restored into another database) is the
-// canonical text resolved again, the same way, as the owner. The owner's
+// table's oid any more (a dump restored into another database), or the tree
+// was made in another cluster (pg_upgrade keeps the oids of tables, not of
+// the functions and operators a tree names), is the canonical text resolved
+// again, the same way, as the owner. The owner's
 // text is never pasted into SQL. SQL that needs the filter either calls
 // counter_internal.filter_match(kind, id, row), which evaluates the stored
 // tree against a row of the source table (rollups), or carries the stored
@@ -38,8 +41,8 @@ namespace ce::filter {
 Node *compile(Relation rel, const char *text);
 
 // The stored filter's tree for 'rel': 'tree' when 'tree_relid' is rel's oid
-// (each column it refers to is checked to still be there with its type),
-// else the canonical text compiled again. Owns nothing C++.
+// and it was made in this cluster (each column it refers to is checked to
+// still be there with its type), else the canonical text compiled again. Owns nothing C++.
 Node *resolve(Relation rel, const char *tree, Oid tree_relid, const char *canonical);
 
 // The ExprState to evaluate a stored filter against rows of 'rel' (scan
