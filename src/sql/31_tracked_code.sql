@@ -224,7 +224,10 @@ BEGIN
               FOR UPDATE SKIP LOCKED) l;
         -- (2) rows, base and deltas of the shard's keys, one snapshot, and
         -- the repair of the keys no writer holds: one statement
-        WITH z AS MATERIALIZED (
+        WITH l AS MATERIALIZED (
+            SELECT * FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls))
+                AS l(k, b, h)
+        ), z AS MATERIALIZED (
             SELECT r.key, NULL::bigint AS b, r.n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
                    NULL::bigint AS delta, false AS held
             FROM (SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
@@ -232,11 +235,9 @@ BEGIN
             UNION ALL
             SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %6$s b WHERE b.key %8$s ANY (ce_g)
             UNION ALL
-            SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta,
-                   EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
-                                                  pg_catalog.unnest(ce_ls)) AS l(k, b, h)
-                           WHERE l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard)
-            FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+            SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL
+            FROM %7$s d LEFT JOIN l ON l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard
+            WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
         ), s AS MATERIALIZED (
             -- numeric, then bounded: no sum of deltas makes the batch fail
             SELECT z.key, pg_catalog.sum(z.b) AS base,
@@ -253,8 +254,9 @@ BEGIN
               AND d.key %8$s z.key AND d.bucket = z.bucket AND d.shard = z.shard AND d.delta = z.delta
             RETURNING d.key
         ), ok AS MATERIALIZED (
-            SELECT s.key, s.truth, s.base FROM s
-            WHERE NOT s.busy AND s.held = (SELECT pg_catalog.count(*) FROM absorbed a WHERE a.key %8$s s.key)
+            SELECT s.key, s.truth, s.base
+            FROM s LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %8$s s.key
+            WHERE NOT s.busy AND s.held = coalesce(a.n, 0)
         ), updated AS (
             UPDATE %6$s b SET base = ok.truth FROM ok
             WHERE b.key %8$s ANY (ce_g) AND b.key %8$s ok.key AND ok.truth <> 0 AND b.base <> ok.truth
@@ -264,11 +266,11 @@ BEGIN
             RETURNING 1
         )
         SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),
-               pg_catalog.array_agg(NOT EXISTS (SELECT FROM ok WHERE ok.key %8$s s.key)),
-               (SELECT pg_catalog.array_agg(ok.key) FROM ok WHERE ok.base IS NULL AND ok.truth <> 0),
-               (SELECT pg_catalog.array_agg(ok.truth) FROM ok WHERE ok.base IS NULL AND ok.truth <> 0)
+               pg_catalog.array_agg(ok.key IS NULL),
+               pg_catalog.array_agg(ok.key) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0),
+               pg_catalog.array_agg(ok.truth) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0)
         INTO ce_sk, ce_sc, ce_st, ce_sb, ce_nk, ce_nt
-        FROM s;
+        FROM s LEFT JOIN ok ON ok.key %8$s s.key;
         -- (3) a base row for each repaired key that had none (Citus does not
         -- route an INSERT in a WITH): only when there are such keys
         IF ce_nk IS NOT NULL THEN
