@@ -10,8 +10,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
 source test/citus.sh
+ce_citus_script_setup
+CE_CITUS_READY=1   # built and staged: the released install scripts go beside this tree's
+trap 'ce_unstage_released_scripts' EXIT
+ce_stage_released_scripts
 CE_CITUS_COUNTER_VERSION=1.7
 ce_citus_script_start cu_own cu_own
+trap 'ce_cluster_stop_all; ce_unstage_released_scripts' EXIT
 
 coord -q -c "CREATE ROLE cu_own LOGIN" -c "CREATE SCHEMA cu AUTHORIZATION cu_own"
 owner -q <<'SQL'
