@@ -98,6 +98,7 @@ ce_citus_prepare() {
 # citus_w2 with citus and counter_ext preloaded, creates both extensions in
 # DB (default postgres) on each, and registers the workers on the
 # coordinator. Extra postgresql.conf lines may be given.
+# CE_CITUS_COUNTER_VERSION: that version of counter_ext (default: the newest).
 ce_citus_cluster_start() {
     local db=${CE_CITUS_DB:-postgres} n p
     for n in citus_coord citus_w1 citus_w2; do
@@ -109,7 +110,8 @@ ce_citus_cluster_start() {
             "$CE_PGBIN/createdb" -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" "$db" || return 1
         fi
         ce_psql -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -d "$db" \
-            -c "CREATE EXTENSION citus; CREATE EXTENSION counter_ext;" || return 1
+            -c "CREATE EXTENSION citus; CREATE EXTENSION counter_ext${CE_CITUS_COUNTER_VERSION:+ VERSION '$CE_CITUS_COUNTER_VERSION'};" ||
+            return 1
     done
     ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d "$db" -c "
         SELECT pg_catalog.citus_set_coordinator_host('127.0.0.1', $CE_citus_coord_PORT);

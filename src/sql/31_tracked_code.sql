@@ -149,19 +149,22 @@ AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked
 -- The body of the batch function of a counter whose state is distributed
 -- colocated with its source by Citus (a trigger-mode counter on a
 -- hash-distributed table keyed by its distribution column: doc/citus.md).
--- The batch's keys are chosen as on one node, then taken shard by shard,
--- each step a statement Citus sends whole to that shard (the keys are its
--- distribution column's values): (1) the delta rows before the watermark
--- are locked, skipping those a writer holds (FOR UPDATE SKIP LOCKED: it
--- never waits for a writer, so a writer is never a deadlock's victim);
--- (2) one statement reads the shard's rows before the watermark (with the
--- filter, printed from its stored tree: f), base rows and delta rows of
--- those keys in one snapshot (a row and its delta are written in one shard
--- transaction: the snapshot sees both or neither); a key with a delta row
--- it did not lock is busy (the next run takes it); (3) for the others the
--- truth is installed as the base and exactly the amounts seen are
--- subtracted from the rows it holds; the rows it holds that are zero are
--- deleted. All in the caller's distributed transaction.
+-- A batch is a key range of every shard: the next ce_limit keys per shard
+-- (ce_limit times the shard count, in key order, at most 100,000 unless
+-- ce_limit is larger), chosen by one distributed query; then each shard's
+-- keys are taken with two statements Citus sends whole to that shard (the
+-- keys are its distribution column's values): (1) the delta rows before the
+-- watermark are locked, skipping those a writer holds (FOR UPDATE SKIP
+-- LOCKED: it never waits for a writer, so a writer is never a deadlock's
+-- victim); (2) one statement reads the shard's rows before the watermark
+-- (with the filter, printed from its stored tree: f), base rows and delta
+-- rows of those keys in one snapshot (a row and its delta are written in
+-- one shard transaction: the snapshot sees both or neither) and, for each
+-- key none of whose delta rows a writer holds (a busy key is left to the
+-- next run), deletes the delta rows it holds whose amount is the amount it
+-- saw (it holds them: nothing changed them since), and only when every one
+-- of them went installs the truth as the base (deleted when 0). All in the
+-- caller's distributed transaction.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_batch(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -175,38 +178,37 @@ BEGIN
 DECLARE
     ce_keys %5$s[];
     ce_after_key %5$s := ce_after::%5$s;
-    ce_sk %5$s[];
-    ce_sc bigint[];
-    ce_st bigint[];
-    ce_dk %5$s[];
-    ce_db timestamptz[];
-    ce_ds smallint[];
-    ce_dv bigint[];
-    ce_busy %5$s[] := '{}';
-    ce_gbusy %5$s[];
-    ce_try %5$s[];
+    ce_lim integer := GREATEST(ce_limit, LEAST(ce_limit::bigint * (
+        SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s
+        WHERE s.logicalrelid OPERATOR(pg_catalog.=) '%7$s'::pg_catalog.regclass), 100000))::integer;
     ce_g %5$s[];
-    ce_l record;
     ce_lk %5$s[];
     ce_lb timestamptz[];
     ce_ls smallint[];
+    ce_sk %5$s[];
+    ce_sc bigint[];
+    ce_st bigint[];
+    ce_sb boolean[];
+    ce_nk %5$s[];
+    ce_nt bigint[];
     ce_rk %5$s[] := '{}';
     ce_rc bigint[] := '{}';
     ce_rt bigint[] := '{}';
+    ce_rb boolean[] := '{}';
 BEGIN
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
         SELECT DISTINCT u.k FROM (
             (SELECT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
-             ORDER BY 1 LIMIT ce_limit)
+             ORDER BY 1 LIMIT ce_lim)
             UNION ALL
             (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
-             ORDER BY 1 LIMIT ce_limit)
+             ORDER BY 1 LIMIT ce_lim)
             UNION ALL
             (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
              WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
                AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
-             ORDER BY 1 LIMIT ce_limit)
-        ) u ORDER BY 1 LIMIT ce_limit) s;
+             ORDER BY 1 LIMIT ce_lim)
+        ) u ORDER BY 1 LIMIT ce_lim) s;
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
@@ -216,87 +218,77 @@ BEGIN
                     FROM pg_catalog.unnest(ce_keys) AS k(k)) g
                 GROUP BY g.sid LOOP
         -- (1) the rows no writer holds, locked
-        ce_lk := '{}';
-        ce_lb := '{}';
-        ce_ls := '{}';
-        FOR ce_l IN SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
-                    FOR UPDATE SKIP LOCKED LOOP
-            ce_lk := ce_lk || ce_l.key;
-            ce_lb := ce_lb || ce_l.bucket;
-            ce_ls := ce_ls || ce_l.shard;
-        END LOOP;
-        -- (2) rows, base and deltas of the shard's keys, one snapshot
-        WITH s AS MATERIALIZED (
-            SELECT z.key, pg_catalog.sum(z.b) AS base, pg_catalog.sum(z.n) AS truth,
-                   pg_catalog.array_agg(z.bucket) FILTER (WHERE z.delta IS NOT NULL) AS bk,
-                   pg_catalog.array_agg(z.shard) FILTER (WHERE z.delta IS NOT NULL) AS sh,
-                   pg_catalog.array_agg(z.delta) FILTER (WHERE z.delta IS NOT NULL) AS dl,
-                   coalesce(pg_catalog.sum(z.delta), 0) AS ds
-            FROM (
-                SELECT ce_new.%2$s AS key, NULL::bigint AS b, 1 AS n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
-                       NULL::bigint AS delta
-                FROM %1$s AS ce_new WHERE ce_new.%2$s %8$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s
-                UNION ALL
-                SELECT b.key, b.base, 0, NULL, NULL, NULL FROM %6$s b WHERE b.key %8$s ANY (ce_g)
-                UNION ALL
-                SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
-            ) z GROUP BY z.key)
-        SELECT (SELECT pg_catalog.array_agg(s.key ORDER BY s.key) FROM s),
-               -- numeric, then bounded: no sum of deltas makes the batch fail
-               (SELECT pg_catalog.array_agg(LEAST(GREATEST(coalesce(s.base, 0) + s.ds, -9223372036854775807),
-                                                  9223372036854775807)::bigint ORDER BY s.key) FROM s),
-               (SELECT pg_catalog.array_agg(s.truth::bigint ORDER BY s.key) FROM s),
-               (SELECT pg_catalog.array_agg(s.key ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
-               (SELECT pg_catalog.array_agg(u.b ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
-               (SELECT pg_catalog.array_agg(u.h ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v)),
-               (SELECT pg_catalog.array_agg(u.v ORDER BY s.key, u.b, u.h) FROM s, ROWS FROM (pg_catalog.unnest(s.bk),
-                    pg_catalog.unnest(s.sh), pg_catalog.unnest(s.dl)) AS u(b, h, v))
-        INTO ce_sk, ce_sc, ce_st, ce_dk, ce_db, ce_ds, ce_dv;
-        -- busy: a key with a delta row it does not hold
-        ce_gbusy := ARRAY(
-            SELECT DISTINCT x.k FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds))
-                AS x(k, b, h)
-            WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
-                                                      pg_catalog.unnest(ce_ls)) AS l(k, b, h)
-                              WHERE l.k %8$s x.k AND l.b = x.b AND l.h = x.h));
-        ce_busy := ce_busy || ce_gbusy;
-        ce_try := ARRAY(SELECT k.k FROM pg_catalog.unnest(ce_g) AS k(k) WHERE NOT k.k %8$s ANY (ce_gbusy));
+        SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
+        INTO ce_lk, ce_lb, ce_ls
+        FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+              FOR UPDATE SKIP LOCKED) l;
+        -- (2) rows, base and deltas of the shard's keys, one snapshot, and
+        -- the repair of the keys no writer holds: one statement
+        WITH l AS MATERIALIZED (
+            SELECT * FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb), pg_catalog.unnest(ce_ls))
+                AS l(k, b, h)
+        ), z AS MATERIALIZED (
+            SELECT r.key, NULL::bigint AS b, r.n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
+                   NULL::bigint AS delta, false AS held
+            FROM (SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
+                  WHERE ce_new.%2$s %8$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s GROUP BY 1) r
+            UNION ALL
+            SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %6$s b WHERE b.key %8$s ANY (ce_g)
+            UNION ALL
+            SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL
+            FROM %7$s d LEFT JOIN l ON l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard
+            WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+        ), s AS MATERIALIZED (
+            -- numeric, then bounded: no sum of deltas makes the batch fail
+            SELECT z.key, pg_catalog.sum(z.b) AS base,
+                   LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) + coalesce(pg_catalog.sum(z.delta), 0),
+                                  -9223372036854775807), 9223372036854775807)::bigint AS cached,
+                   pg_catalog.sum(z.n)::bigint AS truth,
+                   pg_catalog.count(*) FILTER (WHERE z.held) AS held,
+                   coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false) AS busy
+            FROM z GROUP BY z.key
+        ), absorbed AS (
+            -- the rows it holds, whose amount is the amount it saw
+            DELETE FROM %7$s d USING z, s
+            WHERE d.key %8$s ANY (ce_g) AND z.held AND s.key %8$s z.key AND NOT s.busy
+              AND d.key %8$s z.key AND d.bucket = z.bucket AND d.shard = z.shard AND d.delta = z.delta
+            RETURNING d.key
+        ), ok AS MATERIALIZED (
+            SELECT s.key, s.truth, s.base
+            FROM s LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %8$s s.key
+            WHERE NOT s.busy AND s.held = coalesce(a.n, 0)
+        ), updated AS (
+            UPDATE %6$s b SET base = ok.truth FROM ok
+            WHERE b.key %8$s ANY (ce_g) AND b.key %8$s ok.key AND ok.truth <> 0 AND b.base <> ok.truth
+            RETURNING 1
+        ), emptied AS (
+            DELETE FROM %6$s b USING ok WHERE b.key %8$s ANY (ce_g) AND b.key %8$s ok.key AND ok.truth = 0
+            RETURNING 1
+        )
+        SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),
+               pg_catalog.array_agg(ok.key IS NULL),
+               pg_catalog.array_agg(ok.key) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0),
+               pg_catalog.array_agg(ok.truth) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0)
+        INTO ce_sk, ce_sc, ce_st, ce_sb, ce_nk, ce_nt
+        FROM s LEFT JOIN ok ON ok.key %8$s s.key;
+        -- (3) a base row for each repaired key that had none (Citus does not
+        -- route an INSERT in a WITH): only when there are such keys
+        IF ce_nk IS NOT NULL THEN
+            INSERT INTO %6$s AS b (key, base)
+            SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_nk), pg_catalog.unnest(ce_nt)) AS c(key, truth)
+            ON CONFLICT (key) DO UPDATE SET base = excluded.base;
+        END IF;
         ce_rk := ce_rk || ce_sk;
         ce_rc := ce_rc || ce_sc;
         ce_rt := ce_rt || ce_st;
-        -- (3) only on rows it holds, or base rows (written by reconciliations only)
-        IF pg_catalog.cardinality(ce_try) > 0 THEN
-            IF ce_dk IS NOT NULL THEN
-                INSERT INTO %7$s AS d (key, bucket, shard, delta)
-                SELECT u.k, u.b, u.h, -u.v
-                FROM ROWS FROM (pg_catalog.unnest(ce_dk), pg_catalog.unnest(ce_db), pg_catalog.unnest(ce_ds),
-                                pg_catalog.unnest(ce_dv)) AS u(k, b, h, v)
-                WHERE u.k %8$s ANY (ce_try) AND u.v <> 0
-                ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta + excluded.delta;
-            END IF;
-            INSERT INTO %6$s AS b (key, base)
-            SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
-            WHERE c.truth <> 0 AND c.key %8$s ANY (ce_try)
-            ON CONFLICT (key) DO UPDATE SET base = excluded.base;
-            DELETE FROM %6$s b WHERE b.key %8$s ANY (ARRAY(
-                SELECT k.key FROM pg_catalog.unnest(ce_try) AS k(key)
-                WHERE NOT EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_sk), pg_catalog.unnest(ce_st)) AS c(key, truth)
-                                  WHERE c.key %8$s k.key AND c.truth <> 0)));
-            DELETE FROM %7$s d WHERE d.key %8$s ANY (ce_try) AND d.bucket < ce_w AND d.delta = 0
-              AND EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(ce_lk), pg_catalog.unnest(ce_lb),
-                                                 pg_catalog.unnest(ce_ls)) AS l(k, b, h)
-                          WHERE l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard);
-        END IF;
+        ce_rb := ce_rb || ce_sb;
     END LOOP;
 
     RETURN QUERY
-    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), k.key %8$s ANY (ce_busy), k.o
+    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), coalesce(c.busy, false), k.o
     FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
-    LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt))
-         AS c(key, cached, truth) ON c.key %8$s k.key;
+    LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt),
+                         pg_catalog.unnest(ce_rb)) AS c(key, cached, truth, busy) ON c.key %8$s k.key;
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
         counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);

@@ -16,10 +16,13 @@
 #       are refused today (doc/citus.md), so on both the hand-written refresh
 #       a Citus user runs instead (INSERT ... SELECT ... GROUP BY ... ON
 #       CONFLICT into a table colocated with the source: pushed down);
-#   (d) ingest: trigger-mode counters are refused on a distributed table
-#       (doc/citus.md), so: a plain INSERT, the INSERT with counter.add of an
+#   (d) ingest: a plain INSERT, the INSERT with counter.add of an
 #       application-mode counter in the same transaction, the same with a
-#       buffered counter; and on one node the trigger-mode counter.
+#       buffered counter, and the INSERT with a trigger-mode counter (on
+#       Citus keyed by the distribution column: it counts on the shards);
+#   (e) reconciliation of KEYS keys of a trigger-mode counter (2 x KEYS
+#       rows): counter.reconcile with all_keys, first folding every key's
+#       deltas, then on a right state.
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -31,7 +34,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcd (a subset runs only those workloads).
+# CE_BENCH_PARTS=abcde (a subset runs only those workloads).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -44,7 +47,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcd}   # which of the workloads (a)-(d) to run
+PARTS=${CE_BENCH_PARTS:-abcde}   # which of the workloads (a)-(e) to run
 LINKS=10000
 DAY="2026-07-01 00:00+00"
 NEXT="2026-07-02 00:00+00"
@@ -267,12 +270,9 @@ part_d() {
             -c "SELECT counter.track('ing_app', 'ing_app', 'k', 'at', mode => 'application')" \
             -c "SELECT counter.track('ing_buf', 'ing_buf', 'k', 'at', mode => 'application', buffered => true)" >/dev/null
     done
-    q single -q -c "SET client_min_messages = warning" -c "SELECT counter.track('ing_trig', 'ing_trig', 'k', 'at')" >/dev/null
-    # trigger mode is refused on a distributed table: check it still is
-    if q citus_coord -c "SELECT counter.track('ing_trig', 'ing_trig', 'k', 'at')" >"$work/refused" 2>&1; then
-        fail "a trigger-mode counter on a distributed table was made: doc/citus.md and this benchmark say it is refused"
-    fi
-    grep -q "not supported" "$work/refused" || { cat "$work/refused"; fail "trigger mode not refused with 'not supported'"; }
+    for n in single citus_coord; do   # (1.7: on Citus keyed by the distribution column, it counts on the shards)
+        q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.track('ing_trig', 'ing_trig', 'k', 'at')" >/dev/null
+    done
     printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO ing_plain (k) VALUES (:k);" >"$work/ing_plain.sql"
     printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO ing_trig (k) VALUES (:k);" >"$work/ing_trig.sql"
     for c in app buf; do
@@ -293,7 +293,6 @@ part_d() {
     }
     for t in ing_plain ing_app ing_buf ing_trig; do
         for n in single citus_coord; do
-            if [ $t = ing_trig ] && [ $n = citus_coord ]; then ms[$n]=-; ms[$n.load]=-; continue; fi
             ms[$n.load]=$(load)
             [ $n = citus_coord ] && p0=$(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction")
             ms[$n]=$(bench "$n" "$t")
@@ -308,9 +307,9 @@ part_d() {
         ing_plain) what="plain INSERT (no counter)" check="count(*) = transactions" ;;
         ing_app) what="INSERT + counter.add, application mode, same transaction" check="every value = count(*)" ;;
         ing_buf) what="INSERT + counter.add, buffered application mode" check="every value = count(*) (after flush)" ;;
-        ing_trig) what="INSERT, trigger-mode counter (refused on Citus)" check="every value = count(*)" ;;
+        ing_trig) what="INSERT, trigger-mode counter" check="every value = count(*)" ;;
         esac
-        [ $t = ing_trig ] || check="$check; two-phase commits on Citus: $twopc"
+        check="$check; two-phase commits on Citus: $twopc"
         row "(d) $what, $((per * CLIENTS)) transactions" "${ms[single]}" "${ms[citus_coord]}" \
             "${ms[single.load]} / ${ms[citus_coord.load]}" "$check"
     done
@@ -339,6 +338,40 @@ part_d() {
     echo "  control: an INSERT of 20 keys (both workers) in one transaction: two-phase commit, $twopc rows in pg_dist_transaction"
 }
 run_part d
+
+# ---------------------------------------------------------------- (e) trigger-mode reconcile
+# A trigger-mode counter on a table distributed by the counter's key (state
+# colocated, doc/citus.md): 2 x KEYS rows in 20 INSERT ... SELECT, then
+# counter.reconcile with all_keys twice: the first folds every key's deltas
+# into its base (every key written), the second finds the state right
+# (every key read, none written).
+part_e() {
+    echo "== (e) reconciliation of $KEYS keys of a trigger-mode counter"
+    table rt "k bigint NOT NULL, at timestamptz NOT NULL" k
+    local n i chunk=$((KEYS / 10)) l
+    for n in single citus_coord; do
+        q "$n" -q -c "CREATE INDEX ON rt (k, at)" -c "SET client_min_messages = warning" \
+            -c "SELECT counter.track('rt', 'rt', 'k', 'at')" >/dev/null
+        for i in $(seq 0 19); do
+            q "$n" -q -c "INSERT INTO rt SELECT 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
+                          FROM generate_series($((i * chunk)), $((i * chunk + chunk - 1))) g" >/dev/null
+        done
+        q "$n" -q -c "ANALYZE rt" >/dev/null
+    done
+    for what in "first run: every key's deltas folded ($KEYS keys written)" "state right ($KEYS keys read, 0 written)"; do
+        for n in single citus_coord; do
+            l=$(load)
+            ms[$n]=$(timed "$n" "SET client_min_messages = warning" \
+                "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('rt', '$NEXT', all_keys => true)")
+            [ "$(cat "$work/out")" = "$KEYS 0" ] || fail "$n: (e) $what: $(cat "$work/out"), expected $KEYS 0"
+            [ "$(mismatches "$n" rt k::text rt)" = 0 ] || fail "$n: rt differs from count(*)"
+            ms[$n.load]=$l
+        done
+        row "(e) counter.reconcile all_keys, trigger mode, $what" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "$KEYS checked, 0 corrected; every value = count(*)"
+    done
+}
+run_part e
 
 echo "[${SECONDS}s] done"
 echo
