@@ -148,11 +148,12 @@ SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM coun
 SQL
 }
 
-# ce_citus_script_start OWNER APP: the start of a test script that writes as
-# two unprivileged roles: builds and stages (when run by hand), starts the
-# cluster (unless CE_CITUS_KEEP: a cluster kept between runs) and defines
+# ce_citus_script_start OWNER APP [CONF...]: the start of a test script that
+# writes as two unprivileged roles: builds and stages (when run by hand),
+# starts the cluster (unless CE_CITUS_KEEP: a cluster kept between runs;
+# CONF: more postgresql.conf lines for its nodes) and defines
 # coord (the superuser on the coordinator), owner and app (roles OWNER and
-# APP on the coordinator), app_w1 (APP directly on worker 1), on_node PORT
+# APP on the coordinator), app_w1 and app_w2 (APP directly on worker 1, 2), on_node PORT
 # (the superuser on any node, shards visible), nodes (the three ports) and
 # fail.
 ce_citus_script_start() {
@@ -161,7 +162,7 @@ ce_citus_script_start() {
     ce_citus_script_setup
     if [ -z "${CE_CITUS_KEEP:-}" ]; then
         trap 'ce_cluster_stop_all' EXIT
-        ce_citus_cluster_start
+        ce_citus_cluster_start "${@:3}"
     fi
     nodes="$CE_citus_coord_PORT $CE_citus_w1_PORT $CE_citus_w2_PORT"
 }
@@ -169,6 +170,7 @@ coord() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -
 owner() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$CE_CITUS_OWNER" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 app() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$CE_CITUS_APP" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 app_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U "$CE_CITUS_APP" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+app_w2() { ce_psql -h 127.0.0.1 -p "$CE_citus_w2_PORT" -U "$CE_CITUS_APP" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 on_node() {
     local p=$1
     shift

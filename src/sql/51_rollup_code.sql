@@ -1029,10 +1029,15 @@ BEGIN
     RETURNING rollup_id INTO rid;
     IF dist_col IS NOT NULL THEN
         -- Citus: the dirty log the shard triggers write, colocated with the
-        -- source (a mark lands on the shard of its rows; src/rollup.cpp)
+        -- source (a mark lands on the shard of its rows; src/rollup.cpp).
+        -- No key (writers marking the same hour never wait for each other),
+        -- so REPLICA IDENTITY FULL: Citus moves, splits and rebalances the
+        -- source's shards by logical replication, which needs one on every
+        -- colocated table (1.7 had none: every non-blocking move failed)
         UPDATE counter.rollups c SET distributed = true WHERE c.rollup_id = rid;
         EXECUTE format('CREATE TABLE counter_internal.%I (key %s NOT NULL, hour timestamptz NOT NULL)',
                        'rollup_' || rid || '_dirty', k.dist_type);
+        EXECUTE format('ALTER TABLE counter_internal.%I REPLICA IDENTITY FULL', 'rollup_' || rid || '_dirty');
         EXECUTE format('REVOKE ALL ON counter_internal.%I FROM PUBLIC', 'rollup_' || rid || '_dirty');
         PERFORM counter_internal.citus_colocate(format('counter_internal.%I', 'rollup_' || rid || '_dirty')::regclass,
                                                 source, 'key');

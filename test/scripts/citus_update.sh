@@ -5,7 +5,8 @@
 # shard per batch, two statements per shard), still its owner's, not a
 # member of the extension, on the coordinator only; after the update drift
 # injected on many keys of every shard is repaired by one
-# reconcile(all_keys), and every value equals count(*).
+# reconcile(all_keys), and every value equals count(*). A deferred rollup
+# made by 1.7 gets a replica identity on its dirty log (every shard).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -31,6 +32,14 @@ owner -q -c "INSERT INTO cu.ev SELECT g, g % 97, '2026-07-01 10:00+00'::timestam
                  (ARRAY['view', 'bot', 'click'])[1 + g % 3] FROM generate_series(1, 3000) g"
 got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('cu', '2026-07-06', all_keys => true)")
 [ "$got" = "0 ok" ] || fail "1.7's reconciliation: $got"
+owner -q -c "SET client_min_messages = warning" \
+    -c "SELECT counter.rollup_create('cu_r', 'cu.ev', 'at', '{k}', mode => 'deferred')" >/dev/null
+# the rollup's dirty log on every node (table, shells, 8 shards): with replica identity $1
+identity() {
+    on_nodes_sum "SELECT count(*) FROM pg_class WHERE relname ~ '^rollup_[0-9]+_dirty(_[0-9]+)?$' AND relreplident = '$1'"
+}
+dirty_logs=$(identity d)   # the coordinator's table, the shells on the workers, 8 shards
+[ "$dirty_logs" = 11 ] || fail "1.7's dirty log, its shells and its shards with the default replica identity: $dirty_logs of 11"
 body() {
     coord -tA -c "SELECT (p.prosrc LIKE '%ce_lim integer%') || ' ' || p.proowner::regrole || ' ' ||
                          (SELECT count(*) FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
@@ -49,7 +58,9 @@ done
     fail "the batch function after the update (1.8 form, owner, extension members, PUBLIC may execute): $(body)"
 n=$(on_nodes_sum "SELECT count(*) FROM pg_proc WHERE proname ~ '^tracked_[0-9]+_batch$'")
 [ "$n" = 1 ] || fail "batch functions on the nodes: $n (1, on the coordinator, expected)"
-echo "ok: the update to 1.8 on a Citus cluster makes the counter's batch function again, its owner's, not the extension's, on the coordinator only"
+[ "$(identity f)" = 11 ] && [ "$(identity d)" = 0 ] ||
+    fail "the dirty log of the rollup and its shards with REPLICA IDENTITY FULL after the update: $(identity f) of 11"
+echo "ok: the update to 1.8 on a Citus cluster makes the counter's batch function again, its owner's, not the extension's, on the coordinator only; a deferred rollup's dirty log gets REPLICA IDENTITY FULL on every shard (Citus's non-blocking shard moves need it)"
 
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'cu'")
 coord -q -c "UPDATE counter_internal.tracked_${id}_base SET base = base + 1 WHERE key % 3 = 0" \
