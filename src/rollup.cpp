@@ -680,10 +680,11 @@ void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId p
 // triggers are made on the distributed table and copied by Citus to every
 // shard, on every node, where no catalog of counter_ext is: the arguments
 // carry what the shard's trigger needs (rollup id, 'citus', time column,
-// distribution column). On a shard it records the UTC hours of the
-// statement's rows (one row per hour, with one value of the distribution
-// column of that hour's rows, so that the mark lands here) in the shard of
-// the rollup's dirty log counter_internal.rollup_<id>_dirty colocated with
+// distribution column, the dirty log's name). On a shard it records the UTC
+// hours of the statement's rows (one row per hour, with one value of the
+// distribution column of that hour's rows, so that the mark lands here) in
+// the shard of the rollup's dirty log (beside the source, or 1.7's
+// counter_internal.rollup_<id>_dirty) colocated with
 // it, found in Citus's metadata (the one lookup, ce::citus::colocated_shards,
 // as a tracked counter's shard trigger): a local write, in the writer's
 // transaction, as the shard's owner (the rollup's owner). The refresh, on the
@@ -697,7 +698,9 @@ using ShardMark = ce::citus::ShardTrigger; // state[0]: the dirty log's shard
 // Owns nothing C++: as the table's owner, inside SPI.
 void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
 	Relation rel = td->tg_relation;
-	const char *tables[1] = {psprintf("counter_internal.rollup_%d_dirty", rid)};
+	// 1.8 names the dirty log (beside the source); 1.7's is in counter_internal
+	const char *tables[1] = {td->tg_trigger->tgnargs >= 5 ? td->tg_trigger->tgargs[4]
+	                                                      : psprintf("counter_internal.rollup_%d_dirty", rid)};
 	ce::citus::Place place = ce::citus::shard_trigger_fill(m, rel, tables, 1);
 	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -712,8 +715,8 @@ void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
 		                "colocated with %s",
 		                td->tg_trigger->tgname, RelationGetRelationName(rel), rid, RelationGetRelationName(rel)),
 		         errdetail("A rollup on a distributed table marks the hours of each shard's rows in the colocated "
-		                   "shard of counter_internal.rollup_%d_dirty.",
-		                   rid),
+		                   "shard of its dirty log (%s).",
+		                   tables[0]),
 		         errhint("The rollup was dropped, or its dirty log was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.rollup_create "
 		                 "again.")));
@@ -760,10 +763,11 @@ void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
 }
 
 // The shard path of counter_internal.rollup_trigger: arguments (rollup id,
-// 'citus', time column, distribution column).
+// 'citus', time column, distribution column, and since 1.8 the dirty log).
 void shard_mark(TriggerData *td) {
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 4)
-		throw ce::Error("39P01", "a rollup's trigger on a Citus shard is a statement trigger with 4 arguments");
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (td->tg_trigger->tgnargs != 4 && td->tg_trigger->tgnargs != 5))
+		throw ce::Error("39P01",
+		                "a rollup's trigger on a Citus shard is a statement trigger with 5 arguments (4 made by 1.7)");
 	int32 rid = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the rollup's owner
@@ -774,6 +778,23 @@ void shard_mark(TriggerData *td) {
 } // namespace
 
 // counter_internal.rollup_trigger(): see above.
+// counter_internal.rollup_shard_mark() (1.8): the trigger of a rollup of a
+// table Citus distributes (the shard path above, alone). PUBLIC may execute
+// it, for the reasons counter_internal.tracked_shard_fold gives
+// (src/tracked.cpp): it writes, as the table's owner, marks into the dirty
+// log its arguments name; only the table's owner may attach it.
+CE_FUNCTION(counter_rollup_shard_mark) {
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		throw ce::Error("39P01", "counter_internal.rollup_shard_mark must be called as a trigger");
+	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || td->tg_trigger->tgnargs != 5 ||
+	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
+		throw ce::Error("39P01", "counter_internal.rollup_shard_mark must be an AFTER INSERT, UPDATE or DELETE "
+		                         "trigger with the 5 arguments counter.rollup_create gives it");
+	shard_mark(td);
+	return PointerGetDatum(nullptr);
+}
+
 CE_FUNCTION(counter_rollup_fire) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.rollup_trigger must be called as a trigger");

@@ -123,8 +123,9 @@ struct Counter {
 	bool buffered;
 	int16 key_len; // of key_type (a type's length and passing never change)
 	bool key_byval;
-	int64 max_future; // microseconds: counter.add refuses event times later than now + this
-	bool distributed; // on Citus: the state tables are distributed, colocated with the source
+	int64 max_future;   // microseconds: counter.add refuses event times later than now + this
+	bool distributed;   // on Citus: the state tables are distributed, colocated with the source
+	char *state_schema; // on Citus since 1.8: the state tables' schema (the source's), or nullptr: counter_internal
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -169,14 +170,16 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			            " t.filter_tree, t.filter_relid, t.buffered,"
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
 			            // (1.7's column: read so that 1.6's catalog, before ALTER EXTENSION UPDATE, still serves)
-			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true',"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema'" // (1.8's, likewise)
 			            " FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
 			            " t.bucket_width, t.source::oid, t.owner::oid, t.name, t.key_column, t.time_column, t.filter,"
 			            " t.filter_tree, t.filter_relid, t.buffered,"
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
-			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true'"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true',"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema'"
 			            " FROM counter.tracked t"
 			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
@@ -229,6 +232,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.buffered = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
 		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 		c.distributed = DatumGetBool(SPI_getbinval(tuple, desc, 16, &isnull));
+		c.state_schema = copy_value(tuple, desc, 17, keep);
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
@@ -243,8 +247,12 @@ char *qualified_name(Oid relid) {
 	return quote_qualified_identifier(nsp, rel);
 }
 
-char *state_table(int32 id, const char *part) {
-	return psprintf("counter_internal.%s", quote_identifier(psprintf("tracked_%d_%s", id, part)));
+// counter_internal.tracked_table's twin: c's state table part ("base",
+// "delta"), schema-qualified.
+char *state_table(const Counter &c, const char *part) {
+	if (c.state_schema != nullptr)
+		return quote_qualified_identifier(c.state_schema, psprintf("counter_tracked_%d_%s", c.id, part));
+	return psprintf("counter_internal.%s", quote_identifier(psprintf("tracked_%d_%s", c.id, part)));
 }
 
 // The privileges require_privilege found, kept per backend: (user, source,
@@ -395,8 +403,8 @@ void fold_fill(FoldCache *c, const Counter &k, Relation rel, MemoryContext conte
 	c->id = k.id;
 	c->relid = RelationGetRelid(rel);
 	c->owner = k.owner;
-	c->delta_table = state_table(k.id, "delta");
-	c->base_table = state_table(k.id, "base");
+	c->delta_table = state_table(k, "delta");
+	c->base_table = state_table(k, "base");
 	c->key_att = column_number(desc, k.key_column);
 	c->time_att = column_number(desc, k.time_column);
 	Form_pg_attribute key = TupleDescAttr(desc, c->key_att - 1);
@@ -681,7 +689,9 @@ void truncate_state(FoldCache *c) {
 // counter_ext is: the trigger's arguments carry what it needs (counter id,
 // 'citus', key column, time column, bucket width in seconds, the counter's
 // delta slots (shards), the filter as SQL printed from the stored tree with
-// every name qualified, or ''), and
+// every name qualified, or '', and since 1.8 its delta and base tables,
+// beside the source; 1.7's are counter_internal.tracked_<id>_delta, _base),
+// and
 // Citus's metadata (synced to every node) names the delta shard colocated
 // with the shard the trigger fires on. The fold is one SQL statement over the
 // transition tables, writing only that local shard, in the writer's
@@ -697,12 +707,24 @@ void truncate_state(FoldCache *c) {
 
 using ShardFold = ce::citus::ShardTrigger; // state[0]: the delta shard, state[1]: the base shard
 
+// The delta and base tables of counter id: named by the trigger (1.8:
+// beside the source), or 1.7's in counter_internal.
+void shard_fold_tables(TriggerData *td, int32 id, const char *tables[2]) {
+	if (td->tg_trigger->tgnargs >= 9) {
+		tables[0] = td->tg_trigger->tgargs[7];
+		tables[1] = td->tg_trigger->tgargs[8];
+	} else {
+		tables[0] = psprintf("counter_internal.tracked_%d_delta", id);
+		tables[1] = psprintf("counter_internal.tracked_%d_base", id);
+	}
+}
+
 // Owns nothing C++: as the table's owner, between SPI_connect and
 // SPI_finish. Finds what trigger td's table is in Citus's metadata.
 void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 	Relation rel = td->tg_relation;
-	const char *tables[2] = {psprintf("counter_internal.tracked_%d_delta", id),
-	                         psprintf("counter_internal.tracked_%d_base", id)};
+	const char *tables[2];
+	shard_fold_tables(td, id, tables);
 	ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, 2);
 	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -717,8 +739,8 @@ void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 		                "colocated with %s",
 		                td->tg_trigger->tgname, RelationGetRelationName(rel), id, RelationGetRelationName(rel)),
 		         errdetail("A trigger-mode counter on a distributed table counts on each shard into the colocated "
-		                   "shard of its delta table (counter_internal.tracked_%d_delta).",
-		                   id),
+		                   "shard of its delta table (%s).",
+		                   tables[0]),
 		         errhint("The counter was untracked, or its state was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.track again.")));
 }
@@ -771,12 +793,12 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (f->shell && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		// Citus copies no TRUNCATE trigger to the shards: the distributed
 		// table's own empties the state, on every shard (distributed DELETEs)
-		if (f->plans[3] == nullptr)
-			f->plans[3] =
-			    ce::prepare_kept(psprintf("WITH d AS (DELETE FROM counter_internal.tracked_%d_delta RETURNING 1)"
-			                              " DELETE FROM counter_internal.tracked_%d_base",
-			                              id, id),
-			                     0, nullptr);
+		if (f->plans[3] == nullptr) {
+			const char *tables[2];
+			shard_fold_tables(td, id, tables);
+			f->plans[3] = ce::prepare_kept(
+			    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", tables[0], tables[1]), 0, nullptr);
+		}
 		if (SPI_execute_plan(f->plans[3], nullptr, nullptr, false, 0) != SPI_OK_DELETE)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("emptying a tracked counter failed")));
 		SPI_finish();
@@ -808,11 +830,13 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 }
 
 // The shard path of counter_internal.tracked_fold: trigger arguments (id,
-// 'citus', key column, time column, bucket width, slots, filter).
+// 'citus', key column, time column, bucket width, slots, filter, and since
+// 1.8 the delta and base tables).
 void shard_fold(TriggerData *td) {
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || td->tg_trigger->tgnargs != 7)
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (td->tg_trigger->tgnargs != 7 && td->tg_trigger->tgnargs != 9))
 		throw ce::Error("39P01",
-		                "a tracked counter's trigger on a Citus shard is a statement trigger with 7 arguments");
+		                "a tracked counter's trigger on a Citus shard is a statement trigger with 9 arguments (7 "
+		                "made by 1.7)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
@@ -824,6 +848,26 @@ void shard_fold(TriggerData *td) {
 } // namespace
 
 // counter_internal.tracked_fold(counter id): see above.
+// counter_internal.tracked_shard_fold() (1.8): the trigger of a counter on
+// a table Citus distributes (the shard path above, alone). PUBLIC may
+// execute it: Citus makes it again on a moved or split shard as the table's
+// owner. It does only what that owner could: it writes, as the owner, the
+// delta table its arguments name, from the statement's rows; and
+// counter_internal.citus_trigger_creator refuses it to anyone but the
+// table's owner (a role with TRIGGER on the table would make the owner's
+// writes otherwise).
+CE_FUNCTION(counter_tracked_shard_fold) {
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be called as a trigger");
+	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || td->tg_trigger->tgnargs != 9 ||
+	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
+		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the 9 arguments "
+		                         "counter.track gives it");
+	shard_fold(td);
+	return PointerGetDatum(nullptr);
+}
+
 CE_FUNCTION(counter_tracked_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_fold must be called as a trigger");
@@ -1111,8 +1155,8 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 	if (*slot != nullptr)
 		return *slot;
 	char *eq = ce::keys::qualified_operator(c.key_type, BTEqualStrategyNumber);
-	char *base = state_table(c.id, "base");
-	char *delta = state_table(c.id, "delta");
+	char *base = state_table(c, "base");
+	char *delta = state_table(c, "delta");
 	Oid types[1] = {c.key_type};
 	char *sql;
 	if (c.distributed) {
@@ -1356,7 +1400,7 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 			    // (reconciliation repairs a key that reached a bound)
 			    " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = %sd.delta::pg_catalog.numeric"
 			    " OPERATOR(pg_catalog.+) excluded.delta%s",
-			    state_table(c.id, "delta"), bounded_open, bounded_close, bounded_open, bounded_close);
+			    state_table(c, "delta"), bounded_open, bounded_close, bounded_open, bounded_close);
 			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
 			plans->flush = ce::prepare_kept(sql, 4, types);
 		}
@@ -1595,7 +1639,7 @@ CE_FUNCTION(counter_tracked_add) {
 			char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
 			                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta"
 			                     " OPERATOR(pg_catalog.+) excluded.delta",
-			                     state_table(c.id, "delta"));
+			                     state_table(c, "delta"));
 			Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
 			plans->add = ce::prepare_kept(sql, 4, types);
 		}

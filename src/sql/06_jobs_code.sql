@@ -314,6 +314,45 @@ BEGIN
 END
 $$;
 
+-- Where the state of a new distributed counter or rollup (tables colocated
+-- with its source: names) is made: the source's schema when the owner may
+-- create there, so that Citus, which makes a moved or split shard's table
+-- again as the table's owner, can move it with the source's shards (as it
+-- can move the source's own only then); else NULL, counter_internal, with a
+-- warning: shard moves of the source fail while it exists. A name taken
+-- there is refused (42P07), before anything is made.
+CREATE OR REPLACE FUNCTION counter_internal.citus_state_schema(source regclass, owner regrole, names text[])
+RETURNS name
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp name;
+    n text;
+BEGIN
+    SELECT s.nspname INTO STRICT nsp FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
+    WHERE c.oid OPERATOR(pg_catalog.=) source;
+    IF NOT pg_catalog.has_schema_privilege(owner::oid, nsp::text, 'CREATE') THEN
+        RAISE WARNING 'the state of this % is kept in schema counter_internal: Citus cannot move or split the shards of % while it exists',
+            CASE WHEN names[1] OPERATOR(pg_catalog.~) '^counter_rollup_' THEN 'rollup' ELSE 'counter' END, source
+            USING DETAIL = pg_catalog.format('Citus makes a moved shard''s table again as its owner, and %s may not create in schema %I, where it would be kept beside %s.',
+                                             owner, nsp, source),
+                  HINT = pg_catalog.format('GRANT CREATE ON SCHEMA %I TO %s, then make it again (doc/citus.md).', nsp, owner);
+        RETURN NULL;
+    END IF;
+    FOREACH n IN ARRAY names LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', nsp, n)) IS NOT NULL THEN
+            RAISE EXCEPTION 'relation %.% already exists', pg_catalog.quote_ident(nsp), pg_catalog.quote_ident(n)
+                USING ERRCODE = 'duplicate_table',
+                      DETAIL = pg_catalog.format('counter_ext keeps the state of a counter or rollup of a distributed table beside it, in its schema, as %s.', n),
+                      HINT = 'Rename or drop that table, then call again.';
+        END IF;
+    END LOOP;
+    RETURN nsp;
+END
+$$;
+
 -- Distributes rel (a distributed counter's state table, a distributed
 -- rollup's table or dirty log) by its column col, colocated with source
 -- (same shard count, same shard ranges, same nodes).
@@ -426,7 +465,7 @@ BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN;
     END IF;
-    FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname, c.relname,
+    FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname, c.relname, c.relnamespace,
                     t.tgnargs OPERATOR(pg_catalog.>=) 2
                     AND (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[2]
                         OPERATOR(pg_catalog.=) 'citus' AS citus,
@@ -438,7 +477,8 @@ BEGIN
              JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
-               AND p.proname IN ('tracked_fold', 'rollup_trigger') AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
+               AND p.proname IN ('tracked_fold', 'rollup_trigger', 'tracked_shard_fold', 'rollup_shard_mark')
+               AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
         IF g.citus THEN
             -- a distributed counter's or rollup's trigger (src/tracked.cpp,
             -- shard_fold; src/rollup.cpp, shard_mark):
@@ -446,14 +486,24 @@ BEGIN
             -- Citus to its shards and to the other nodes' metadata copy of
             -- the table; it finds its state in Citus's metadata, where it
             -- runs. Accepted on a table Citus hash-distributes and on its
-            -- shards (named <table>_<shard id>).
+            -- shards (named <table>_<shard id>), a shard a split is making
+            -- too (not in the node's metadata yet: <table>_<digits> beside
+            -- a hash-distributed <table>; at a write it must be a shard, or
+            -- the trigger refuses it).
             EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p '
                     '  WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1 AND p.partmethod OPERATOR(pg_catalog.=) ''h'') '
                     'OR EXISTS (SELECT FROM pg_catalog.pg_dist_shard s '
                     '  WHERE s.shardid::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''_([0-9]+)$'') '
                     '    AND pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false)) '
-                    '        OPERATOR(pg_catalog.=) $1)'
-                INTO registered USING g.tgrelid::regclass, g.relname::text;
+                    '        OPERATOR(pg_catalog.=) $1) '
+                    'OR EXISTS (SELECT FROM pg_catalog.pg_dist_partition p '
+                    '  JOIN pg_catalog.pg_class d ON d.oid OPERATOR(pg_catalog.=) p.logicalrelid '
+                    '  WHERE p.partmethod OPERATOR(pg_catalog.=) ''h'' '
+                    '    AND d.relnamespace OPERATOR(pg_catalog.=) $3 '
+                    '    AND d.relname::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''^(.*)_[0-9]+$''))'
+                INTO registered USING g.tgrelid::regclass, g.relname::text, g.relnamespace;
+        ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark') THEN
+            registered := false; -- only with a distributed counter's or rollup's arguments
         ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
             registered := EXISTS (SELECT FROM counter.tracked c
                                   WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
@@ -465,10 +515,80 @@ BEGIN
         END IF;
         IF NOT registered THEN
             RAISE EXCEPTION 'trigger % of counter_ext on % is refused: % is not the source of its %',
-                    g.tgname, g.rel, g.rel, CASE g.proname WHEN 'tracked_fold' THEN 'tracked counter' ELSE 'rollup' END
+                    g.tgname, g.rel, g.rel,
+                    CASE WHEN g.proname IN ('tracked_fold', 'tracked_shard_fold') THEN 'tracked counter' ELSE 'rollup' END
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = 'Citus copies a table''s triggers to its shards (create_distributed_table, create_reference_table) and to the table it makes again (undistribute_table, alter_distributed_table); counter_ext''s catalog does not name the copy, so every write to it would fail.',
                       HINT = 'Untrack the trigger-mode counter (counter.untrack) or drop the rollup (counter.rollup_drop) before the call, and make it again after if it is supported there (doc/citus.md).';
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The event trigger counter_citus_trigger_creator (on CREATE TRIGGER, 1.8):
+-- only the owner of a table (a role with its rights, or a superuser) may
+-- attach counter_internal.tracked_shard_fold or rollup_shard_mark, which
+-- PUBLIC may execute (99_internal.sql) and which write as the table's owner;
+-- a role with the TRIGGER privilege on the table is refused (42501). Not
+-- SECURITY DEFINER: it checks the role making the trigger (counter_ext's,
+-- in counter.track and rollup_create; the table's owner, when Citus makes
+-- the trigger again on a moved or split shard).
+CREATE OR REPLACE FUNCTION counter_internal.citus_trigger_creator()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT t.tgname, t.tgrelid::regclass AS rel, c.relowner
+             FROM pg_catalog.pg_event_trigger_ddl_commands() d
+             JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) d.objid
+             JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
+               AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
+               AND p.proname IN ('tracked_shard_fold', 'rollup_shard_mark') LOOP
+        IF NOT pg_catalog.pg_has_role(g.relowner, 'USAGE') THEN
+            RAISE EXCEPTION 'only the owner of % may attach the trigger % of counter_ext', g.rel, g.tgname
+                USING ERRCODE = 'insufficient_privilege',
+                      DETAIL = 'It writes as the table''s owner.',
+                      HINT = 'counter.track and counter.rollup_create make it.';
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- The event trigger counter_citus_state (on ALTER TABLE and ALTER SCHEMA,
+-- 1.8): the state of a distributed counter or rollup kept beside its source
+-- (counter.tracked.state_schema, counter.rollups.state_schema) is named in
+-- its shard triggers' arguments and its batch function, so renaming that
+-- schema, moving the source or a state table to another schema, or renaming
+-- a state table would make every write to the source fail: refused (0A000)
+-- where counter_ext's catalog is (the coordinator).
+CREATE OR REPLACE FUNCTION counter_internal.citus_state_check()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    x record;
+BEGIN
+    FOR x IN SELECT 'counter' AS what, c.name, c.source, c.state_schema,
+                    ARRAY[counter_internal.tracked_table(c, 'base'), counter_internal.tracked_table(c, 'delta')] AS tabs
+             FROM counter.tracked c WHERE c.state_schema IS NOT NULL
+             UNION ALL
+             SELECT 'rollup', r.name, r.source, r.state_schema, ARRAY[counter_internal.rollup_dirty_table(r)]
+             FROM counter.rollups r WHERE r.state_schema IS NOT NULL LOOP
+        IF (SELECT s.nspname FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
+            WHERE c.oid OPERATOR(pg_catalog.=) x.source) IS DISTINCT FROM x.state_schema
+           OR EXISTS (SELECT FROM pg_catalog.unnest(x.tabs) AS t(t) WHERE pg_catalog.to_regclass(t.t) IS NULL) THEN
+            RAISE EXCEPTION 'the state of % "%" is kept in schema % beside %, and the shards'' triggers name it',
+                    x.what, x.name, pg_catalog.quote_ident(x.state_schema), x.source
+                USING ERRCODE = 'feature_not_supported',
+                      DETAIL = 'Renaming that schema, moving the table or its counter''s state to another schema, or renaming a state table would make every write to the table fail.',
+                      HINT = 'Untrack the counter (drop the rollup) first, and make it again after (doc/citus.md).';
         END IF;
     END LOOP;
 END

@@ -67,6 +67,16 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_fold';
 
+-- (1.8) The trigger of a counter on a table Citus distributes, on its shards
+-- (src/tracked.cpp, shard_fold): its arguments carry what it needs there,
+-- and PUBLIC may execute it, since Citus makes it again on a moved or split
+-- shard as the table's owner (99_internal.sql; only the table's owner may
+-- attach it: counter_internal.citus_trigger_creator). 1.7's are tracked_fold.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_fold()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_shard_fold';
+
 -- counter_internal.partition_move says it moves rows between the partitions
 -- of a table, in replica mode (src/source.cpp): the row triggers of
 -- replicated counters and rollups, enabled for replicas, count nothing
@@ -144,7 +154,12 @@ CREATE OR REPLACE FUNCTION counter_internal.tracked_table(t counter.tracked, par
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part)) $$;
+AS $$
+SELECT CASE WHEN t.state_schema IS NULL
+            THEN pg_catalog.format('counter_internal.%I', pg_catalog.format('tracked_%s_%s', t.counter_id, part))
+            ELSE pg_catalog.format('%I.%I', t.state_schema, pg_catalog.format('counter_tracked_%s_%s', t.counter_id, part))
+       END
+$$;
 
 -- The body of the batch function of a counter whose state is distributed
 -- colocated with its source by Citus (a trigger-mode counter on a
@@ -486,18 +501,20 @@ BEGIN
         -- arguments carry what the shard's trigger needs there
         -- (src/tracked.cpp, shard_fold)
         args := CASE WHEN t.distributed
-                     THEN format('%L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.key_column, t.time_column,
-                                 pg_catalog.date_part('epoch', t.bucket_width), t.shards,
+                     THEN format('%L, %L, %L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.key_column,
+                                 t.time_column, pg_catalog.date_part('epoch', t.bucket_width), t.shards,
                                  coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid,
-                                                                      t.owner, 'ce_new'), ''))
+                                                                      t.owner, 'ce_new'), ''),
+                                 counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base'))
                      ELSE format('%L', t.counter_id) END;
         FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, t.source) FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
                      AND g.tgname OPERATOR(pg_catalog.~) format('^counter_%s_r?(ins|del|upd|trunc)$', t.counter_id)
                    UNION ALL
                    SELECT format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT'
-                                 ' EXECUTE FUNCTION counter_internal.tracked_fold(%s)',
-                                 format('counter_%s_%s', t.counter_id, k.trg), k.event, t.source, k.referencing, args)
+                                 ' EXECUTE FUNCTION counter_internal.%s(%s)',
+                                 format('counter_%s_%s', t.counter_id, k.trg), k.event, t.source, k.referencing,
+                                 CASE WHEN t.distributed THEN 'tracked_shard_fold' ELSE 'tracked_fold' END, args)
                    FROM (VALUES ('ins', 'INSERT', 'REFERENCING NEW TABLE AS ce_new'),
                                 ('del', 'DELETE', 'REFERENCING OLD TABLE AS ce_old'),
                                 ('upd', 'UPDATE', 'REFERENCING OLD TABLE AS ce_old NEW TABLE AS ce_new'),
@@ -770,6 +787,12 @@ BEGIN
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, src.owner, verify_every, source::oid,
         replicated, buffered, max_future, distributed)
     RETURNING * INTO t;
+    IF distributed THEN
+        -- beside the source, so that Citus can move its shards with the source's
+        t.state_schema := counter_internal.citus_state_schema(source, src.owner,
+            ARRAY[format('counter_tracked_%s_base', t.counter_id), format('counter_tracked_%s_delta', t.counter_id)]);
+        UPDATE counter.tracked c SET state_schema = t.state_schema WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+    END IF;
     PERFORM counter_internal.tracked_make_state(t);
     PERFORM counter_internal.tracked_build(t);
     PERFORM counter_internal.tracked_invalidate();

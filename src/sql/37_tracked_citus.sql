@@ -6,3 +6,10 @@
 -- shard_fold), and its reads and reconciliation read the state as
 -- distributed tables (31_tracked_code.sql, tracked_citus_batch).
 ALTER TABLE counter.tracked ADD COLUMN distributed boolean NOT NULL DEFAULT false;
+-- (1.8) Where that state is: NULL, counter_internal (1.7, or an owner who
+-- may not create in the source's schema); else the source's schema, where
+-- the owner may create, so that Citus, which makes a moved or split shard's
+-- table again as the table's owner, can move it with the source's shards
+-- (doc/citus.md, "Shard moves, splits and rebalancing";
+-- counter_internal.citus_state_schema, tracked_table).
+ALTER TABLE counter.tracked ADD COLUMN state_schema name;

@@ -236,8 +236,23 @@ BEGIN
 END
 $$;
 
+-- The dirty log of distributed rollup r: beside its source
+-- (<schema>.counter_rollup_<id>_dirty) or, made by 1.7 or for an owner who
+-- may not create there, counter_internal.rollup_<id>_dirty
+-- (counter.rollups.state_schema).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_dirty_table(r counter.rollups)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN r.state_schema IS NULL
+            THEN pg_catalog.format('counter_internal.%I', 'rollup_' || r.rollup_id || '_dirty')
+            ELSE pg_catalog.format('%I.%I', r.state_schema, 'counter_rollup_' || r.rollup_id || '_dirty')
+       END
+$$;
+
 -- Citus: moves the marks the shards wrote in a distributed rollup's dirty
--- log (counter_internal.rollup_<id>_dirty, src/rollup.cpp) into
+-- log (counter_internal.rollup_dirty_table, src/rollup.cpp) into
 -- counter.rollup_dirty, in one distributed transaction, as the owner. A mark
 -- it moves was committed with its rows on their shard, so a recompute after
 -- it sees them; a mark committed later stays for the next refresh.
@@ -249,8 +264,8 @@ AS $$
 BEGIN
     INSERT INTO counter.rollup_dirty (rollup_id, hour)
     SELECT r.rollup_id, x.h FROM counter_internal.exec_as_owner(r.owner,
-        format('WITH d AS (DELETE FROM counter_internal.%I RETURNING hour) SELECT DISTINCT d.hour FROM d WHERE $1',
-               'rollup_' || r.rollup_id || '_dirty'), true) AS x(h timestamptz);
+        format('WITH d AS (DELETE FROM %s RETURNING hour) SELECT DISTINCT d.hour FROM d WHERE $1',
+               counter_internal.rollup_dirty_table(r)), true) AS x(h timestamptz);
 END
 $$;
 
@@ -290,15 +305,16 @@ BEGIN
         -- the distributed table and copied by Citus to every shard, where no
         -- catalog of counter_ext is: the arguments carry what the shard's
         -- trigger needs there (src/rollup.cpp, shard_mark)
-        EXECUTE format('ALTER TABLE counter_internal.%I OWNER TO %s', 'rollup_' || rid || '_dirty', r.owner);
+        EXECUTE format('ALTER TABLE %s OWNER TO %s', counter_internal.rollup_dirty_table(r), r.owner);
         FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, r.source) FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                      AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_(insert|delete|update)$', rid)
                    UNION ALL
                    SELECT format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT'
-                                 ' EXECUTE FUNCTION counter_internal.rollup_trigger(%L, %L, %L, %L)',
+                                 ' EXECUTE FUNCTION counter_internal.rollup_shard_mark(%L, %L, %L, %L, %L)',
                                  'counter_rollup_' || rid || '_' || k.trg, k.event, r.source, k.referencing,
-                                 rid, 'citus', r.time_column, counter_internal.partition_citus_column(r.source))
+                                 rid, 'citus', r.time_column, counter_internal.partition_citus_column(r.source),
+                                 counter_internal.rollup_dirty_table(r))
                    FROM (VALUES ('insert', 'INSERT', 'REFERENCING NEW TABLE AS new_rows'),
                                 ('delete', 'DELETE', 'REFERENCING OLD TABLE AS old_rows'),
                                 ('update', 'UPDATE', 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'))
@@ -357,6 +373,14 @@ CREATE OR REPLACE FUNCTION counter_internal.rollup_trigger()
 RETURNS trigger
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_rollup_fire';
+
+-- (1.8) The trigger of a rollup of a table Citus distributes, on its shards
+-- (src/rollup.cpp, shard_mark); PUBLIC may execute it, as
+-- counter_internal.tracked_shard_fold. 1.7's are rollup_trigger.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_shard_mark()
+RETURNS trigger
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_rollup_shard_mark';
 
 -- Registers or removes the job of a rollup so it mirrors counter.rollups.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
@@ -991,6 +1015,7 @@ DECLARE
     tbl regclass;
     rid integer;
     dist_col name; -- Citus: the source's distribution column (a distributed rollup)
+    dirty text; -- Citus: its dirty log (counter_internal.rollup_dirty_table)
 BEGIN
     PERFORM counter_internal.rollup_check_args(name, source, time_column, group_by, distinct_on, mode, sums,
                                                retention, refresh_every, replicated);
@@ -1034,13 +1059,16 @@ BEGIN
         -- so REPLICA IDENTITY FULL: Citus moves, splits and rebalances the
         -- source's shards by logical replication, which needs one on every
         -- colocated table (1.7 had none: every non-blocking move failed)
-        UPDATE counter.rollups c SET distributed = true WHERE c.rollup_id = rid;
-        EXECUTE format('CREATE TABLE counter_internal.%I (key %s NOT NULL, hour timestamptz NOT NULL)',
-                       'rollup_' || rid || '_dirty', k.dist_type);
-        EXECUTE format('ALTER TABLE counter_internal.%I REPLICA IDENTITY FULL', 'rollup_' || rid || '_dirty');
-        EXECUTE format('REVOKE ALL ON counter_internal.%I FROM PUBLIC', 'rollup_' || rid || '_dirty');
-        PERFORM counter_internal.citus_colocate(format('counter_internal.%I', 'rollup_' || rid || '_dirty')::regclass,
-                                                source, 'key');
+        -- It is beside the source when the owner may create there (Citus
+        -- moves it with the source's shards: counter_internal.citus_state_schema).
+        dirty := counter_internal.citus_state_schema(source, src.owner, ARRAY['counter_rollup_' || rid || '_dirty']);
+        UPDATE counter.rollups c SET distributed = true, state_schema = dirty
+        WHERE c.rollup_id = rid
+        RETURNING counter_internal.rollup_dirty_table(c) INTO dirty;
+        EXECUTE format('CREATE TABLE %s (key %s NOT NULL, hour timestamptz NOT NULL)', dirty, k.dist_type);
+        EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', dirty);
+        EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', dirty);
+        PERFORM counter_internal.citus_colocate(dirty::regclass, source, 'key');
     END IF;
     PERFORM counter_internal.rollup_build(rid);
 
@@ -1118,10 +1146,10 @@ BEGIN
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
-    IF r.distributed AND pg_catalog.to_regclass(format('counter_internal.%I', 'rollup_' || r.rollup_id || '_dirty')) IS NOT NULL THEN
+    IF r.distributed AND pg_catalog.to_regclass(counter_internal.rollup_dirty_table(r)) IS NOT NULL THEN
         -- Citus: its dirty log, on every node, as the owner
-        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE counter_internal.%I',
-                                                                   'rollup_' || r.rollup_id || '_dirty'), true);
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', counter_internal.rollup_dirty_table(r)),
+                                                   true);
     END IF;
     DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
     IF r.mode = 'buffered' THEN

@@ -6,3 +6,7 @@
 -- (src/rollup.cpp, shard_mark), and its refresh is pushed down to them
 -- (51_rollup_code.sql, rollup_citus_sql).
 ALTER TABLE counter.rollups ADD COLUMN distributed boolean NOT NULL DEFAULT false;
+-- (1.8) Where its dirty log is: NULL, counter_internal (1.7, or an owner
+-- who may not create in the source's schema); else the source's schema, as
+-- counter.tracked.state_schema (counter_internal.rollup_dirty_table).
+ALTER TABLE counter.rollups ADD COLUMN state_schema name;

@@ -22,3 +22,9 @@ CREATE EVENT TRIGGER counter_citus_conversion ON sql_drop
 CREATE EVENT TRIGGER counter_citus_triggers ON ddl_command_end
     WHEN TAG IN ('CREATE TRIGGER')
     EXECUTE FUNCTION counter_internal.citus_trigger_check();
+CREATE EVENT TRIGGER counter_citus_trigger_creator ON ddl_command_end
+    WHEN TAG IN ('CREATE TRIGGER')
+    EXECUTE FUNCTION counter_internal.citus_trigger_creator();
+CREATE EVENT TRIGGER counter_citus_state ON ddl_command_end
+    WHEN TAG IN ('ALTER TABLE', 'ALTER SCHEMA')
+    EXECUTE FUNCTION counter_internal.citus_state_check();

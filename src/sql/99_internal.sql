@@ -17,3 +17,10 @@ BEGIN
 END
 $$;
 GRANT EXECUTE ON FUNCTION counter_internal.rollup_newest_hour(integer) TO PUBLIC;
+-- The triggers of counters and rollups on tables Citus distributes: Citus
+-- makes them again on a moved or split shard as the table's owner, who
+-- needs EXECUTE there, on every node, new ones too. They do only what the
+-- table's owner could, and only the table's owner may attach them
+-- (counter_internal.citus_trigger_creator; doc/security.md).
+GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_fold() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION counter_internal.rollup_shard_mark() TO PUBLIC;

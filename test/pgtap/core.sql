@@ -22,13 +22,16 @@ $$, 'every function of the extension is in schema counter or counter_internal');
 
 -- No helper is executable by PUBLIC (doc/security.md), but the entry point
 -- the view counter.rollup_state calls (a view's functions are checked as its
--- reader); it is counter_entry, which notes its caller.
+-- reader; it is counter_entry, which notes its caller), and the triggers of
+-- counters and rollups on Citus shards (Citus makes them again on a moved
+-- shard as the table's owner; only that owner may attach them).
 SELECT set_eq($$
     SELECT p.oid::regprocedure::text FROM pg_proc p
     WHERE p.pronamespace = 'counter_internal'::regnamespace
       AND has_function_privilege('public', p.oid, 'EXECUTE')
-$$, $$ VALUES ('counter_internal.rollup_newest_hour(integer)') $$,
-   'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state');
+$$, $$ VALUES ('counter_internal.rollup_newest_hour(integer)'), ('counter_internal.tracked_shard_fold()'),
+              ('counter_internal.rollup_shard_mark()') $$,
+   'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state and the Citus shard triggers');
 
 -- Every SECURITY DEFINER function pins its search_path.
 SELECT is_empty($$

@@ -120,8 +120,8 @@ coord -q <<'SQL'
 DO $$
 DECLARE c record;
 BEGIN
-    FOR c IN SELECT counter_id FROM counter.tracked WHERE name IN ('ev_f', 'ev_b', 'ev_n') LOOP
-        EXECUTE format('UPDATE counter_internal.tracked_%s_base SET base = base + 5 WHERE key IN (1, 2, 3)', c.counter_id);
+    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b FROM counter.tracked t WHERE name IN ('ev_f', 'ev_b', 'ev_n') LOOP
+        EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3)', c.b);
     END LOOP;
 END $$;
 SQL

@@ -67,8 +67,8 @@ got=$(coord -tA -c "SELECT string_agg(name || ':' || distributed, ' ' ORDER BY n
 # the state is distributed colocated with the source; the triggers are on every shard
 got=$(coord -tA <<'SQL'
 SELECT count(*) FROM counter.tracked c JOIN pg_dist_partition p ON p.logicalrelid = c.source
-JOIN pg_dist_partition b ON b.logicalrelid = format('counter_internal.tracked_%s_base', c.counter_id)::regclass
-JOIN pg_dist_partition d ON d.logicalrelid = format('counter_internal.tracked_%s_delta', c.counter_id)::regclass
+JOIN pg_dist_partition b ON b.logicalrelid = counter_internal.tracked_table(c, 'base')::regclass
+JOIN pg_dist_partition d ON d.logicalrelid = counter_internal.tracked_table(c, 'delta')::regclass
 WHERE c.distributed AND b.colocationid = p.colocationid AND d.colocationid = p.colocationid
 SQL
 )
@@ -195,7 +195,8 @@ echo "ok: rows are counted in their own transaction, and a rollback takes their 
 # The writer cannot touch the state, yet its writes count: the shard
 # triggers run as the owner, whatever the writer's search_path
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
-out=$(app_w1 -c "SELECT * FROM counter_internal.tracked_${id}_delta LIMIT 1" 2>&1) && fail "the writer read the delta table: $out"
+delta=$(coord -tA -c "SELECT counter_internal.tracked_table(c, 'delta') FROM counter.tracked c WHERE name = 'ev_n'")
+out=$(app_w1 -c "SELECT * FROM $delta LIMIT 1" 2>&1) && fail "the writer read the delta table: $out"
 app -q -c "CREATE TEMP TABLE tracked_${id}_delta (key bigint)" \
     -c "SET search_path = pg_temp, pg_catalog, public" \
     -c "INSERT INTO ct.ev VALUES (3000001, 7, '2026-07-01 10:00+00', 'view')"
@@ -259,9 +260,9 @@ coord -q <<'SQL'
 DO $$
 DECLARE c record;
 BEGIN
-    FOR c IN SELECT counter_id FROM counter.tracked WHERE name IN ('ev_f', 'ev_n', 'pev_f', 'pev_n') LOOP
-        EXECUTE format('UPDATE counter_internal.tracked_%s_base SET base = base + 5 WHERE key IN (1, 2, 3)', c.counter_id);
-        EXECUTE format('INSERT INTO counter_internal.tracked_%s_delta VALUES (4, ''2026-07-01 10:00+00'', 999, -2)', c.counter_id);
+    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b, counter_internal.tracked_table(t, 'delta') AS d FROM counter.tracked t WHERE name IN ('ev_f', 'ev_n', 'pev_f', 'pev_n') LOOP
+        EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3)', c.b);
+        EXECUTE format('INSERT INTO %s VALUES (4, ''2026-07-01 10:00+00'', 999, -2)', c.d);
     END LOOP;
 END $$;
 SQL
@@ -294,11 +295,11 @@ inject_many() {
 DO $$
 DECLARE c record;
 BEGIN
-    FOR c IN SELECT counter_id FROM counter.tracked WHERE name ~ '^p?ev_(one_)?[fn]$' LOOP
-        EXECUTE format('UPDATE counter_internal.tracked_%s_base SET base = base + 1 WHERE key %% 3 = 0', c.counter_id);
-        EXECUTE format('DELETE FROM counter_internal.tracked_%s_base WHERE key %% 5 = 1', c.counter_id);
-        EXECUTE format('INSERT INTO counter_internal.tracked_%s_delta SELECT g, ''2026-07-01 10:00+00'', 998, 1
-                        FROM generate_series(0, 96) g WHERE g %% 4 = 2', c.counter_id);
+    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b, counter_internal.tracked_table(t, 'delta') AS d FROM counter.tracked t WHERE name ~ '^p?ev_(one_)?[fn]$' LOOP
+        EXECUTE format('UPDATE %s SET base = base + 1 WHERE key %% 3 = 0', c.b);
+        EXECUTE format('DELETE FROM %s WHERE key %% 5 = 1', c.b);
+        EXECUTE format('INSERT INTO %s SELECT g, ''2026-07-01 10:00+00'', 998, 1
+                        FROM generate_series(0, 96) g WHERE g %% 4 = 2', c.d);
     END LOOP;
 END $$;
 SQL
@@ -431,7 +432,7 @@ leftovers() {
     local ids=$1 p total=0 n
     for p in $nodes; do
         n=$(on_node "$p" -tA -c "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_($ids)_')
-            + (SELECT count(*) FROM pg_class WHERE relname ~ '^tracked_($ids)_(base|delta)')
+            + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?tracked_($ids)_(base|delta)')
             + (SELECT count(*) FROM pg_proc WHERE proname ~ '^tracked_($ids)_batch')")
         total=$((total + n))
     done
