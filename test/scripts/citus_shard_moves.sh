@@ -280,6 +280,18 @@ refused_ddl owner "ALTER TABLE sm.counter_tracked_1_base RENAME TO x"
 deliver app 7001 7100
 check "a rename of the schema, a move of the table and a rename of a state table refused"
 
+# A table of the state's name already beside the source: refused (42P07), nothing made
+seq=$(coord -tA -c "SELECT pg_get_serial_sequence('counter.rollups', 'rollup_id')")
+next=$(coord -tA -c "SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM $seq")
+owner -q -c "CREATE TABLE sm.counter_rollup_${next}_dirty (x int)"
+out=$(owner -c "\set VERBOSITY verbose" -c "SELECT counter.rollup_create('clash', 'sm.ev', 'at', '{k}', mode => 'deferred')" 2>&1) &&
+    fail "a rollup was made over an existing sm.counter_rollup_${next}_dirty: $out"
+grep -q "ERROR:  42P07: relation sm.counter_rollup_${next}_dirty already exists" <<<"$out" || fail "the name clash: $out"
+got=$(coord -tA -c "SELECT count(*) FROM counter.rollups WHERE name = 'clash'")
+[ "$got" = 0 ] || fail "the refused rollup left $got catalog rows"
+owner -q -c "DROP TABLE sm.counter_rollup_${next}_dirty"
+echo "ok: a table of the state's name beside the source is refused with 42P07, nothing made"
+
 # An owner who may not create in the source's schema: the state is kept in
 # counter_internal, and track says that Citus cannot move the shards
 # (distributed by a superuser: the owner may not create its shards there either)
