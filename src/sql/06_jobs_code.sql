@@ -314,14 +314,14 @@ BEGIN
 END
 $$;
 
--- Where the state of a new distributed counter or rollup (tables colocated
--- with its source: names) is made: the source's schema when the owner may
+-- Where the state of a new distributed counter or rollup (what: 'counter'
+-- or 'rollup'; tables colocated with its source: names) is made: the source's schema when the owner may
 -- create there, so that Citus, which makes a moved or split shard's table
 -- again as the table's owner, can move it with the source's shards (as it
 -- can move the source's own only then); else NULL, counter_internal, with a
 -- warning: shard moves of the source fail while it exists. A name taken
 -- there is refused (42P07), before anything is made.
-CREATE OR REPLACE FUNCTION counter_internal.citus_state_schema(source regclass, owner regrole, names text[])
+CREATE OR REPLACE FUNCTION counter_internal.citus_state_schema(what text, source regclass, owner regrole, names text[])
 RETURNS name
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -335,7 +335,7 @@ BEGIN
     WHERE c.oid OPERATOR(pg_catalog.=) source;
     IF NOT pg_catalog.has_schema_privilege(owner::oid, nsp::text, 'CREATE') THEN
         RAISE WARNING 'the state of this % is kept in schema counter_internal: Citus cannot move or split the shards of % while it exists',
-            CASE WHEN names[1] OPERATOR(pg_catalog.~) '^counter_rollup_' THEN 'rollup' ELSE 'counter' END, source
+            what, source
             USING DETAIL = pg_catalog.format('Citus makes a moved shard''s table again as its owner, and %s may not create in schema %I, where it would be kept beside %s.',
                                              owner, nsp, source),
                   HINT = pg_catalog.format('GRANT CREATE ON SCHEMA %I TO %s, then make it again (doc/citus.md).', nsp, owner);

@@ -789,7 +789,7 @@ BEGIN
     RETURNING * INTO t;
     IF distributed THEN
         -- beside the source, so that Citus can move its shards with the source's
-        t.state_schema := counter_internal.citus_state_schema(source, src.owner,
+        t.state_schema := counter_internal.citus_state_schema('counter', source, src.owner,
             ARRAY[format('counter_tracked_%s_base', t.counter_id), format('counter_tracked_%s_delta', t.counter_id)]);
         UPDATE counter.tracked c SET state_schema = t.state_schema WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     END IF;

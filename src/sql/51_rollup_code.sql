@@ -1061,7 +1061,7 @@ BEGIN
         -- colocated table (1.7 had none: every non-blocking move failed)
         -- It is beside the source when the owner may create there (Citus
         -- moves it with the source's shards: counter_internal.citus_state_schema).
-        dirty := counter_internal.citus_state_schema(source, src.owner, ARRAY['counter_rollup_' || rid || '_dirty']);
+        dirty := counter_internal.citus_state_schema('rollup', source, src.owner, ARRAY['counter_rollup_' || rid || '_dirty']);
         UPDATE counter.rollups c SET distributed = true, state_schema = dirty
         WHERE c.rollup_id = rid
         RETURNING counter_internal.rollup_dirty_table(c) INTO dirty;
