@@ -46,6 +46,10 @@ citus_for() {
     17) tarball=citus-13.2.2.tar.gz ;;                                  # its copy of it is for 15 only
     18) tarball=citus-14.0.1.tar.gz ;;                                  # with libcurl (test/citus.sh)
     esac
+    # CE_CITUS_TARBALL_<major> names another tarball of the vendor folder
+    # (no patch), e.g. CE_CITUS_TARBALL_17=citus-14.0.1.tar.gz.
+    local other=CE_CITUS_TARBALL_$1
+    [ -n "${!other:-}" ] && tarball=${!other} patch=
     citus_src= citus_patch=
     if [ -z "$tarball" ]; then
         return 0
