@@ -251,13 +251,15 @@ $$;
 
 -- A rollup on a table Citus distributes (doc/citus.md, "Rollups on a
 -- distributed table"): the distribution column of source when it is a
--- hash-distributed table (not a partition of one) whose distribution column
--- is one of group_by, the rollup is deferred, and every node has Citus's
--- metadata (the shard triggers find the rollup's colocated dirty log
--- there): then the rollup's table and dirty log are distributed colocated
--- with it, its triggers run on the shards and its refresh is pushed down.
--- NULL when Citus does not distribute source. Any other layout is refused
--- (0A000), before anything is made.
+-- hash-distributed table (not a partition of one), the rollup is deferred,
+-- and every node has Citus's metadata (the shard triggers find the rollup's
+-- colocated dirty log there): then the rollup's dirty log is distributed
+-- colocated with it and its triggers run on the shards; its table is
+-- colocated with it when group_by includes the distribution column (the
+-- refresh is pushed down whole), and otherwise a table of the coordinator
+-- (the refresh's GROUP BY is pushed down, its partial sums and sketches
+-- combined there: rollup_citus_sql). NULL when Citus does not distribute
+-- source. Any other layout is refused (0A000), before anything is made.
 CREATE OR REPLACE FUNCTION counter_internal.citus_rollup_check(source regclass, group_by name[], mode text,
     replicated boolean)
 RETURNS name
@@ -275,8 +277,6 @@ BEGIN
     why := p.why;
     IF why IS NOT NULL THEN
         NULL;
-    ELSIF NOT p.col OPERATOR(pg_catalog.=) ANY (group_by) THEN
-        why := pg_catalog.format('Its group_by must include the distribution column (%s): the rollup''s rows are kept on the shards of the rows they summarize.', p.col);
     ELSIF mode IS DISTINCT FROM 'deferred' THEN
         why := pg_catalog.format('Only a deferred rollup is supported there, not mode %L (trigger mode''s hour locks and buffered mode''s shared memory are per node).', mode);
     ELSIF replicated THEN
@@ -285,7 +285,7 @@ BEGIN
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a rollup of %, a table Citus distributes, is not supported yet in this form', source
             USING ERRCODE = 'feature_not_supported', DETAIL = why,
-                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred'') whose group_by includes the distribution column; otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred''); otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN p.col;
 END

@@ -170,13 +170,19 @@ END
 $$;
 
 -- Citus (doc/citus.md, "Rollups on a distributed table"): the recompute of
--- [$1, $2) (or only the hours in $3) of a distributed rollup, two statements
--- Citus pushes down whole to each shard (the rollup table is colocated with
--- the source and grouped by its distribution column): an upsert of the
--- groups that have events, writing only the rows that differ, and a delete
--- of the rows whose group has no event any more. The filter is SQL printed
--- from the stored tree (counter_internal.filter_sql, every name qualified):
--- the shards have no catalog of counter_ext. Run as the owner.
+-- [$1, $2) (or only the hours in $3) of a distributed rollup, two
+-- statements: an upsert of the groups that have events, writing only the
+-- rows that differ, and a delete of the rows whose group has no event any
+-- more. When the rollup table is colocated with the source (grouped by its
+-- distribution column), Citus pushes each down whole to each shard. When it
+-- is a table of the coordinator (grouped by other columns), the upsert's
+-- GROUP BY runs on the shards (partial counts, sums and sketches, combined
+-- on the coordinator), and the delete's groups that still have events are
+-- found by a DISTINCT on the shards, brought to the coordinator as one
+-- intermediate result (a subquery not correlated with the rollup table,
+-- which Citus plans apart). The filter is SQL printed from the stored tree
+-- (counter_internal.filter_sql, every name qualified): the shards have no
+-- catalog of counter_ext. Run as the owner.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_citus_sql(r counter.rollups)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
@@ -197,6 +203,7 @@ DECLARE
                        'true');
     g name;
     t oid;
+    up text; -- the upsert
 BEGIN
     FOREACH g IN ARRAY r.group_by LOOP
         SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
@@ -218,16 +225,25 @@ BEGIN
         old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
         new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
     END LOOP;
-    RETURN ARRAY[
-        format($f$
+    up := format($f$
         INSERT INTO %1$s AS r (%2$shour, %3$s)
         SELECT %4$s%5$s, %6$s FROM %7$s AS e
         WHERE e.%8$I >= $1 AND e.%8$I < $2 AND ($3 IS NULL OR %5$s = ANY ($3)) AND (%9$s)
         GROUP BY %4$s%5$s
         ON CONFLICT (%2$shour) DO UPDATE SET %10$s
         WHERE ROW(%11$s) IS DISTINCT FROM ROW(%12$s)$f$,
-        r.rollup_table, keys, cols, ekeys, hour_expr, vals, r.source, r.time_column, f, fresh_set, old_vals, new_vals),
-        format($f$
+        r.rollup_table, keys, cols, ekeys, hour_expr, vals, r.source, r.time_column, f, fresh_set, old_vals, new_vals);
+    IF NOT counter_internal.citus_distributed(r.rollup_table) THEN
+        RETURN ARRAY[up, format($f$
+        DELETE FROM %1$s AS r
+        WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))
+          AND NOT EXISTS (SELECT FROM (SELECT DISTINCT %2$s%3$s AS hour FROM %4$s AS e
+                                       WHERE e.%5$I >= $1 AND e.%5$I < $2 AND ($3 IS NULL OR %3$s = ANY ($3))
+                                         AND (%6$s)) e
+                          WHERE %7$se.hour OPERATOR(pg_catalog.=) r.hour)$f$,
+            r.rollup_table, ekeys, hour_expr, r.source, r.time_column, f, same)];
+    END IF;
+    RETURN ARRAY[up, format($f$
         DELETE FROM %1$s AS r
         WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))
           AND NOT EXISTS (SELECT FROM %2$s AS e WHERE %3$se.%4$I >= r.hour AND e.%4$I < r.hour + '01:00:00'::pg_catalog.interval
@@ -895,6 +911,11 @@ BEGIN
         END IF;
         keys := keys || format('%I, ', g);
     END LOOP;
+    IF dist_type IS NULL AND dist_col IS NOT NULL THEN
+        -- grouped by other columns: the dirty log's key is still the
+        -- distribution column's value
+        dist_type := counter_internal.column_type_sql(source, dist_col);
+    END IF;
 END
 $$;
 
@@ -1039,8 +1060,10 @@ BEGIN
     END IF;
     -- The rollup table is made by the owner, in the source's schema.
     tbl := counter_internal.rollup_make_table(src.owner, src.nsp, name, k.ddl, k.keys, source, mode);
-    IF dist_col IS NOT NULL THEN
-        -- colocated with the source: each shard's rows are summed on it
+    IF dist_col OPERATOR(pg_catalog.=) ANY (group_by) THEN
+        -- colocated with the source: each shard's rows are summed on it.
+        -- Grouped by other columns, the table stays on the coordinator
+        -- (rollup_citus_sql)
         PERFORM counter_internal.citus_colocate(tbl, source, dist_col);
     END IF;
 

@@ -32,8 +32,8 @@ SQL
 # refused (0A000), on every kind of Citus table, with unsafe triggers allowed
 # (1.7: a trigger-mode counter keyed by the distribution column of a
 # hash-distributed table, partitioned or not, is made: below, and
-# test/scripts/citus_trigger.sh; so is a deferred rollup grouped by it:
-# test/scripts/citus_rollup.sh)
+# test/scripts/citus_trigger.sh; so is a deferred rollup, grouped by it
+# or not (1.8): test/scripts/citus_rollup.sh)
 for call in \
     "counter.track('c3', 'links', 'link_id', 'at')" \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
@@ -41,7 +41,7 @@ for call in \
     "counter.track('c7', 'clicks', 'link_id', 'at', buffered => true)" \
     "counter.track('c8', 'clicks', 'link_id', 'at', replicated => true)" \
     "counter.rollup_create('r1', 'clicks', 'at', '{link_id}')" \
-    "counter.rollup_create('r2', 'clicks', 'at', '{id}', mode => 'deferred')" \
+    "counter.rollup_create('r2', 'clicks', 'at', '{id}', mode => 'buffered')" \
     "counter.rollup_create('r3', 'ev', 'at', '{k}')" \
     "counter.rollup_create('r4', 'links', 'at', '{link_id}', mode => 'deferred')" \
     "counter.rollup_create('r5', 'ev_2026', 'at', '{k}', mode => 'deferred')"; do

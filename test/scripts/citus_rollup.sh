@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 21 item 5: deferred rollups of a table Citus hash-distributes,
 # grouped by its distribution column, with a filter calling the owner's
-# function, sums and distinct sketches, and without, on a plain and on a
-# partitioned distributed table, owned by an unprivileged role and written
-# by another. The rollup table and its dirty log are distributed colocated
-# with the source, the triggers run on the shards (marking the hours of
-# each statement's rows on the shard of the rows, in the writer's
-# transaction), and the refresh is pushed down. The same rows go to plain
+# function, sums and distinct sketches, and without, and grouped by another
+# column (with all three), on a plain and on a partitioned distributed
+# table, owned by an unprivileged role and written by another. The dirty log
+# is distributed colocated with the source, and the rollup table too when
+# it is grouped by the distribution column (else it is the coordinator's);
+# the triggers run on the shards (marking the hours of each statement's rows
+# on the shard of the rows, in the writer's transaction), and the refresh is
+# pushed down (grouped by another column: its GROUP BY). The same rows go to plain
 # tables on the coordinator (one node) with the same rollups. Rows written
 # through the coordinator and directly through a worker node, by INSERT
 # (re-delivered, rolled back, late), COPY, INSERT ... SELECT, UPDATE and
@@ -73,8 +75,8 @@ refused() { # refused WHAT SQL
 }
 refused "a trigger-mode rollup" "SELECT counter.rollup_create('x', 'cr.ev', 'at', '{k}')"
 refused "a buffered rollup" "SELECT counter.rollup_create('x', 'cr.ev', 'at', '{k}', mode => 'buffered')"
-refused "a rollup not grouped by the distribution column" \
-    "SELECT counter.rollup_create('x', 'cr.ev', 'at', '{kind}', mode => 'deferred')"
+refused "a trigger-mode rollup not grouped by the distribution column" \
+    "SELECT counter.rollup_create('x', 'cr.ev', 'at', '{kind}')"
 refused "a replicated rollup" "SELECT counter.rollup_create('x', 'cr.ev', 'at', '{k}', mode => 'deferred', replicated => true)"
 refused "a rollup of a partition" "SELECT counter.rollup_create('x', 'cr.pev_a', 'at', '{k}', mode => 'deferred')"
 owner -q -c "CREATE FUNCTION cr.vol(k cr.kind) RETURNS boolean LANGUAGE sql VOLATILE AS 'SELECT k <> ''bot''';"
@@ -92,16 +94,18 @@ n=$(on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^count
 got=$(coord -tA -c "SELECT count(*) FROM counter.rollups")
 [ "$n" = 0 ] && [ "$got" = 0 ] || fail "refused rollups left $n objects and $got catalog rows"
 app -q -c "INSERT INTO cr.ev VALUES (0, 0, '2026-07-01 00:00+00', 'view', 0)" -c "DELETE FROM cr.ev WHERE id = 0"
-echo "ok: trigger and buffered modes, other groupings, replicated, a partition, a reference table, and distributing a served table are refused with 0A000 and a hint, leaving nothing on any node"
+echo "ok: trigger and buffered modes (grouped by the distribution column or not), replicated, a partition, a reference table, and distributing a served table are refused with 0A000 and a hint, leaving nothing on any node"
 
 for t in ev ev_one pev pev_one; do
     owner -q -c "SET client_min_messages = warning" \
         -c "SELECT counter.rollup_create('${t}_r', 'cr.$t', 'at', '{k,kind}', mode => 'deferred', sums => '{v}',
                                          distinct_on => '{id}', filter => 'cr.probe(kind)')" \
-        -c "SELECT counter.rollup_create('${t}_n', 'cr.$t', 'at', '{k}', mode => 'deferred')" >/dev/null
+        -c "SELECT counter.rollup_create('${t}_n', 'cr.$t', 'at', '{k}', mode => 'deferred')" \
+        -c "SELECT counter.rollup_create('${t}_g', 'cr.$t', 'at', '{kind}', mode => 'deferred', sums => '{v}',
+                                         distinct_on => '{id}', filter => 'cr.probe(kind)')" >/dev/null
 done
 got=$(coord -tA -c "SELECT string_agg(name || ':' || distributed, ' ' ORDER BY name) FROM counter.rollups")
-[ "$got" = "ev_n:true ev_one_n:false ev_one_r:false ev_r:true pev_n:true pev_one_n:false pev_one_r:false pev_r:true" ] ||
+[ "$got" = "ev_g:true ev_n:true ev_one_g:false ev_one_n:false ev_one_r:false ev_r:true pev_g:true pev_n:true pev_one_g:false pev_one_n:false pev_one_r:false pev_r:true" ] ||
     fail "rollups made: $got"
 # the rollup table and the dirty log are colocated with the source; the triggers are on every shard
 got=$(coord -tA <<'SQL'
@@ -112,11 +116,23 @@ WHERE r.distributed AND t.colocationid = p.colocationid AND d.colocationid = p.c
 SQL
 )
 [ "$got" = 4 ] || fail "rollup tables and dirty logs colocated with their source: $got of 4 rollups"
+# grouped by another column (kind): the dirty log is colocated with the
+# source, the rollup table is the coordinator's
+got=$(coord -tA <<'SQL'
+SELECT count(*) FROM counter.rollups r JOIN pg_dist_partition p ON p.logicalrelid = r.source
+JOIN pg_dist_partition d ON d.logicalrelid = counter_internal.rollup_dirty_table(r)::regclass
+WHERE r.distributed AND r.name LIKE '%\_g' AND d.colocationid = p.colocationid
+  AND NOT EXISTS (SELECT FROM pg_dist_partition t WHERE t.logicalrelid = r.rollup_table)
+SQL
+)
+[ "$got" = 2 ] || fail "rollups grouped by kind: dirty log colocated, table on the coordinator: $got of 2"
+refused "create_distributed_table of the coordinator's rollup table" "SELECT create_distributed_table('cr.ev_g', 'kind')"
+refused "create_reference_table of the coordinator's rollup table" "SELECT create_reference_table('cr.pev_g')"
 shard_triggers=$(on_nodes_sum "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
     WHERE t.tgname ~ '^counter_rollup_[0-9]+_(insert|delete|update)_[0-9]+$' AND c.relname ~ '^p?ev_[0-9]+$'")
-# ev: 8 shards, pev: 4 shards, 2 rollups each, 3 triggers each
-[ "$shard_triggers" = $(((8 + 4) * 2 * 3)) ] || fail "rollup triggers on the shards: $shard_triggers"
-echo "ok: deferred rollups with and without a filter are made on a distributed and a distributed partitioned table, table and dirty log colocated, triggers on every shard"
+# ev: 8 shards, pev: 4 shards, 3 rollups each, 3 triggers each
+[ "$shard_triggers" = $(((8 + 4) * 3 * 3)) ] || fail "rollup triggers on the shards: $shard_triggers"
+echo "ok: deferred rollups with and without a filter, grouped by the distribution column or not, are made on a distributed and a distributed partitioned table, dirty log colocated, table colocated when grouped by the distribution column, triggers on every shard"
 
 # One delivery of events a..b into table t by the writer (through the
 # coordinator unless via=w1): re-delivered rows conflict and are not counted
@@ -136,7 +152,8 @@ SQL
 refresh_all() {
     local t
     for t in ev ev_one pev pev_one; do
-        owner -q -c "SELECT counter.rollup_refresh_dirty('${t}_r')" -c "SELECT counter.rollup_refresh_dirty('${t}_n')" >/dev/null
+        owner -q -c "SELECT counter.rollup_refresh_dirty('${t}_r')" -c "SELECT counter.rollup_refresh_dirty('${t}_n')" \
+            -c "SELECT counter.rollup_refresh_dirty('${t}_g')" >/dev/null
     done
 }
 # Rows of rollup t_c that differ from GROUP BY over the source (read into
@@ -150,15 +167,22 @@ CREATE TEMP TABLE want_r AS SELECT k, kind, counter.rollup_hour(at) AS hour, cou
     counter.hll_add_agg(id, 14)::bytea AS d FROM cr.$t WHERE kind <> 'bot' GROUP BY 1, 2, 3;
 CREATE TEMP TABLE got_n AS SELECT k, hour, count FROM cr.${t}_n;
 CREATE TEMP TABLE want_n AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count FROM cr.$t GROUP BY 1, 2;
+CREATE TEMP TABLE got_g AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM cr.${t}_g;
+CREATE TEMP TABLE want_g AS SELECT kind, counter.rollup_hour(at) AS hour, count(*) AS count, sum(v) AS sum_v,
+    counter.hll_add_agg(id, 14)::bytea AS d FROM cr.$t WHERE kind <> 'bot' GROUP BY 1, 2;
 SELECT (SELECT count(*) FROM got_r FULL JOIN want_r USING (k, kind, hour)
         WHERE got_r.count IS DISTINCT FROM want_r.count OR got_r.sum_v IS DISTINCT FROM want_r.sum_v
            OR got_r.d IS DISTINCT FROM want_r.d)
      + (SELECT count(*) FROM got_n FULL JOIN want_n USING (k, hour) WHERE got_n.count IS DISTINCT FROM want_n.count)
-     || ' ' || (SELECT count(*) FROM got_r) || ' ' || (SELECT count(*) FROM want_n);
+     + (SELECT count(*) FROM got_g FULL JOIN want_g USING (kind, hour)
+        WHERE got_g.count IS DISTINCT FROM want_g.count OR got_g.sum_v IS DISTINCT FROM want_g.sum_v
+           OR got_g.d IS DISTINCT FROM want_g.d)
+     || ' ' || (SELECT count(*) FROM got_r) || ' ' || (SELECT count(*) FROM want_n) || ' ' || (SELECT count(*) FROM got_g);
 SQL
 )
         [ "${got%% *}" = 0 ] || fail "$what: rollups of $t: $got (rows differing from GROUP BY, rows)"
         [ "$(cut -d' ' -f2 <<<"$got")" -gt 100 ] || fail "$what: rollups of $t: too few rows: $got"
+        [ "$(cut -d' ' -f4 <<<"$got")" -gt 30 ] || fail "$what: rollup ${t}_g: too few rows: $got"
     done
     for t in ev pev; do
         got=$(owner -tA <<SQL | grep -v '^$' | tail -1
@@ -166,8 +190,11 @@ CREATE TEMP TABLE a AS SELECT k, kind, hour, count, sum_v, distinct_id::bytea AS
 CREATE TEMP TABLE b AS SELECT k, kind, hour, count, sum_v, distinct_id::bytea AS d FROM cr.${t}_one_r;
 CREATE TEMP TABLE an AS SELECT * FROM cr.${t}_n;
 CREATE TEMP TABLE bn AS SELECT * FROM cr.${t}_one_n;
+CREATE TEMP TABLE ag AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM cr.${t}_g;
+CREATE TEMP TABLE bg AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM cr.${t}_one_g;
 SELECT (SELECT count(*) FROM (SELECT * FROM a EXCEPT ALL SELECT * FROM b) x) + (SELECT count(*) FROM (SELECT * FROM b EXCEPT ALL SELECT * FROM a) x)
-     + (SELECT count(*) FROM (SELECT * FROM an EXCEPT ALL SELECT * FROM bn) x) + (SELECT count(*) FROM (SELECT * FROM bn EXCEPT ALL SELECT * FROM an) x);
+     + (SELECT count(*) FROM (SELECT * FROM an EXCEPT ALL SELECT * FROM bn) x) + (SELECT count(*) FROM (SELECT * FROM bn EXCEPT ALL SELECT * FROM an) x)
+     + (SELECT count(*) FROM (SELECT * FROM ag EXCEPT ALL SELECT * FROM bg) x) + (SELECT count(*) FROM (SELECT * FROM bg EXCEPT ALL SELECT * FROM ag) x);
 SQL
 )
         [ "$got" = 0 ] || fail "$what: $got rollup rows of $t differ between the cluster and one node"
@@ -198,6 +225,19 @@ n=$(grep -c "INSERT INTO cr.ev_r_[0-9]* AS r .*FROM cr.ev_[0-9]* e" <<<"$out" ||
 [ "$n" -ge 8 ] || fail "the refresh's upsert was not pushed down to the 8 shards ($n statements): $out"
 grep -q "DELETE FROM cr.ev_r_[0-9]* r .*cr.ev_[0-9]* e" <<<"$out" || fail "the refresh's delete was not pushed down: $out"
 echo "ok: the refresh is pushed down to the shards (INSERT ... SELECT and DELETE, shard by shard)"
+# grouped by another column: the GROUP BY of the upsert and the DISTINCT of
+# the delete run on every shard (only partial sums and sketches, and the
+# groups, cross to the coordinator), the rollup table is written there
+out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
+    -c "SELECT counter.rollup_recompute('ev_g', '2026-07-01', '2026-07-03')" 2>&1) || fail "the recompute of ev_g failed: $out"
+n=$(grep -c "FROM cr.ev_[0-9]* e .*GROUP BY" <<<"$out" || true)
+[ "$n" -ge 16 ] || fail "the refresh of ev_g did not group on the 8 shards, for the upsert and the delete ($n statements): $out"
+n=$(grep -c "counter.hll_add_agg" <<<"$out" || true)
+[ "$n" -ge 8 ] || fail "the refresh of ev_g did not build the sketches on the 8 shards ($n statements): $out"
+if grep -E "LOG: .*(INSERT INTO|DELETE FROM) cr.ev_g" <<<"$out"; then
+    fail "the refresh of ev_g sent its write to another node: $out"
+fi
+echo "ok: grouped by another column, the refresh's GROUP BY and sketches run on the shards, and the coordinator's rollup table is written there"
 
 # COPY, INSERT ... SELECT (pushed down on the cluster), UPDATE, DELETE, and
 # late events (hours refreshed already), through the coordinator and a worker
@@ -213,6 +253,8 @@ INSERT INTO cr.$t SELECT id + 1000000, k, at + interval '1 hour', kind, v FROM c
 UPDATE cr.$t SET kind = 'bot' WHERE id % 7 = 0 AND kind = 'view';
 UPDATE cr.$t SET v = v + 1, at = '2026-07-02 03:00+00' WHERE id % 17 = 0;
 DELETE FROM cr.$t WHERE id % 13 = 0;
+-- every event of some groups of the rollups grouped by kind
+DELETE FROM cr.$t WHERE kind = 'click' AND at < '2026-07-01 13:00+00';
 SQL
 done
 for t in ev pev; do
@@ -262,6 +304,15 @@ got=$(owner -tA -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-
 owner -q -c "SELECT counter.rollup_recompute('ev_n', '2026-06-01', '2026-07-06')" >/dev/null
 got=$(owner -tA -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-06')")
 [ "$got" = 0 ] || fail "a second recompute of ev_r wrote $got rows (only rows that differ are written)"
+owner -q <<'SQL'
+UPDATE cr.pev_g SET count = count + 5, distinct_id = counter.hll_empty() WHERE kind = 'view';
+DELETE FROM cr.pev_g WHERE kind = 'click' AND hour < '2026-07-01 12:00+00';
+INSERT INTO cr.pev_g VALUES ('bot', '2026-07-01 11:00+00', 9, 9, counter.hll_empty());
+SQL
+got=$(owner -tA -c "SELECT counter.rollup_recompute('pev_g', '2026-07-01', '2026-07-06')")
+[ "$got" -gt 0 ] || fail "the recompute of pev_g wrote $got rows"
+got=$(owner -tA -c "SELECT counter.rollup_recompute('pev_g', '2026-07-01', '2026-07-06')")
+[ "$got" = 0 ] || fail "a second recompute of pev_g wrote $got rows (only rows that differ are written)"
 check_all "damaged, recomputed"
 # the scheduled job's form of the refresh (CALL, one transaction per day)
 app -q -c "INSERT INTO cr.pev VALUES (9000002, 12, '2026-07-02 05:00+00', 'click', 2)" \
@@ -275,7 +326,7 @@ check_all "refreshed by CALL counter.rollup_refresh"
 # distributed write too); the tables take writes after it
 leftovers() {
     on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_($1)_')
-        + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?rollup_($1)_dirty' OR relname ~ '^p?ev_(r|n)(_[0-9]+)?$')"
+        + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?rollup_($1)_dirty' OR relname ~ '^p?ev_(r|n|g)(_[0-9]+)?$')"
 }
 ids=$(coord -tA -c "SELECT string_agg(rollup_id::text, '|') FROM counter.rollups WHERE distributed")
 n=$(leftovers "$ids")
@@ -283,6 +334,8 @@ n=$(leftovers "$ids")
 owner -q -c "SELECT counter.rollup_drop('ev_r')" >/dev/null
 owner -q -c "BEGIN" -c "UPDATE cr.ev SET v = v" -c "SELECT counter.rollup_drop('ev_n')" -c "COMMIT" >/dev/null
 owner -q -c "SELECT counter.rollup_drop('pev_r')" -c "SELECT counter.rollup_drop('pev_n')" >/dev/null
+owner -q -c "BEGIN" -c "UPDATE cr.pev SET v = v" -c "SELECT counter.rollup_drop('pev_g')" -c "COMMIT" \
+    -c "SELECT counter.rollup_drop('ev_g')" >/dev/null
 app -q -c "INSERT INTO cr.ev VALUES (9000003, 9, '2026-07-01 10:00+00', 'view', 1)" \
     -c "INSERT INTO cr.pev VALUES (9000003, 9, '2026-07-01 10:00+00', 'view', 1)"
 n=$(leftovers "$ids")

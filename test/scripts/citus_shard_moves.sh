@@ -3,8 +3,10 @@
 # and writers running: shard moves (Citus's default mode, logical
 # replication, and block_writes), shard splits (both modes), draining a
 # node and rebalancing. A plain and a partitioned distributed table
-# (colocated), each with a trigger-mode counter (one with a filter) and a
-# deferred rollup (one with a filter, one with a distinct sketch), owned by
+# (colocated), each with a trigger-mode counter (one with a filter) and two
+# deferred rollups, one grouped by the distribution column and one by
+# another column (one of each with a filter, the others with a distinct
+# sketch), owned by
 # an unprivileged role, written by another through the coordinator and
 # directly through a worker the whole time, re-delivered rows included.
 #
@@ -59,6 +61,10 @@ SELECT counter.track('evc', 'sm.ev', 'k', 'at', filter => $$kind <> 'bot'$$);
 SELECT counter.track('pevc', 'sm.pev', 'k', 'at');
 SELECT counter.rollup_create('ev_r', 'sm.ev', 'at', '{k}', mode => 'deferred', filter => $$kind <> 'bot'$$);
 SELECT counter.rollup_create('pev_r', 'sm.pev', 'at', '{k,kind}', mode => 'deferred', distinct_on => '{id}');
+-- grouped by another column (1.8): the rollup table is the coordinator's,
+-- the dirty log moves with the shards
+SELECT counter.rollup_create('evk_r', 'sm.ev', 'at', '{kind}', mode => 'deferred', filter => $$kind <> 'bot'$$);
+SELECT counter.rollup_create('pevk_r', 'sm.pev', 'at', '{kind}', mode => 'deferred', distinct_on => '{id}');
 SQL
 
 # deliver RUN A B: rows A..B into both tables in one transaction; a row
@@ -149,7 +155,8 @@ check() {
         got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('$c', '2026-07-10', all_keys => true)")
         [ "$got" = "0 ok" ] || fail "$what: the reconciliation of $c: $got (0 ok expected: nothing to correct)"
     done
-    owner -q -c "SELECT counter.rollup_refresh_dirty('ev_r')" -c "SELECT counter.rollup_refresh_dirty('pev_r')" >/dev/null
+    owner -q -c "SELECT counter.rollup_refresh_dirty('ev_r')" -c "SELECT counter.rollup_refresh_dirty('pev_r')" \
+        -c "SELECT counter.rollup_refresh_dirty('evk_r')" -c "SELECT counter.rollup_refresh_dirty('pevk_r')" >/dev/null
     got=$(owner -tA <<'SQL' | grep -v '^$' | tail -1
 CREATE TEMP TABLE got_e AS SELECT k, hour, count FROM sm.ev_r;
 CREATE TEMP TABLE want_e AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count FROM sm.ev
@@ -157,9 +164,18 @@ CREATE TEMP TABLE want_e AS SELECT k, counter.rollup_hour(at) AS hour, count(*) 
 CREATE TEMP TABLE got_p AS SELECT k, kind, hour, count, distinct_id::bytea AS d FROM sm.pev_r;
 CREATE TEMP TABLE want_p AS SELECT k, kind, counter.rollup_hour(at) AS hour, count(*) AS count,
     counter.hll_add_agg(id, 14)::bytea AS d FROM sm.pev GROUP BY 1, 2, 3;
+CREATE TEMP TABLE got_ek AS SELECT kind, hour, count FROM sm.evk_r;
+CREATE TEMP TABLE want_ek AS SELECT kind, counter.rollup_hour(at) AS hour, count(*) AS count FROM sm.ev
+    WHERE kind <> 'bot' GROUP BY 1, 2;
+CREATE TEMP TABLE got_pk AS SELECT kind, hour, count, distinct_id::bytea AS d FROM sm.pevk_r;
+CREATE TEMP TABLE want_pk AS SELECT kind, counter.rollup_hour(at) AS hour, count(*) AS count,
+    counter.hll_add_agg(id, 14)::bytea AS d FROM sm.pev GROUP BY 1, 2;
 SELECT (SELECT count(*) FROM got_e FULL JOIN want_e USING (k, hour) WHERE got_e.count IS DISTINCT FROM want_e.count)
      + (SELECT count(*) FROM got_p FULL JOIN want_p USING (k, kind, hour)
         WHERE got_p.count IS DISTINCT FROM want_p.count OR got_p.d IS DISTINCT FROM want_p.d)
+     + (SELECT count(*) FROM got_ek FULL JOIN want_ek USING (kind, hour) WHERE got_ek.count IS DISTINCT FROM want_ek.count)
+     + (SELECT count(*) FROM got_pk FULL JOIN want_pk USING (kind, hour)
+        WHERE got_pk.count IS DISTINCT FROM want_pk.count OR got_pk.d IS DISTINCT FROM want_pk.d)
      || ' ' || (SELECT count(*) FROM want_p) || ' ' || (SELECT count(*) FROM sm.ev);
 SQL
 )
@@ -244,7 +260,8 @@ got=$(owner -tA -c "SELECT count(*) FROM counter.tracked_values WHERE counter = 
 deliver app 6001 6500
 deliver app_w2 6401 7000
 # a rollup keeps its rows through TRUNCATE (doc/reference/rollup.md: retention): recomputed
-owner -q -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-10')" >/dev/null
+owner -q -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-10')" \
+    -c "SELECT counter.rollup_recompute('evk_r', '2026-07-01', '2026-07-10')" >/dev/null
 check "TRUNCATE, then writes through the coordinator and worker 2, the rollup recomputed"
 
 # The shard triggers write as the table's owner, and PUBLIC may execute

@@ -22,7 +22,10 @@
 #       Citus keyed by the distribution column: it counts on the shards);
 #   (e) reconciliation of KEYS keys of a trigger-mode counter (2 x KEYS
 #       rows): counter.reconcile with all_keys, first folding every key's
-#       deltas, then on a right state.
+#       deltas, then on a right state;
+#   (f) refresh of one day of a deferred rollup grouped by a column that is
+#       not the distribution column (GROUPS groups, a distinct sketch):
+#       CALL counter.rollup_refresh on both (1.8).
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -34,7 +37,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcde (a subset runs only those workloads).
+# CE_BENCH_PARTS=abcdef (a subset runs only those workloads).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -47,7 +50,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcde}   # which of the workloads (a)-(e) to run
+PARTS=${CE_BENCH_PARTS:-abcdef}   # which of the workloads (a)-(f) to run
 LINKS=10000
 DAY="2026-07-01 00:00+00"
 NEXT="2026-07-02 00:00+00"
@@ -372,6 +375,46 @@ part_e() {
     done
 }
 run_part e
+
+# ---------------------------------------------------------------- (f) rollup grouped by another column
+# A deferred rollup grouped by a column that is not the distribution column
+# (1.8; doc/citus.md, "Grouped by other columns"), with a distinct sketch:
+# CALL counter.rollup_refresh of a day on both. On Citus the rollup table is
+# the coordinator's and the refresh's GROUP BY runs on the shards.
+part_f() {
+    echo "== (f) refresh of one day of a rollup grouped by another column ($NGROUPS groups, distinct links), $ROLLUP_ROWS rows"
+    table rg "link_id bigint NOT NULL, grp integer NOT NULL, at timestamptz NOT NULL" link_id
+    local n what l
+    for n in single citus_coord; do
+        q "$n" -c "INSERT INTO rg SELECT 1 + (g::bigint * 7919) % $LINKS, g % $NGROUPS,
+                   '$DAY'::timestamptz + (g % 86400) * interval '1 second' FROM generate_series(1, $ROLLUP_ROWS) g" \
+            -c "CREATE INDEX ON rg (at)" -c "VACUUM ANALYZE rg" -c "SET client_min_messages = warning" \
+            -c "SELECT counter.rollup_create('rg_hourly', 'rg', 'at', '{grp}', mode => 'deferred', distinct_on => '{link_id}')" \
+            >/dev/null
+    done
+    sig() {
+        q "$1" -tA -c "SELECT md5(string_agg(format('%s %s %s %s', grp, hour, count, distinct_link_id::bytea), ','
+            ORDER BY grp, hour)) FROM rg_hourly"
+    }
+    for what in empty unchanged; do
+        for n in single citus_coord; do
+            [ $what = empty ] && q "$n" -q -c "TRUNCATE rg_hourly"
+            ms[$n.load]=$(load)
+            ms[$n]=$(timed "$n" "SET client_min_messages = warning" "CALL counter.rollup_refresh('rg_hourly', '$DAY', '$NEXT')")
+            [ "$(q "$n" -tA -c "CREATE TEMP TABLE t AS SELECT grp, date_bin('1 hour', at, '2000-01-01 00:00+00') AS hour,
+                    count(*) AS n, counter.hll_add_agg(link_id, 14)::bytea AS d FROM rg GROUP BY 1, 2" \
+                -c "SELECT count(*) FROM t FULL JOIN rg_hourly r USING (grp, hour)
+                    WHERE t.n IS DISTINCT FROM r.count OR t.d IS DISTINCT FROM r.distinct_link_id::bytea" | tail -1)" = 0 ] ||
+                fail "$n: rg_hourly differs from GROUP BY ($what)"
+        done
+        [ "$(sig single)" = "$(sig citus_coord)" ] || fail "rg_hourly differs between one node and Citus ($what)"
+        row "(f) counter.rollup_refresh of a day, grouped by another column, rollup $what" "${ms[single]}" \
+            "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "rows and sketch bytes = GROUP BY, equal on both"
+    done
+    n=$(per_shard rg "SELECT count(*) FROM (SELECT grp, date_bin('1 hour', at, '2000-01-01 00:00+00') FROM %s GROUP BY 1, 2) x")
+    echo "  partial groups sent by the shards to the coordinator per refresh of the day: $n (one row per group, hour and shard, with a sketch), for $(q single -tA -c "SELECT count(*) FROM rg_hourly") rollup rows"
+}
+run_part f
 
 echo "[${SECONDS}s] done"
 echo
