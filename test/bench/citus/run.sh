@@ -412,7 +412,9 @@ part_f() {
             "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "rows and sketch bytes = GROUP BY, equal on both"
     done
     n=$(per_shard rg "SELECT count(*) FROM (SELECT grp, date_bin('1 hour', at, '2000-01-01 00:00+00') FROM %s GROUP BY 1, 2) x")
-    echo "  partial groups sent by the shards to the coordinator per refresh of the day: $n (one row per group, hour and shard, with a sketch), for $(q single -tA -c "SELECT count(*) FROM rg_hourly") rollup rows"
+    l=$(per_shard rg "SELECT coalesce(sum(pg_column_size(s)), 0) FROM (SELECT counter.hll_add_agg(link_id, 14) AS s
+        FROM %s GROUP BY grp, date_bin('1 hour', at, '2000-01-01 00:00+00')) x")
+    echo "  partial groups sent by the shards to the coordinator per refresh of the day: $n (one row per group, hour and shard: count and sketch; the sketches $l bytes), and as many (group, hour) rows for the delete, for $(q single -tA -c "SELECT count(*) FROM rg_hourly") rollup rows"
 }
 run_part f
 
