@@ -260,6 +260,7 @@ $$;
 -- (the refresh's GROUP BY is pushed down, its partial sums and sketches
 -- combined there: rollup_citus_sql). NULL when Citus does not distribute
 -- source. Any other layout is refused (0A000), before anything is made.
+-- (group_by no longer decides anything here since 1.8; the signature stays.)
 CREATE OR REPLACE FUNCTION counter_internal.citus_rollup_check(source regclass, group_by name[], mode text,
     replicated boolean)
 RETURNS name

@@ -906,14 +906,10 @@ BEGIN
         seen := seen || g;
         coltype := counter_internal.column_type_sql(source, g);
         ddl := ddl || format('%I %s NOT NULL, ', g, coltype);
-        IF g = dist_col THEN
-            dist_type := coltype;
-        END IF;
         keys := keys || format('%I, ', g);
     END LOOP;
-    IF dist_type IS NULL AND dist_col IS NOT NULL THEN
-        -- grouped by other columns: the dirty log's key is still the
-        -- distribution column's value
+    IF dist_col IS NOT NULL THEN
+        -- the dirty log's key, whether group_by includes the column or not
         dist_type := counter_internal.column_type_sql(source, dist_col);
     END IF;
 END
