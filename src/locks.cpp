@@ -34,6 +34,12 @@ bool take(uint16_t cls, uint32_t id, bool shared, bool wait) {
 	return LockAcquire(&tag, shared ? ShareLock : ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+bool take_in(unsigned int table, uint16_t cls, uint32_t id, bool shared, bool wait) {
+	LOCKTAG tag;
+	SET_LOCKTAG_OBJECT(tag, MyDatabaseId, table, id, cls);
+	return LockAcquire(&tag, shared ? ShareLock : ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
 } // namespace ce::locks
 
 namespace {
@@ -75,6 +81,10 @@ CE_FUNCTION(counter_lock_take) {
 			                ce::format("lock class \"%s\" needs an id of at least 0", name));
 		object = static_cast<uint32>(static_cast<uint64>(id) & 0xffffffffu);
 	}
+	if (c->number == ce::locks::rollup_node_hour || c->number == ce::locks::rollup_node_commit)
+		throw ce::Error(
+		    ce::sqlstate::invalid_parameter_value,
+		    ce::format("lock class \"%s\" is taken by a trigger-mode rollup on Citus, in its own lock space", name));
 	uint16_t cls = c->number;
 	// A recompute takes its hours alone: first write the rows this transaction
 	// added to the rollup (trigger mode writes them at commit), or it would

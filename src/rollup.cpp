@@ -42,9 +42,11 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -52,6 +54,7 @@ extern "C" {
 #include "utils/resowner.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
@@ -159,6 +162,17 @@ struct Hours {
 	int cap;
 };
 
+// Sorts 'hours' and moves each hour once to its front; how many there are.
+// Owns nothing C++.
+int sort_distinct(Hours *hours) {
+	qsort(hours->v, hours->n, sizeof(int64), compare_int64);
+	int distinct = 1;
+	for (int i = 1; i < hours->n; i++)
+		if (hours->v[i] != hours->v[distinct - 1])
+			hours->v[distinct++] = hours->v[i];
+	return distinct;
+}
+
 // Adds the hours of column 'att' of every row of 'store' to 'hours'. Owns
 // nothing C++.
 void collect_hours(Tuplestorestate *store, TupleDesc desc, int att, Hours *hours) {
@@ -218,11 +232,7 @@ void mark_dirty(TriggerData *td, int32 rid, int att, bool new_rows, bool old_row
 		collect_hours(td->tg_oldtable, desc, att, &hours);
 	if (hours.n == 0)
 		return;
-	qsort(hours.v, hours.n, sizeof(int64), compare_int64);
-	int distinct = 1;
-	for (int i = 1; i < hours.n; i++)
-		if (hours.v[i] != hours.v[distinct - 1])
-			hours.v[distinct++] = hours.v[i];
+	int distinct = sort_distinct(&hours);
 	insert_dirty(rid, hours.v, distinct);
 }
 
@@ -360,6 +370,14 @@ struct Store {
 	SubTransactionId added;   // the subtransaction the rows belong to
 	SubTransactionId applied; // the subtransaction that wrote them; Invalid: not yet
 	Tuplestorestate *rows;    // TopTransactionContext, TopTransactionResourceOwner
+	// Citus (shard_add, below): the shard trigger whose rows these are, the
+	// owner and the upsert into the rollup's colocated shard (TopTransactionContext);
+	// InvalidOid and nullptr for a rollup of this node's catalog
+	Oid tgoid = InvalidOid;
+	Oid owner = InvalidOid;
+	const char *sql = nullptr;
+	const char *mark = nullptr; // the rows' hours into the dirty log's shard instead
+	Oid space = InvalidOid;     // the rollup table on this node: its lock space
 };
 std::vector<Store> *stores = nullptr;
 bool pending_callbacks = false;
@@ -369,7 +387,8 @@ bool pending_callbacks = false;
 Tuplestorestate *store_for(int32 rid, Oid source) {
 	SubTransactionId sub = GetCurrentSubTransactionId();
 	for (auto it = stores->rbegin(); it != stores->rend(); ++it)
-		if (it->rid == rid && it->source == source && it->added == sub && it->applied == InvalidSubTransactionId)
+		if (it->rid == rid && it->source == source && it->added == sub && it->applied == InvalidSubTransactionId &&
+		    it->tgoid == InvalidOid)
 			return it->rows;
 	stores->reserve(stores->size() + 1); // may throw: before anything is made
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
@@ -380,9 +399,11 @@ Tuplestorestate *store_for(int32 rid, Oid source) {
 }
 
 // Copies the rows of this statement that pass the rollup's filter into
-// 'into' and adds their hours to 'hours'. Owns nothing C++: runs as the
+// 'into' and adds their hours to 'hours'; with 'only' (sorted hours, n_only
+// of them), only the rows of those hours. Owns nothing C++: runs as the
 // rollup's owner (the filter is the owner's code).
-void copy_passing_rows(TriggerData *td, const Rollup &r, Tuplestorestate *into, Hours *hours) {
+void copy_passing_rows(TriggerData *td, const Rollup &r, Tuplestorestate *into, Hours *hours,
+                       const int64 *only = nullptr, int n_only = 0) {
 	Tuplestorestate *store = td->tg_newtable;
 	Relation rel = td->tg_relation;
 	ExprState *filter =
@@ -405,6 +426,8 @@ void copy_passing_rows(TriggerData *td, const Rollup &r, Tuplestorestate *into, 
 		}
 		bool isnull;
 		Datum at = slot_getattr(slot, r.time_att, &isnull);
+		if (only != nullptr && (isnull || !std::binary_search(only, only + n_only, hour_of(DatumGetTimestampTz(at)))))
+			continue;
 		if (!isnull) {
 			int64 h = hour_of(DatumGetTimestampTz(at));
 			if (!have_last || h != last) {
@@ -541,15 +564,98 @@ void run_add(int32 rid, Kept &slot, const char *sql, Oid source, Tuplestorestate
 	ce::rollup::run_statement(rid, slot, sql);
 }
 
+// At the commit no statement's snapshot is left: the writes take one (an
+// error aborts the transaction, which pops it). True when it pushed one.
+// Owns nothing C++.
+bool snapshot_if_none() {
+	if (ActiveSnapshotSet())
+		return false;
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return true;
+}
+
+// Citus: runs one shard store group's upsert (Store::sql) on its rows as
+// new_rows. Owns nothing C++: as the owner, inside SPI.
+void shard_upsert(int32 rid, Oid source, const char *sql, Tuplestorestate *rows) {
+	register_new_rows(source, rows);
+	int rc = SPI_execute(sql, false, 0);
+	if (rc != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("rollup %d: its write into a shard failed: %s", rid, SPI_result_code_string(rc))));
+}
+
+// Citus: writes the unwritten stores of the shard triggers of trigger-mode
+// rollups (shard_add, below), one upsert per (rollup, shard) into the
+// rollup's colocated shard, in (rollup id, shard) order, each as the owner,
+// holding the shard's commit lock (rollup_node_commit; per source shard: the
+// connections Citus opens for one transaction write different shards) to the
+// end of the transaction: one writer at a time, so that no writer's upsert
+// waits for another's row locks. It waits for that lock only when 'wait'
+// (the local COMMIT: a transaction of this node alone, or the one Citus
+// started here, before it sends PREPARE to the others): at a PREPARE (Citus's
+// two-phase commit) a wait could close a cycle across nodes that no deadlock
+// detector sees (a transaction prepared on one node holds its rows there
+// while its PREPARE on another waits for a transaction that waits for those
+// rows: seen, every writer hung). Without the lock the rows are not
+// written: their hours are marked in the dirty log's shard, for the refresh.
+// Marks the stores written by the current subtransaction.
+void apply_shards(bool wait) {
+	std::vector<size_t> todo;
+	for (size_t i = 0; i < stores->size(); i++)
+		if ((*stores)[i].applied == InvalidSubTransactionId && (*stores)[i].tgoid != InvalidOid)
+			todo.push_back(i);
+	if (todo.empty())
+		return;
+	std::sort(todo.begin(), todo.end(), [](size_t a, size_t b) {
+		const Store &x = (*stores)[a], &y = (*stores)[b];
+		return x.rid != y.rid ? x.rid < y.rid : x.source < y.source;
+	});
+	SubTransactionId sub = ce::pg_guard([] { return GetCurrentSubTransactionId(); });
+	bool pushed = ce::pg_guard(snapshot_if_none);
+	for (size_t i = 0; i < todo.size();) {
+		size_t j = i;
+		std::vector<Tuplestorestate *> parts;
+		const Store &first = (*stores)[todo[i]];
+		for (; j < todo.size() && (*stores)[todo[j]].rid == first.rid && (*stores)[todo[j]].source == first.source; j++)
+			parts.push_back((*stores)[todo[j]].rows);
+		Tuplestorestate **array = parts.data();
+		int n = static_cast<int>(parts.size());
+		int32 rid = first.rid;
+		Oid source = first.source;
+		Oid space = first.space;
+		bool got = ce::pg_guard([space, source, wait] {
+			return ce::locks::take_in(space, ce::locks::rollup_node_commit, source, false, wait);
+		});
+		const char *sql = got ? first.sql : first.mark;
+		Tuplestorestate *rows =
+		    n == 1 ? parts[0] : ce::pg_guard([array, n, source] { return merge(array, n, source); });
+		ce::pg_guard([] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		});
+		ce::as_owner(first.owner, [rid, source, sql, rows] { shard_upsert(rid, source, sql, rows); });
+		ce::pg_guard([] { SPI_finish(); });
+		if (n > 1)
+			ce::pg_guard([rows] { tuplestore_end(rows); });
+		for (size_t k = i; k < j; k++)
+			(*stores)[todo[k]].applied = sub;
+		i = j;
+	}
+	if (pushed)
+		ce::pg_guard([] { PopActiveSnapshot(); });
+}
+
 // Writes the unwritten stores of rollup 'only' (all rollups: 0), in rollup id
 // order, each rollup's rows in one upsert as its owner; marks them written by
 // the current subtransaction.
 void apply(int32 only, bool at_commit) {
 	if (stores == nullptr)
 		return;
+	if (only == 0)
+		apply_shards(at_commit);
 	std::vector<int32> rids;
 	for (const Store &s : *stores)
-		if (s.applied == InvalidSubTransactionId && (only == 0 || s.rid == only))
+		if (s.applied == InvalidSubTransactionId && s.tgoid == InvalidOid && (only == 0 || s.rid == only))
 			rids.push_back(s.rid);
 	if (rids.empty())
 		return;
@@ -558,21 +664,14 @@ void apply(int32 only, bool at_commit) {
 	if (kept == nullptr)
 		kept = new std::unordered_map<int32, Kept>();
 	SubTransactionId sub = ce::pg_guard([] { return GetCurrentSubTransactionId(); });
-	// At the commit no statement's snapshot is left: the reads take one (an
-	// error aborts the transaction, which pops it).
-	bool pushed = ce::pg_guard([] {
-		if (ActiveSnapshotSet())
-			return false;
-		PushActiveSnapshot(GetTransactionSnapshot());
-		return true;
-	});
+	bool pushed = ce::pg_guard(snapshot_if_none);
 	for (int32 rid : rids) {
 		// A rollup's statement trigger fires on its source only (read_and_mark),
 		// so all its stores hold rows of one relation.
 		std::vector<Tuplestorestate *> parts;
 		Oid source = InvalidOid;
 		for (const Store &s : *stores)
-			if (s.applied == InvalidSubTransactionId && s.rid == rid) {
+			if (s.applied == InvalidSubTransactionId && s.rid == rid && s.tgoid == InvalidOid) {
 				source = s.source;
 				parts.push_back(s.rows);
 			}
@@ -615,7 +714,7 @@ void apply(int32 only, bool at_commit) {
 		}
 		ce::pg_guard([] { SPI_finish(); });
 		for (Store &s : *stores)
-			if (s.applied == InvalidSubTransactionId && s.rid == rid)
+			if (s.applied == InvalidSubTransactionId && s.rid == rid && s.tgoid == InvalidOid)
 				s.applied = sub;
 	}
 	if (pushed)
@@ -674,6 +773,19 @@ void pending_subxact(SubXactEvent event, SubTransactionId my, SubTransactionId p
 	}
 }
 
+// Makes the stores and registers their transaction callbacks, once per backend.
+void keep_stores() {
+	if (stores == nullptr)
+		stores = new std::vector<Store>();
+	if (!pending_callbacks) {
+		ce::pg_guard([] {
+			RegisterXactCallback(ce::entry<pending_xact>, nullptr);
+			RegisterSubXactCallback(ce::entry<pending_subxact>, nullptr);
+		});
+		pending_callbacks = true;
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Citus (doc/citus.md, "Rollups on a distributed table"): a deferred rollup
 // whose source is hash-distributed, grouped by its distribution column. Its
@@ -722,6 +834,22 @@ void shard_mark_fill(ShardMark *m, TriggerData *td, int32 rid) {
 		                 "again.")));
 }
 
+// The (k, h) rows of transition table 'table': its distribution column
+// ('key') and the UTC hour of its time column ('at'). Owns nothing C++.
+char *mark_leg(const char *table, const char *key, const char *at) {
+	return psprintf("SELECT %s.%s AS k, pg_catalog.date_bin('01:00:00'::pg_catalog.interval, %s.%s,"
+	                " '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) AS h FROM %s WHERE %s.%s IS NOT NULL",
+	                table, key, table, at, table, table, at);
+}
+
+// The INSERT of one mark per UTC hour of 'rows' (mark_leg) into the dirty
+// log's shard 'dirty' (with only_hours: only the hours in $1, a
+// timestamptz[]). Owns nothing C++.
+char *mark_sql(const char *dirty, const char *rows, bool only_hours) {
+	return psprintf("INSERT INTO %s (key, hour) SELECT DISTINCT ON (x.h) x.k, x.h FROM (%s) x%s ORDER BY x.h", dirty,
+	                rows, only_hours ? " WHERE x.h OPERATOR(pg_catalog.=) ANY ($1)" : "");
+}
+
 // The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): one mark
 // per UTC hour of the transition tables' rows. Owns nothing C++: inside SPI.
 SPIPlanPtr shard_mark_plan(ShardMark *m, TriggerData *td, int kind) {
@@ -730,17 +858,11 @@ SPIPlanPtr shard_mark_plan(ShardMark *m, TriggerData *td, int kind) {
 	char **a = td->tg_trigger->tgargs;
 	const char *at = quote_identifier(a[2]);
 	const char *key = quote_identifier(a[3]);
-	auto leg = [&](const char *table) {
-		return psprintf("SELECT %s.%s AS k, pg_catalog.date_bin('01:00:00'::pg_catalog.interval, %s.%s,"
-		                " '2000-01-01 00:00:00+00'::pg_catalog.timestamptz) AS h FROM %s WHERE %s.%s IS NOT NULL",
-		                table, key, table, at, table, table, at);
-	};
-	char *rows = kind == 0   ? leg("new_rows")
-	             : kind == 1 ? leg("old_rows")
-	                         : psprintf("%s UNION ALL %s", leg("new_rows"), leg("old_rows"));
-	char *sql = psprintf("INSERT INTO %s (key, hour) SELECT DISTINCT ON (x.h) x.k, x.h FROM (%s) x ORDER BY x.h",
-	                     m->state[0], rows);
-	m->plans[kind] = ce::prepare_kept(sql, 0, nullptr);
+	char *rows = kind == 0 ? mark_leg("new_rows", key, at)
+	             : kind == 1
+	                 ? mark_leg("old_rows", key, at)
+	                 : psprintf("%s UNION ALL %s", mark_leg("new_rows", key, at), mark_leg("old_rows", key, at));
+	m->plans[kind] = ce::prepare_kept(mark_sql(m->state[0], rows, false), 0, nullptr);
 	return m->plans[kind];
 }
 
@@ -762,13 +884,189 @@ void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
 	SPI_finish();
 }
 
+// The owner of relation 'rel' (InvalidOid: none). Owns nothing C++.
+Oid rel_owner(Oid rel) {
+	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(rel));
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;
+	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+// Trigger mode (1.8; doc/citus.md, "Trigger mode"): the INSERT trigger of a
+// trigger-mode rollup grouped by the distribution column has two more
+// arguments, the rollup table (colocated with the source) and the upsert's
+// text after its target (counter_internal.rollup_citus_add_sql: the GROUP BY of
+// new_rows with the filter printed from its stored tree, and ON CONFLICT DO
+// UPDATE adding to the row). On a shard, as the table's owner, it takes the
+// shared lock of each UTC hour of the statement's rows in the rollup's lock
+// space on this node (ce::locks::take_in: the rollup table's OID here, which
+// must be the owner's) and keeps the rows for the transaction's commit (or
+// PREPARE, in Citus's two-phase commit), where apply_shards writes them into
+// the rollup's colocated shard in one upsert, as one node's trigger mode does.
+// A recompute, on the coordinator, first takes those hours alone on every
+// node (counter_internal.rollup_node_hold, in a statement Citus sends to each
+// shard in the recompute's distributed transaction).
+// Owns nothing C++: as the table's owner, inside SPI. Returns false on the
+// distributed table itself.
+bool shard_add_fill(ShardMark *m, TriggerData *td, int32 rid) {
+	char **a = td->tg_trigger->tgargs;
+	if (!m->valid) {
+		const char *tables[2] = {a[4], a[5]};
+		ce::citus::Place place = ce::citus::shard_trigger_fill(m, td->tg_relation, tables, 2);
+		if (place == ce::citus::Place::no_citus || place == ce::citus::Place::missing)
+			ereport(ERROR,
+			        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			         errmsg("the trigger %s on %s belongs to rollup %d, whose table or dirty log has no shard on "
+			                "this node colocated with it",
+			                td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), rid),
+			         errhint("The rollup was dropped, or its tables were moved apart from its source: drop the "
+			                 "trigger (on the coordinator, with citus.enable_unsafe_triggers on), then "
+			                 "counter.rollup_create again.")));
+		if (m->shell)
+			return false;
+		Oid table = DatumGetObjectId(DirectFunctionCall1(to_regclass, CStringGetTextDatum(a[5])));
+		if (!OidIsValid(table) || !has_privs_of_role(m->owner, rel_owner(table)))
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			                errmsg("the trigger %s on %s names the rollup table %s, which its owner does not own",
+			                       td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), a[5])));
+		m->space = table;
+		m->sql = MemoryContextStrdup(m->context, psprintf("INSERT INTO %s AS r %s", m->state[1], a[6]));
+		m->mark = MemoryContextStrdup(
+		    m->context,
+		    mark_sql(m->state[0], mark_leg("new_rows", quote_identifier(a[3]), quote_identifier(a[2])), false));
+	}
+	return !m->shell;
+}
+
+// The statement's part, as the table's owner: the shared lock of each UTC
+// hour of its rows, and those rows into 'into'. A writer never waits for a
+// recompute: an hour whose lock it cannot take at once (a recompute holds
+// it, or waits for it) is marked in the dirty log's shard instead, in the
+// writer's transaction, and its rows are not kept; the refresh after the
+// commit recomputes that hour from the rows. (Waiting would deadlock across
+// nodes: the writer's statement holds hours on one node while it waits on
+// another, where the recompute, which holds that one, waits for it.)
+// Owns nothing C++: inside SPI.
+void shard_add_rows(ShardMark *m, TriggerData *td, Tuplestorestate *into) {
+	Relation rel = td->tg_relation;
+	int att = SPI_fnumber(RelationGetDescr(rel), td->tg_trigger->tgargs[2]);
+	if (att <= 0 || TupleDescAttr(RelationGetDescr(rel), att - 1)->atttypid != TIMESTAMPTZOID)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+		                errmsg("the time column \"%s\" of a rollup's trigger is not a timestamptz column of %s",
+		                       td->tg_trigger->tgargs[2], RelationGetRelationName(rel))));
+	Hours hours{nullptr, 0, 0};
+	collect_hours(td->tg_newtable, RelationGetDescr(rel), att, &hours);
+	if (hours.n == 0)
+		return;
+	int distinct = sort_distinct(&hours);
+	const int64 since_1970 = (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * HOURS_PER_DAY;
+	bool *held = static_cast<bool *>(palloc(sizeof(bool) * distinct));
+	int denied = 0;
+	for (int i = 0; i < distinct; i++) {
+		held[i] = ce::locks::take_in(m->space, ce::locks::rollup_node_hour,
+		                             static_cast<uint32>(hours.v[i] / USECS_PER_HOUR + since_1970), true, false);
+		denied += held[i] ? 0 : 1;
+	}
+	if (denied > 0) {
+		Datum *elems = static_cast<Datum *>(palloc(sizeof(Datum) * denied));
+		for (int i = 0, j = 0; i < distinct; i++)
+			if (!held[i])
+				elems[j++] = TimestampTzGetDatum(hours.v[i]);
+		ArrayType *array =
+		    construct_array(elems, denied, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+		if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
+		if (m->plans[0] == nullptr) {
+			char **a = td->tg_trigger->tgargs;
+			Oid types[1] = {TIMESTAMPTZARRAYOID};
+			m->plans[0] = ce::prepare_kept(
+			    mark_sql(m->state[0], mark_leg("new_rows", quote_identifier(a[3]), quote_identifier(a[2])), true), 1,
+			    types);
+		}
+		Datum args[1] = {PointerGetDatum(array)};
+		if (SPI_execute_plan(m->plans[0], args, nullptr, false, 0) != SPI_OK_INSERT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("recording dirty hours failed")));
+	}
+	// the rows of the hours it holds
+	int n_held = 0;
+	for (int i = 0; i < distinct; i++)
+		if (held[i])
+			hours.v[n_held++] = hours.v[i];
+	Rollup r{};
+	r.time_att = att;
+	Hours seen{nullptr, 0, 0};
+	if (n_held > 0)
+		copy_passing_rows(td, r, into, &seen, hours.v, n_held);
+	if (seen.v != nullptr)
+		pfree(seen.v);
+	pfree(held);
+	pfree(hours.v);
+}
+
+void shard_add(TriggerData *td, int32 rid) {
+	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
+	Oid owner = m->valid ? m->owner : td->tg_relation->rd_rel->relowner;
+	bool shard = ce::as_owner(owner, [m, td, rid] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		bool here = shard_add_fill(m, td, rid);
+		SPI_finish();
+		return here;
+	});
+	if (!shard || td->tg_newtable == nullptr || tuplestore_tuple_count(td->tg_newtable) == 0)
+		return;
+	keep_stores();
+	// this statement's rows go to the current subtransaction's store of this shard trigger
+	Oid source = RelationGetRelid(td->tg_relation);
+	SubTransactionId sub = ce::pg_guard([] { return GetCurrentSubTransactionId(); });
+	Store *store = nullptr;
+	for (auto it = stores->rbegin(); it != stores->rend() && store == nullptr; ++it)
+		if (it->tgoid == td->tg_trigger->tgoid && it->source == source && it->added == sub &&
+		    it->applied == InvalidSubTransactionId)
+			store = &*it;
+	if (store == nullptr) {
+		stores->reserve(stores->size() + 1);
+		Store fresh{rid, source, sub, InvalidSubTransactionId, nullptr};
+		fresh.tgoid = td->tg_trigger->tgoid;
+		fresh.owner = m->owner;
+		fresh.space = m->space;
+		const char *sql = m->sql;
+		const char *mark = m->mark;
+		ce::pg_guard([&fresh, sql, mark] {
+			MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+			fresh.rows = tuplestore_begin_heap(false, false, work_mem);
+			fresh.sql = pstrdup(sql);
+			fresh.mark = pstrdup(mark);
+			MemoryContextSwitchTo(old);
+		});
+		stores->push_back(fresh);
+		store = &stores->back();
+	}
+	Tuplestorestate *into = store->rows;
+	ce::as_owner(m->owner, [m, td, into] {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		shard_add_rows(m, td, into);
+		SPI_finish();
+	});
+}
+
 // The shard path of counter_internal.rollup_trigger: arguments (rollup id,
-// 'citus', time column, distribution column, and since 1.8 the dirty log).
+// 'citus', time column, distribution column, and since 1.8 the dirty log;
+// trigger mode's INSERT trigger two more: shard_add).
 void shard_mark(TriggerData *td) {
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (td->tg_trigger->tgnargs != 4 && td->tg_trigger->tgnargs != 5))
-		throw ce::Error("39P01",
-		                "a rollup's trigger on a Citus shard is a statement trigger with 5 arguments (4 made by 1.7)");
+	int nargs = td->tg_trigger->tgnargs;
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (nargs != 4 && nargs != 5 && nargs != 7) ||
+	    (nargs == 7 && !TRIGGER_FIRED_BY_INSERT(td->tg_event)))
+		throw ce::Error("39P01", "a rollup's trigger on a Citus shard is a statement trigger with 5 arguments (4 made "
+		                         "by 1.7; 7 for a trigger-mode rollup's INSERT)");
 	int32 rid = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
+	if (nargs == 7) {
+		shard_add(td, rid);
+		return;
+	}
 	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the rollup's owner
 	Oid owner = m->valid ? m->owner : td->tg_relation->rd_rel->relowner;
@@ -787,12 +1085,66 @@ CE_FUNCTION(counter_rollup_shard_mark) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.rollup_shard_mark must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || td->tg_trigger->tgnargs != 5 ||
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) ||
+	    (td->tg_trigger->tgnargs != 5 && td->tg_trigger->tgnargs != 7) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
-		throw ce::Error("39P01", "counter_internal.rollup_shard_mark must be an AFTER INSERT, UPDATE or DELETE "
-		                         "trigger with the 5 arguments counter.rollup_create gives it");
+		throw ce::Error("39P01",
+		                "counter_internal.rollup_shard_mark must be an AFTER INSERT, UPDATE or DELETE "
+		                "trigger with the 5 arguments (7: a trigger-mode INSERT) counter.rollup_create gives it");
 	shard_mark(td);
 	return PointerGetDatum(nullptr);
+}
+
+// counter_internal.rollup_node_hold(rollup regclass, from_h timestamptz, to_h
+// timestamptz, hours timestamptz[]) -> boolean (1.8; Citus): takes alone, for
+// this transaction, the UTC hours of [from_h, to_h) (only those in 'hours'
+// when it is not NULL; at most a day) of the trigger-mode rollup whose table
+// is 'rollup' on this node (its lock space: shard_add above), in hour order,
+// after writing what this transaction's shard triggers keep for their commit
+// (as one node's lock_take does). True. PUBLIC may execute it: the recompute
+// runs it as the rollup's owner on every node, where counter_ext has no
+// catalog; the caller must have the rights of the table's owner (42501), so a
+// role can hold only its own rollups' hours. STABLE, so that in the statement
+// the recompute sends to each shard (SELECT ... WHERE NOT rollup_node_hold(...))
+// it is a one-time condition, evaluated once per shard, even on an empty one.
+CE_FUNCTION(counter_rollup_node_hold) {
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "rollup, from_h and to_h must not be NULL");
+	Oid table = PG_GETARG_OID(0);
+	TimestampTz from = PG_GETARG_TIMESTAMPTZ(1);
+	TimestampTz to = PG_GETARG_TIMESTAMPTZ(2);
+	Oid owner = ce::pg_guard([table] { return rel_owner(table); });
+	if (!OidIsValid(owner) || !ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); }))
+		throw ce::Error(ce::sqlstate::insufficient_privilege, "only the owner of a rollup's table may hold its hours",
+		                "", "counter.rollup_recompute and the refresh job call it as the rollup's owner.");
+	if (TIMESTAMP_NOT_FINITE(from) || TIMESTAMP_NOT_FINITE(to) || to <= from || to - from > USECS_PER_DAY)
+		throw ce::Error(ce::sqlstate::invalid_parameter_value,
+		                "the hours a rollup's recompute holds are a finite range of at most one day");
+	std::vector<int64> wanted;
+	if (!PG_ARGISNULL(3)) {
+		ArrayType *array = PG_GETARG_ARRAYTYPE_P(3);
+		ce::pg_guard([array, &wanted] {
+			Datum *elems;
+			bool *nulls;
+			int n;
+			deconstruct_array(array, TIMESTAMPTZOID, sizeof(TimestampTz), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems,
+			                  &nulls, &n);
+			for (int i = 0; i < n; i++)
+				if (!nulls[i] && !TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(elems[i])))
+					wanted.push_back(hour_of(DatumGetTimestampTz(elems[i])));
+		});
+	}
+	std::sort(wanted.begin(), wanted.end());
+	if (stores != nullptr)
+		apply_shards(false);
+	const int64 since_1970 = (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * HOURS_PER_DAY;
+	for (int64 h = ce::pg_guard([from] { return hour_of(from); }); h < to; h += USECS_PER_HOUR)
+		if (PG_ARGISNULL(3) || std::binary_search(wanted.begin(), wanted.end(), h))
+			ce::pg_guard([table, h, since_1970] {
+				ce::locks::take_in(table, ce::locks::rollup_node_hour,
+				                   static_cast<uint32>(h / USECS_PER_HOUR + since_1970), false, true);
+			});
+	PG_RETURN_BOOL(true);
 }
 
 CE_FUNCTION(counter_rollup_fire) {
@@ -841,15 +1193,7 @@ CE_FUNCTION(counter_rollup_fire) {
 	if (!r.found)
 		ce::pg_guard([td, rid] { not_registered(td, rid); });
 	if (TRIGGER_FIRED_BY_INSERT(td->tg_event) && r.trigger_mode) {
-		if (stores == nullptr)
-			stores = new std::vector<Store>();
-		if (!pending_callbacks) {
-			ce::pg_guard([] {
-				RegisterXactCallback(ce::entry<pending_xact>, nullptr);
-				RegisterSubXactCallback(ce::entry<pending_subxact>, nullptr);
-			});
-			pending_callbacks = true;
-		}
+		keep_stores();
 		add_rows(td, rid, r);
 	}
 	ce::pg_guard([] { SPI_finish(); });

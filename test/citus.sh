@@ -187,3 +187,58 @@ on_nodes_sum() {
     local p
     for p in $nodes; do on_node "$p" -tA -c "$1"; done | awk '{ s += $1 } END { print s + 0 }'
 }
+
+# ce_citus_event_tables SCHEMA: the event tables the rollup scripts write
+# (citus_rollup.sh, citus_rollup_trigger.sh), made as the owner in SCHEMA
+# (the owner's): the enum kind; the owner's filter function probe(kind),
+# which raises unless it runs as the owner (counter_ext must run a filter as
+# the owner, with search_path pinned); ev (distributed by k, 8 shards) and
+# pev (partitioned by day: _a, _b and a default _d; distributed by k, 4
+# shards), and their one-node twins ev_one and pev_one, plain tables on the
+# coordinator. The writer may read and write them.
+ce_citus_event_tables() {
+    local s=$1
+    owner -q -v s="$s" -v own="$CE_CITUS_OWNER" -v app="$CE_CITUS_APP" >/dev/null <<'SQL'
+SET client_min_messages = warning;
+CREATE TYPE :"s".kind AS ENUM ('view', 'bot', 'click');
+SELECT format($f$CREATE FUNCTION %I.probe(k %I.kind) RETURNS boolean LANGUAGE plpgsql STABLE AS $b$
+    BEGIN
+        IF current_user <> %L THEN
+            RAISE EXCEPTION 'the filter ran as %%', current_user;
+        END IF;
+        RETURN k <> 'bot';
+    END $b$$f$, :'s', :'s', :'own') \gexec
+SELECT format('CREATE TABLE %1$I.%2$I (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL,'
+              ' kind %1$I.kind NOT NULL, v integer NOT NULL, PRIMARY KEY (k, id))', :'s', t)
+FROM unnest(ARRAY['ev', 'ev_one']) t \gexec
+SELECT format('CREATE TABLE %1$I.%2$I (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL,'
+              ' kind %1$I.kind NOT NULL, v integer NOT NULL, PRIMARY KEY (k, id, at)) PARTITION BY RANGE (at)', :'s', t)
+FROM unnest(ARRAY['pev', 'pev_one']) t \gexec
+SELECT format('CREATE TABLE %1$I.%2$I PARTITION OF %1$I.%3$I %4$s', :'s', t || p, t, b)
+FROM unnest(ARRAY['pev', 'pev_one']) t,
+     (VALUES ('_a', 'FOR VALUES FROM (''2026-07-01'') TO (''2026-07-02'')'),
+             ('_b', 'FOR VALUES FROM (''2026-07-02'') TO (''2026-07-03'')'), ('_d', 'DEFAULT')) v(p, b) \gexec
+SELECT create_distributed_table(format('%I.ev', :'s'), 'k', shard_count := 8);
+SELECT create_distributed_table(format('%I.pev', :'s'), 'k', shard_count := 4);
+GRANT USAGE ON SCHEMA :"s" TO :"app";
+GRANT SELECT, INSERT, UPDATE, DELETE ON :"s".ev, :"s".ev_one, :"s".pev, :"s".pev_one TO :"app";
+SQL
+}
+
+# ce_citus_deliver SCHEMA TABLE A B [END] [VIA]: one delivery of events A..B
+# into SCHEMA.TABLE by the writer, in one transaction ended by END (COMMIT,
+# or ROLLBACK), through the coordinator or, with VIA w1, directly through
+# worker 1; a re-delivered event conflicts and is not written
+ce_citus_deliver() {
+    local s=$1 t=$2 a=$3 b=$4 end=${5:-COMMIT} via=${6:-coord}
+    local run=app
+    [ "$via" = w1 ] && run=app_w1
+    $run -q >/dev/null <<SQL
+BEGIN;
+INSERT INTO $s.$t SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 37) * interval '47 minutes',
+    (ARRAY['view', 'bot', 'click'])[1 + g % 3]::$s.kind, g % 11
+FROM generate_series($a, $b) g
+ON CONFLICT DO NOTHING;
+$end;
+SQL
+}

@@ -252,7 +252,9 @@ $$;
 -- A rollup on a table Citus distributes (doc/citus.md, "Rollups on a
 -- distributed table"): the distribution column of source when it is a
 -- hash-distributed table (not a partition of one), the rollup is deferred,
--- and every node has Citus's metadata (the shard triggers find the rollup's
+-- or in trigger mode and grouped by the distribution column (1.8: its shard
+-- triggers add to the rollup's colocated shard), and every node has Citus's
+-- metadata (the shard triggers find the rollup's
 -- colocated dirty log there): then the rollup's dirty log is distributed
 -- colocated with it and its triggers run on the shards; its table is
 -- colocated with it when group_by includes the distribution column (the
@@ -260,7 +262,6 @@ $$;
 -- (the refresh's GROUP BY is pushed down, its partial sums and sketches
 -- combined there: rollup_citus_sql). NULL when Citus does not distribute
 -- source. Any other layout is refused (0A000), before anything is made.
--- (group_by no longer decides anything here since 1.8; the signature stays.)
 CREATE OR REPLACE FUNCTION counter_internal.citus_rollup_check(source regclass, group_by name[], mode text,
     replicated boolean)
 RETURNS name
@@ -278,15 +279,17 @@ BEGIN
     why := p.why;
     IF why IS NOT NULL THEN
         NULL;
-    ELSIF mode IS DISTINCT FROM 'deferred' THEN
-        why := pg_catalog.format('Only a deferred rollup is supported there, not mode %L (trigger mode''s hour locks and buffered mode''s shared memory are per node).', mode);
+    ELSIF mode OPERATOR(pg_catalog.=) 'trigger' AND NOT p.col OPERATOR(pg_catalog.=) ANY (group_by) THEN
+        why := pg_catalog.format('A trigger-mode rollup there must be grouped by the distribution column (%s), so that each shard''s rows are added to the rollup''s colocated shard; a deferred rollup may be grouped by any columns.', p.col);
+    ELSIF mode IS DISTINCT FROM 'deferred' AND mode IS DISTINCT FROM 'trigger' THEN
+        why := pg_catalog.format('A deferred or trigger-mode rollup is supported there, not mode %L (buffered mode''s shared memory is per node).', mode);
     ELSIF replicated THEN
         why := 'replicated => true is not supported there.';
     END IF;
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a rollup of %, a table Citus distributes, is not supported yet in this form', source
             USING ERRCODE = 'feature_not_supported', DETAIL = why,
-                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred''); otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred''), or a trigger-mode one grouped by the distribution column; otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN p.col;
 END

@@ -169,6 +169,59 @@ BEGIN
 END
 $$;
 
+-- Citus: the pieces of a distributed rollup's statements (rollup_citus_sql,
+-- rollup_citus_add_sql), from its catalog row: the group columns (keys; as
+-- columns of the events e, ekeys; same: e.<col> = r.<col> AND ...), the
+-- value columns (cols), their aggregates over the events (vals), their SET
+-- clauses replacing (fresh_set) and adding to (add_set) a row, the row
+-- compared before and after (old_vals, new_vals), the UTC hour of an event
+-- (hour_expr) and the filter (f: SQL printed from the stored tree, every
+-- name qualified; 'true' without one).
+CREATE OR REPLACE FUNCTION counter_internal.rollup_citus_parts(r counter.rollups,
+    OUT keys text, OUT ekeys text, OUT same text, OUT vals text, OUT cols text, OUT fresh_set text,
+    OUT add_set text, OUT old_vals text, OUT new_vals text, OUT hour_expr text, OUT f text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    t oid;
+BEGIN
+    hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, e.%I, '
+                        '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
+    keys := ''; ekeys := ''; same := '';
+    vals := 'pg_catalog.count(*) AS count';
+    cols := 'count';
+    fresh_set := 'count = EXCLUDED.count';
+    add_set := 'count = r.count OPERATOR(pg_catalog.+) EXCLUDED.count';
+    old_vals := 'r.count';
+    new_vals := 'EXCLUDED.count';
+    f := coalesce(counter_internal.filter_sql(r.source, r.filter, r.filter_tree, r.filter_relid, r.owner, 'e'), 'true');
+    FOREACH g IN ARRAY r.group_by LOOP
+        SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
+        keys := keys || format('%I, ', g);
+        ekeys := ekeys || format('e.%I, ', g);
+        same := same || format('e.%1$I %2$s r.%1$I AND ', g, (counter_internal.key_operators(t))[1]);
+    END LOOP;
+    FOREACH g IN ARRAY r.sums LOOP
+        vals := vals || format(', coalesce(pg_catalog.sum(e.%1$I), 0) AS %2$I', g, 'sum_' || g);
+        cols := cols || format(', %I', 'sum_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
+        add_set := add_set || format(', %1$I = r.%1$I OPERATOR(pg_catalog.+) EXCLUDED.%1$I', 'sum_' || g);
+        old_vals := old_vals || format(', r.%I', 'sum_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
+    END LOOP;
+    FOREACH g IN ARRAY r.distinct_on LOOP
+        vals := vals || format(', counter.hll_add_agg(e.%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
+        cols := cols || format(', %I', 'distinct_' || g);
+        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
+        add_set := add_set || format(', %1$I = counter.hll_union(r.%1$I, EXCLUDED.%1$I)', 'distinct_' || g);
+        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
+        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
+    END LOOP;
+END
+$$;
+
 -- Citus (doc/citus.md, "Rollups on a distributed table"): the recompute of
 -- [$1, $2) (or only the hours in $3) of a distributed rollup, two
 -- statements: an upsert of the groups that have events, writing only the
@@ -189,42 +242,9 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    hour_expr text := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, e.%I, '
-                             '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
-    keys text := '';
-    ekeys text := '';
-    same text := '';
-    vals text := 'pg_catalog.count(*) AS count';
-    cols text := 'count';
-    fresh_set text := 'count = EXCLUDED.count';
-    old_vals text := 'r.count';
-    new_vals text := 'EXCLUDED.count';
-    f text := coalesce(counter_internal.filter_sql(r.source, r.filter, r.filter_tree, r.filter_relid, r.owner, 'e'),
-                       'true');
-    g name;
-    t oid;
+    p record := counter_internal.rollup_citus_parts(r);
     up text; -- the upsert
 BEGIN
-    FOREACH g IN ARRAY r.group_by LOOP
-        SELECT a.atttypid INTO STRICT t FROM pg_attribute a WHERE a.attrelid = r.source AND a.attname = g;
-        keys := keys || format('%I, ', g);
-        ekeys := ekeys || format('e.%I, ', g);
-        same := same || format('e.%1$I %2$s r.%1$I AND ', g, (counter_internal.key_operators(t))[1]);
-    END LOOP;
-    FOREACH g IN ARRAY r.sums LOOP
-        vals := vals || format(', coalesce(pg_catalog.sum(e.%1$I), 0) AS %2$I', g, 'sum_' || g);
-        cols := cols || format(', %I', 'sum_' || g);
-        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'sum_' || g);
-        old_vals := old_vals || format(', r.%I', 'sum_' || g);
-        new_vals := new_vals || format(', EXCLUDED.%I', 'sum_' || g);
-    END LOOP;
-    FOREACH g IN ARRAY r.distinct_on LOOP
-        vals := vals || format(', counter.hll_add_agg(e.%1$I, %3$s) AS %2$I', g, 'distinct_' || g, r.hll_precision);
-        cols := cols || format(', %I', 'distinct_' || g);
-        fresh_set := fresh_set || format(', %1$I = EXCLUDED.%1$I', 'distinct_' || g);
-        old_vals := old_vals || format(', r.%I::bytea', 'distinct_' || g);
-        new_vals := new_vals || format(', EXCLUDED.%I::bytea', 'distinct_' || g);
-    END LOOP;
     up := format($f$
         INSERT INTO %1$s AS r (%2$shour, %3$s)
         SELECT %4$s%5$s, %6$s FROM %7$s AS e
@@ -232,7 +252,8 @@ BEGIN
         GROUP BY %4$s%5$s
         ON CONFLICT (%2$shour) DO UPDATE SET %10$s
         WHERE ROW(%11$s) IS DISTINCT FROM ROW(%12$s)$f$,
-        r.rollup_table, keys, cols, ekeys, hour_expr, vals, r.source, r.time_column, f, fresh_set, old_vals, new_vals);
+        r.rollup_table, p.keys, p.cols, p.ekeys, p.hour_expr, p.vals, r.source, r.time_column, p.f, p.fresh_set,
+        p.old_vals, p.new_vals);
     IF NOT counter_internal.citus_distributed(r.rollup_table) THEN
         RETURN ARRAY[up, format($f$
         DELETE FROM %1$s AS r
@@ -241,14 +262,38 @@ BEGIN
                                        WHERE e.%5$I >= $1 AND e.%5$I < $2 AND ($3 IS NULL OR %3$s = ANY ($3))
                                          AND (%6$s)) e
                           WHERE %7$se.hour OPERATOR(pg_catalog.=) r.hour)$f$,
-            r.rollup_table, ekeys, hour_expr, r.source, r.time_column, f, same)];
+            r.rollup_table, p.ekeys, p.hour_expr, r.source, r.time_column, p.f, p.same)];
     END IF;
     RETURN ARRAY[up, format($f$
         DELETE FROM %1$s AS r
         WHERE r.hour >= $1 AND r.hour < $2 AND ($3 IS NULL OR r.hour = ANY ($3))
           AND NOT EXISTS (SELECT FROM %2$s AS e WHERE %3$se.%4$I >= r.hour AND e.%4$I < r.hour + '01:00:00'::pg_catalog.interval
                           AND (%5$s))$f$,
-        r.rollup_table, r.source, same, r.time_column, f)];
+        r.rollup_table, r.source, p.same, r.time_column, p.f)];
+END
+$$;
+
+-- Citus, trigger mode (doc/citus.md, "Trigger mode"): the text after the
+-- target of the upsert the shard trigger of a trigger-mode rollup runs at its
+-- writer's commit (src/rollup.cpp, shard_add: "INSERT INTO <the rollup's
+-- colocated shard> AS r " and this), on the rows of the transaction's
+-- statements on that shard as new_rows: one row per (group, hour) in (group,
+-- hour) order, only the rows that pass the filter (SQL printed from the
+-- stored tree, every name qualified: the shards have no catalog), added to
+-- the row there. Run as the owner, restricted, search_path pinned.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_citus_add_sql(r counter.rollups)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record := counter_internal.rollup_citus_parts(r);
+BEGIN
+    RETURN format($f$(%1$shour, %2$s)
+        SELECT %3$s%4$s, %5$s FROM new_rows AS e WHERE (%6$s)
+        GROUP BY %3$s%4$s ORDER BY %3$s%4$s
+        ON CONFLICT (%1$shour) DO UPDATE SET %7$s$f$,
+        p.keys, p.cols, p.ekeys, p.hour_expr, p.vals, p.f, p.add_set);
 END
 $$;
 
@@ -278,6 +323,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF r.mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        -- the recompute that follows in this transaction holds its hours
+        -- on each node through one connection (rollup_refresh_chunk)
+        PERFORM pg_catalog.set_config('citus.max_adaptive_executor_pool_size', '1', true);
+    END IF;
     INSERT INTO counter.rollup_dirty (rollup_id, hour)
     SELECT r.rollup_id, x.h FROM counter_internal.exec_as_owner(r.owner,
         format('WITH d AS (DELETE FROM %s RETURNING hour) SELECT DISTINCT d.hour FROM d WHERE $1',
@@ -327,10 +377,15 @@ BEGIN
                      AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_(insert|delete|update)$', rid)
                    UNION ALL
                    SELECT format('CREATE TRIGGER %I AFTER %s ON %s %s FOR EACH STATEMENT'
-                                 ' EXECUTE FUNCTION counter_internal.rollup_shard_mark(%L, %L, %L, %L, %L)',
+                                 ' EXECUTE FUNCTION counter_internal.rollup_shard_mark(%L, %L, %L, %L, %L%s)',
                                  'counter_rollup_' || rid || '_' || k.trg, k.event, r.source, k.referencing,
                                  rid, 'citus', r.time_column, counter_internal.partition_citus_column(r.source),
-                                 counter_internal.rollup_dirty_table(r))
+                                 counter_internal.rollup_dirty_table(r),
+                                 -- trigger mode: its INSERT trigger adds the rows to the
+                                 -- rollup's shard at commit (src/rollup.cpp, shard_add)
+                                 CASE WHEN r.mode OPERATOR(pg_catalog.=) 'trigger' AND k.trg OPERATOR(pg_catalog.=) 'insert'
+                                      THEN format(', %L, %L', r.rollup_table, counter_internal.rollup_citus_add_sql(r))
+                                      ELSE '' END)
                    FROM (VALUES ('insert', 'INSERT', 'REFERENCING NEW TABLE AS new_rows'),
                                 ('delete', 'DELETE', 'REFERENCING OLD TABLE AS old_rows'),
                                 ('update', 'UPDATE', 'REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows'))
@@ -397,6 +452,17 @@ CREATE OR REPLACE FUNCTION counter_internal.rollup_shard_mark()
 RETURNS trigger
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_rollup_shard_mark';
+
+-- (1.8) Citus, trigger mode: takes alone the hours [from_h, to_h) (those in
+-- 'hours' when not NULL) of the trigger-mode rollup whose table is 'rollup'
+-- on this node, for the recompute that calls it on every shard as the
+-- rollup's owner (rollup_refresh_chunk; src/rollup.cpp). PUBLIC may execute
+-- it (99_internal.sql): it holds only the hours of a table its caller owns.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_node_hold(rollup regclass, from_h timestamptz, to_h timestamptz,
+                                                             hours timestamptz[])
+RETURNS boolean
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_rollup_node_hold';
 
 -- Registers or removes the job of a rollup so it mirrors counter.rollups.
 CREATE OR REPLACE FUNCTION counter_internal.rollup_job_sync(rollup_name text)
@@ -497,7 +563,19 @@ BEGIN
     ELSIF NOT counter_internal.lock_take('rollup_day', rid, from_h, wait => false) THEN
         RETURN NULL;
     END IF;
-    IF r.mode IN ('trigger', 'buffered') THEN
+    IF r.distributed AND r.mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        -- Citus: the same on every node, in its lock space there: one
+        -- statement sent to each shard of the rollup table, in this
+        -- distributed transaction, as the owner (src/rollup.cpp, shard_add),
+        -- through one connection per node, for the rest of the transaction
+        -- (two of its connections to a node would wait for each other's
+        -- hold; Citus reaches a shard through the connection that already
+        -- touched it, as the move of the marks did: rollup_citus_marks)
+        PERFORM pg_catalog.set_config('citus.max_adaptive_executor_pool_size', '1', true);
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format(
+            'SELECT 1 FROM %s r WHERE NOT counter_internal.rollup_node_hold(%L::pg_catalog.regclass, $1, $2, $3) LIMIT 1',
+            r.rollup_table, r.rollup_table), from_h, to_h, hours);
+    ELSIF r.mode IN ('trigger', 'buffered') THEN
         -- Wait for writers still adding to these hours; later ones wait for us.
         PERFORM counter_internal.lock_take('rollup_hour', rid, h)
         FROM (SELECT h FROM generate_series(from_h, to_h - interval '1 hour', interval '1 hour') h
@@ -1211,6 +1289,10 @@ BEGIN
         filter_relid = CASE WHEN compiled IS NOT NULL THEN r.source::oid END
     WHERE c.rollup_id = r.rollup_id;
     PERFORM counter_internal.rollup_build_sql(r.rollup_id);
+    IF r.distributed AND r.mode OPERATOR(pg_catalog.=) 'trigger' THEN
+        -- Citus: the shard triggers carry the filter (rollup_citus_add_sql)
+        PERFORM counter_internal.rollup_build(r.rollup_id);
+    END IF;
     -- buffered: the triggers keep the rollup's row per backend until the source is invalidated
     PERFORM counter_internal.rollup_buffer_invalidate(r.source);
     IF compiled IS NOT NULL THEN

@@ -33,16 +33,17 @@ SQL
 # (1.7: a trigger-mode counter keyed by the distribution column of a
 # hash-distributed table, partitioned or not, is made: below, and
 # test/scripts/citus_trigger.sh; so is a deferred rollup, grouped by it
-# or not (1.8): test/scripts/citus_rollup.sh)
+# or not (1.8): test/scripts/citus_rollup.sh, and a trigger-mode rollup
+# grouped by it (1.8): test/scripts/citus_rollup_trigger.sh)
 for call in \
     "counter.track('c3', 'links', 'link_id', 'at')" \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
     "counter.track('c6', 'clicks', 'id', 'at')" \
     "counter.track('c7', 'clicks', 'link_id', 'at', buffered => true)" \
     "counter.track('c8', 'clicks', 'link_id', 'at', replicated => true)" \
-    "counter.rollup_create('r1', 'clicks', 'at', '{link_id}')" \
+    "counter.rollup_create('r1', 'clicks', 'at', '{id}')" \
     "counter.rollup_create('r2', 'clicks', 'at', '{id}', mode => 'buffered')" \
-    "counter.rollup_create('r3', 'ev', 'at', '{k}')" \
+    "counter.rollup_create('r3', 'ev', 'at', '{id}')" \
     "counter.rollup_create('r4', 'links', 'at', '{link_id}', mode => 'deferred')" \
     "counter.rollup_create('r5', 'ev_2026', 'at', '{k}', mode => 'deferred')"; do
     out=$(coord -v VERBOSITY=verbose -c "SET citus.enable_unsafe_triggers = on" -c "SELECT $call" 2>&1) &&

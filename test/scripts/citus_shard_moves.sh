@@ -3,10 +3,10 @@
 # and writers running: shard moves (Citus's default mode, logical
 # replication, and block_writes), shard splits (both modes), draining a
 # node and rebalancing. A plain and a partitioned distributed table
-# (colocated), each with a trigger-mode counter (one with a filter) and two
+# (colocated), each with a trigger-mode counter (one with a filter), two
 # deferred rollups, one grouped by the distribution column and one by
 # another column (one of each with a filter, the others with a distinct
-# sketch), owned by
+# sketch), and a trigger-mode rollup (1.8; one with a filter), owned by
 # an unprivileged role, written by another through the coordinator and
 # directly through a worker the whole time, re-delivered rows included.
 #
@@ -65,6 +65,9 @@ SELECT counter.rollup_create('pev_r', 'sm.pev', 'at', '{k,kind}', mode => 'defer
 -- the dirty log moves with the shards
 SELECT counter.rollup_create('evk_r', 'sm.ev', 'at', '{kind}', mode => 'deferred', filter => $$kind <> 'bot'$$);
 SELECT counter.rollup_create('pevk_r', 'sm.pev', 'at', '{kind}', mode => 'deferred', distinct_on => '{id}');
+-- trigger mode (1.8): added to the rollup's shard at each writer's commit
+SELECT counter.rollup_create('evt_r', 'sm.ev', 'at', '{k,kind}', filter => $$kind <> 'bot'$$);
+SELECT counter.rollup_create('pevt_r', 'sm.pev', 'at', '{k}', distinct_on => '{id}');
 SQL
 
 # deliver RUN A B: rows A..B into both tables in one transaction; a row
@@ -156,7 +159,8 @@ check() {
         [ "$got" = "0 ok" ] || fail "$what: the reconciliation of $c: $got (0 ok expected: nothing to correct)"
     done
     owner -q -c "SELECT counter.rollup_refresh_dirty('ev_r')" -c "SELECT counter.rollup_refresh_dirty('pev_r')" \
-        -c "SELECT counter.rollup_refresh_dirty('evk_r')" -c "SELECT counter.rollup_refresh_dirty('pevk_r')" >/dev/null
+        -c "SELECT counter.rollup_refresh_dirty('evk_r')" -c "SELECT counter.rollup_refresh_dirty('pevk_r')" \
+        -c "SELECT counter.rollup_refresh_dirty('evt_r')" -c "SELECT counter.rollup_refresh_dirty('pevt_r')" >/dev/null
     got=$(owner -tA <<'SQL' | grep -v '^$' | tail -1
 CREATE TEMP TABLE got_e AS SELECT k, hour, count FROM sm.ev_r;
 CREATE TEMP TABLE want_e AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count FROM sm.ev
@@ -170,7 +174,16 @@ CREATE TEMP TABLE want_ek AS SELECT kind, counter.rollup_hour(at) AS hour, count
 CREATE TEMP TABLE got_pk AS SELECT kind, hour, count, distinct_id::bytea AS d FROM sm.pevk_r;
 CREATE TEMP TABLE want_pk AS SELECT kind, counter.rollup_hour(at) AS hour, count(*) AS count,
     counter.hll_add_agg(id, 14)::bytea AS d FROM sm.pev GROUP BY 1, 2;
+CREATE TEMP TABLE got_et AS SELECT k, kind, hour, count FROM sm.evt_r;
+CREATE TEMP TABLE want_et AS SELECT k, kind, counter.rollup_hour(at) AS hour, count(*) AS count FROM sm.ev
+    WHERE kind <> 'bot' GROUP BY 1, 2, 3;
+CREATE TEMP TABLE got_pt AS SELECT k, hour, count, distinct_id::bytea AS d FROM sm.pevt_r;
+CREATE TEMP TABLE want_pt AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count,
+    counter.hll_add_agg(id, 14)::bytea AS d FROM sm.pev GROUP BY 1, 2;
 SELECT (SELECT count(*) FROM got_e FULL JOIN want_e USING (k, hour) WHERE got_e.count IS DISTINCT FROM want_e.count)
+     + (SELECT count(*) FROM got_et FULL JOIN want_et USING (k, kind, hour) WHERE got_et.count IS DISTINCT FROM want_et.count)
+     + (SELECT count(*) FROM got_pt FULL JOIN want_pt USING (k, hour)
+        WHERE got_pt.count IS DISTINCT FROM want_pt.count OR got_pt.d IS DISTINCT FROM want_pt.d)
      + (SELECT count(*) FROM got_p FULL JOIN want_p USING (k, kind, hour)
         WHERE got_p.count IS DISTINCT FROM want_p.count OR got_p.d IS DISTINCT FROM want_p.d)
      + (SELECT count(*) FROM got_ek FULL JOIN want_ek USING (kind, hour) WHERE got_ek.count IS DISTINCT FROM want_ek.count)
@@ -261,7 +274,8 @@ deliver app 6001 6500
 deliver app_w2 6401 7000
 # a rollup keeps its rows through TRUNCATE (doc/reference/rollup.md: retention): recomputed
 owner -q -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-10')" \
-    -c "SELECT counter.rollup_recompute('evk_r', '2026-07-01', '2026-07-10')" >/dev/null
+    -c "SELECT counter.rollup_recompute('evk_r', '2026-07-01', '2026-07-10')" \
+    -c "SELECT counter.rollup_recompute('evt_r', '2026-07-01', '2026-07-10')" >/dev/null
 check "TRUNCATE, then writes through the coordinator and worker 2, the rollup recomputed"
 
 # The shard triggers write as the table's owner, and PUBLIC may execute

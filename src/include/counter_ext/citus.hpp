@@ -43,6 +43,9 @@ struct ShardTrigger {
 	MemoryContext context;
 	char *state[2];      // the colocated shards of the tables asked for (shard_trigger_fill)
 	SPIPlanPtr plans[4]; // the caller's, by event
+	Oid space;           // the caller's: a trigger-mode rollup's table on this node (its hour locks)
+	char *sql;           // the caller's: a trigger-mode rollup's upsert into state[1], in context
+	char *mark;          // the caller's: the same rows' hours marked in state[0] instead, in context
 };
 
 // The entry of trigger tgoid on rel (zeroed when new, invalid when rel is

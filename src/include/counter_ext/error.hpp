@@ -23,6 +23,7 @@ inline constexpr char undefined_object[] = "42704";
 inline constexpr char feature_not_supported[] = "0A000";
 inline constexpr char program_limit_exceeded[] = "54000";
 inline constexpr char out_of_memory[] = "53200";
+inline constexpr char insufficient_privilege[] = "42501";
 inline constexpr char internal_error[] = "XX000";
 } // namespace sqlstate
 

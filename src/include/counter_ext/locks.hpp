@@ -3,7 +3,10 @@
 // Every such lock is a PostgreSQL object lock (LOCKTAG_OBJECT) of this
 // database whose class id is the OID of counter_internal.lock_space, an empty
 // table of the extension made only to name this lock space; the object id is
-// the id the class says, the object sub-id the class's number below. No SQL
+// the id the class says, the object sub-id the class's number below; but
+// rollup_node_hour and rollup_node_commit (Citus), whose class id is a rollup
+// table's OID on the node
+// (take_in). No SQL
 // function takes an object lock of a class id the caller chooses (pg_advisory_*
 // take LOCKTAG_ADVISORY; DDL locks objects of the system catalogs only), so no
 // role can take, hold or wait out these locks: only counter_ext's own code, in
@@ -38,13 +41,15 @@ struct LockClass {
 	const char *id;  // what the lock's object id is
 };
 
-inline constexpr uint16_t tracked = 1;       // one tracked counter's reconciliation
-inline constexpr uint16_t partition = 2;     // maintenance of one partitioned table
-inline constexpr uint16_t rollup_day = 3;    // a rollup's refresh of one UTC day
-inline constexpr uint16_t rollup_hour = 4;   // a rollup's hour: writers share it, a refresh takes it alone
-inline constexpr uint16_t job = 5;           // claiming one job
-inline constexpr uint16_t flush = 6;         // a buffered counter's flush
-inline constexpr uint16_t rollup_commit = 7; // a trigger-mode rollup's commit-time upsert: one writer at a time
+inline constexpr uint16_t tracked = 1;            // one tracked counter's reconciliation
+inline constexpr uint16_t partition = 2;          // maintenance of one partitioned table
+inline constexpr uint16_t rollup_day = 3;         // a rollup's refresh of one UTC day
+inline constexpr uint16_t rollup_hour = 4;        // a rollup's hour: writers share it, a refresh takes it alone
+inline constexpr uint16_t job = 5;                // claiming one job
+inline constexpr uint16_t flush = 6;              // a buffered counter's flush
+inline constexpr uint16_t rollup_commit = 7;      // a trigger-mode rollup's commit-time upsert: one writer at a time
+inline constexpr uint16_t rollup_node_hour = 8;   // Citus: a trigger-mode rollup's hour on one node (take_in)
+inline constexpr uint16_t rollup_node_commit = 9; // Citus: a trigger-mode rollup's upsert on one node (take_in)
 
 inline constexpr LockClass classes[] = {
     {"tracked", tracked, "counter_id"},
@@ -54,6 +59,11 @@ inline constexpr LockClass classes[] = {
     {"job", job, "job_id mod 2^32"},
     {"flush", flush, "counter_id (a buffered counter's flush)"},
     {"rollup_commit", rollup_commit, "rollup_id (a trigger-mode rollup's upsert at its writer's commit)"},
+    {"rollup_node_hour", rollup_node_hour,
+     "UTC hour number mod 2^32; class id: the rollup table on this node (Citus, a trigger-mode rollup)"},
+    {"rollup_node_commit", rollup_node_commit,
+     "a source shard's OID; class id: the rollup table on this node (Citus, a trigger-mode rollup's upsert at a "
+     "writer's commit)"},
 };
 
 // The class named 'name', or nullptr.
@@ -81,6 +91,22 @@ unsigned int space();
 // transaction holds it. Raises when the lock space does not exist. Calls
 // PostgreSQL: use inside pg_guard.
 bool take(uint16_t cls, uint32_t id, bool shared, bool wait);
+
+// Citus (doc/citus.md, "Trigger mode"): takes lock (cls, id) in the lock
+// space of one distributed trigger-mode rollup on this node, its table's OID
+// here ('table': the distributed table, or Citus's metadata copy of it on a
+// worker). rollup_node_hour (id: the UTC hour number since 1970): the shard
+// triggers of its source share an hour, without waiting (a writer never waits
+// for a recompute: it marks the hour dirty instead), and
+// counter_internal.rollup_node_hold (as the table's owner only) takes it alone
+// for a recompute, waiting. rollup_node_commit (id: the OID of a shard of the
+// source): a writer's upsert into the rollup's colocated shard, one writer
+// at a time, held to the end of its transaction. Workers have no catalog of counter_ext: the table, which
+// only its owner may name to rollup_node_hold, is what keeps one role's
+// rollup apart from another's. With 'wait' false, returns false at once when
+// another transaction holds it or waits for it alone. Calls PostgreSQL: use
+// inside pg_guard.
+bool take_in(unsigned int table, uint16_t cls, uint32_t id, bool shared, bool wait);
 
 // The advisory-lock class ids of 1.1 to 1.4, only for 1.4's SQL until the
 // update (counter_internal.lock_class). Nothing of 1.5 takes them.

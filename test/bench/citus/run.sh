@@ -25,7 +25,9 @@
 #       deltas, then on a right state;
 #   (f) refresh of one day of a deferred rollup grouped by a column that is
 #       not the distribution column (GROUPS groups, a distinct sketch):
-#       CALL counter.rollup_refresh on both (1.8).
+#       CALL counter.rollup_refresh on both (1.8);
+#   (g) ingest into a table with an hourly rollup by the distribution
+#       column: none, deferred, trigger mode (1.8 on Citus).
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -37,7 +39,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcdef (a subset runs only those workloads).
+# CE_BENCH_PARTS=abcdefg (a subset runs only those workloads).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -50,7 +52,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcdef}   # which of the workloads (a)-(f) to run
+PARTS=${CE_BENCH_PARTS:-abcdefg}   # which of the workloads (a)-(g) to run
 LINKS=10000
 DAY="2026-07-01 00:00+00"
 NEXT="2026-07-02 00:00+00"
@@ -128,6 +130,21 @@ per_shard() {
 echo "machine: $(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(free -g | awk '/Mem:/ {print $2}') GB RAM"
 echo "Citus $(q citus_coord -tA -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'"), $(q single -tA -c 'SHOW server_version'), $SHARDS shards, coordinator + 2 workers on this machine"
 echo "sizes: keys $KEYS, rows $ROWS, rollup rows $ROLLUP_ROWS, ingest $INGEST transactions x $CLIENTS clients"
+
+# ingest NODE SCRIPT: pgbench runs $work/SCRIPT.sql, INGEST transactions over
+# CLIENTS clients, on NODE (none may fail); the milliseconds it took
+per=$((INGEST / CLIENTS))
+ingest() {
+    local n=$1 t=$2 p="CE_$1_PORT" tps
+    "$CE_PGBIN/pgbench" -n -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -c "$CLIENTS" -j "$CLIENTS" -t "$per" \
+        -f "$work/$t.sql" postgres >"$work/pgbench.out" 2>&1 || { cat "$work/pgbench.out"; fail "$n: pgbench $t"; }
+    if grep -q "number of failed transactions: [1-9]" "$work/pgbench.out"; then
+        cat "$work/pgbench.out"
+        fail "$n: $t: failed transactions"
+    fi
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.out" | tail -1)
+    awk -v t="$tps" -v n="$((per * CLIENTS))" 'BEGIN { printf "%.0f", n * 1000 / t }'
+}
 
 # ---------------------------------------------------------------- (a) reconcile
 part_a() {
@@ -282,23 +299,11 @@ part_d() {
         printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_$c (k) VALUES (:k);" \
             "SELECT counter.add('ing_$c', :k::bigint);" "COMMIT;" >"$work/ing_$c.sql"
     done
-    per=$((INGEST / CLIENTS))
-    bench() {
-        local n=$1 t=$2 p="CE_$1_PORT" tps
-        "$CE_PGBIN/pgbench" -n -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -c "$CLIENTS" -j "$CLIENTS" -t "$per" \
-            -f "$work/$t.sql" postgres >"$work/pgbench.out" 2>&1 || { cat "$work/pgbench.out"; fail "$n: pgbench $t"; }
-        if grep -q "number of failed transactions: [1-9]" "$work/pgbench.out"; then
-            cat "$work/pgbench.out"
-            fail "$n: $t: failed transactions"
-        fi
-        tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.out" | tail -1)
-        awk -v t="$tps" -v n="$((per * CLIENTS))" 'BEGIN { printf "%.0f", n * 1000 / t }'
-    }
     for t in ing_plain ing_app ing_buf ing_trig; do
         for n in single citus_coord; do
             ms[$n.load]=$(load)
             [ $n = citus_coord ] && p0=$(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction")
-            ms[$n]=$(bench "$n" "$t")
+            ms[$n]=$(ingest "$n" "$t")
             [ $n = citus_coord ] && twopc=$(($(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
             [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((per * CLIENTS)) ] || fail "$n: $t lost rows"
             if [ $t != ing_plain ]; then
@@ -417,6 +422,47 @@ part_f() {
     echo "  partial groups sent by the shards to the coordinator per refresh of the day: $n (one row per group, hour and shard: count and sketch; the sketches $l bytes), and as many (group, hour) rows for the delete, for $(q single -tA -c "SELECT count(*) FROM rg_hourly") rollup rows"
 }
 run_part f
+
+# ---------------------------------------------------------------- (g) rollup ingest
+# Ingest into a table with an hourly rollup by its distribution column: none,
+# a deferred rollup (the shard trigger marks the hours; refreshed after),
+# and a trigger-mode rollup (1.8 on Citus: the shard trigger adds the rows to
+# the rollup's shard at the commit). Single-row transactions, CLIENTS clients.
+part_g() {
+    echo "== (g) ingest with an hourly rollup: $INGEST single-row transactions, $CLIENTS clients, $KEYS keys"
+    local t n what
+    for t in rg_none rg_def rg_trig; do
+        table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+        printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO $t (k) VALUES (:k);" >"$work/$t.sql"
+    done
+    for n in single citus_coord; do
+        q "$n" -q -c "SET client_min_messages = warning" \
+            -c "SELECT counter.rollup_create('rg_def_h', 'rg_def', 'at', '{k}', mode => 'deferred')" \
+            -c "SELECT counter.rollup_create('rg_trig_h', 'rg_trig', 'at', '{k}')" >/dev/null
+    done
+    for t in rg_none rg_def rg_trig; do
+        for n in single citus_coord; do
+            ms[$n.load]=$(load)
+            ms[$n]=$(ingest "$n" "$t")
+            [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((per * CLIENTS)) ] || fail "$n: $t lost rows"
+            if [ $t != rg_none ]; then
+                [ $t = rg_def ] && q "$n" -q -c "SELECT counter.rollup_refresh_dirty('rg_def_h')" >/dev/null
+                [ "$(q "$n" -tA -c "CREATE TEMP TABLE w AS SELECT k, date_bin('1 hour', at, '2000-01-01 00:00+00') AS hour,
+                        count(*) AS n FROM $t GROUP BY 1, 2" \
+                    -c "SELECT count(*) FROM w FULL JOIN ${t}_h r USING (k, hour) WHERE w.n IS DISTINCT FROM r.count" |
+                    tail -1)" = 0 ] || fail "$n: ${t}_h differs from GROUP BY"
+            fi
+        done
+        case $t in
+        rg_none) what="plain INSERT (no rollup)" ;;
+        rg_def) what="INSERT, deferred rollup (hours marked; refreshed after, not timed)" ;;
+        rg_trig) what="INSERT, trigger-mode rollup (added at the commit)" ;;
+        esac
+        row "(g) $what, $((per * CLIENTS)) transactions" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "count(*) = transactions; rollup rows = GROUP BY"
+    done
+}
+run_part g
 
 echo "[${SECONDS}s] done"
 echo
