@@ -226,6 +226,39 @@ SET ROLE worker_regress_owner;
 SELECT counter_internal.lock_take('job', 5);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- Citus's classes live in a rollup table's own lock space: not lock_take's
+SELECT counter_internal.lock_take('rollup_node_hour', 1);
+\echo :LAST_ERROR_SQLSTATE
+-- rollup_node_hold (a distributed trigger-mode rollup's recompute, on every
+-- node): the hours of a day, alone, in the table's lock space; only for a
+-- role with the rights of the table's owner; at most one day
+CREATE TABLE public.hold_t (x int);
+ALTER TABLE public.hold_t OWNER TO worker_regress_owner;
+SET ROLE worker_regress_owner;
+BEGIN;
+SELECT counter_internal.rollup_node_hold('public.hold_t', '2026-01-01 00:00+00', '2026-01-02 00:00+00', NULL) AS held;
+SELECT count(*) AS hours, min(objid) = 490896 AS first_hour, count(DISTINCT objid) AS distinct_hours,
+       bool_and(objsubid = 8 AND mode = 'ExclusiveLock') AS exclusive
+FROM pg_locks WHERE locktype = 'object' AND classid = 'public.hold_t'::regclass AND pid = pg_backend_pid();
+ROLLBACK;
+BEGIN;
+SELECT counter_internal.rollup_node_hold('public.hold_t', '2026-01-01 00:00+00', '2026-01-02 00:00+00',
+                                         '{2026-01-01 05:20+00, 2026-01-01 07:00+00, 2026-01-03 00:00+00}') AS held;
+SELECT count(*) AS hours FROM pg_locks WHERE locktype = 'object' AND classid = 'public.hold_t'::regclass
+  AND pid = pg_backend_pid();
+ROLLBACK;
+SELECT counter_internal.rollup_node_hold('public.hold_t', '2026-01-01 00:00+00', '2026-01-03 00:00+00', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter_internal.rollup_node_hold('public.hold_t', NULL, '2026-01-03 00:00+00', NULL);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+CREATE ROLE worker_regress_other;
+SET ROLE worker_regress_other;
+SELECT counter_internal.rollup_node_hold('public.hold_t', '2026-01-01 00:00+00', '2026-01-02 00:00+00', NULL);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE worker_regress_other;
+DROP TABLE public.hold_t;
 
 -- The runner leaves no job marked running.
 SELECT count(*) AS left_running FROM counter.job_runs WHERE outcome = 'running';
