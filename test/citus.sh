@@ -61,6 +61,38 @@ ce_citus_build() {
     echo "$key" >"$dir/key"
 }
 
+# The vendored Citus source tarballs beside the repository, per major, for
+# test/versions.sh and the demo: ../shared/vendor (CI clones the repository
+# with shared/ beside it; CE_CITUS_VENDOR overrides).
+citus_vendor=${CE_CITUS_VENDOR:-$CE_TOP/../shared/vendor}
+# citus_for MAJOR: sets citus_src and citus_patch (empty: none), and
+# citus_why (why a major runs without Citus).
+citus_for() {
+    local tarball= patch=
+    citus_why=
+    case $1 in
+    15) tarball=citus-13.2.2.tar.gz patch=citus-13.2.2-pg15.20.patch ;; # 15.20 exports have_createdb_privilege
+    17) tarball=citus-13.2.2.tar.gz ;;                                  # its copy of it is for 15 only
+    18) tarball=citus-14.0.1.tar.gz ;;                                  # with libcurl (test/citus.sh)
+    esac
+    # CE_CITUS_TARBALL_<major> names another tarball of the vendor folder
+    # (no patch), e.g. CE_CITUS_TARBALL_17=citus-14.0.1.tar.gz.
+    local other=CE_CITUS_TARBALL_$1
+    [ -n "${!other:-}" ] && tarball=${!other} patch=
+    citus_src= citus_patch=
+    if [ -z "$tarball" ]; then
+        return 0
+    elif [ ! -r "$citus_vendor/$tarball" ]; then
+        citus_why="$citus_vendor/$tarball is not there"
+        return 0
+    fi
+    citus_src=$(cd "$citus_vendor" && pwd)/$tarball
+    if [ -n "$patch" ]; then
+        [ -r "$citus_vendor/$patch" ] || { citus_src=; return 0; }
+        citus_patch=$(cd "$citus_vendor" && pwd)/$patch
+    fi
+}
+
 # ce_citus_prepare: makes Citus loadable by the staged server (call after
 # ce_build_and_stage). 0: ready; 77: not available (CE_CITUS_SKIP says why);
 # other: a given tarball failed to build (a failure, not a skip).

@@ -30,39 +30,11 @@ done
 [ ${#majors[@]} -gt 0 ] || ce_die "usage: test/versions.sh 15|17|18|all ..."
 ce_is_root || ce_die "PG=${majors[*]} needs root (debootstrap, chroot, mount); as another user only 'make test' (PostgreSQL 15) runs"
 
-# Citus for the test/scripts/citus_*.sh tests (test/citus.sh), per major:
-# the vendored source tarballs beside the repository (CI clones it with
-# shared/ beside it: ../shared/vendor; CE_CITUS_VENDOR overrides), built once
-# per major into a cache and reused. A major with no tarball here runs
-# without Citus: run.sh prints one line saying the Citus tests were skipped.
-citus_vendor=${CE_CITUS_VENDOR:-$CE_TOP/../shared/vendor}
-# citus_for MAJOR: sets citus_src and citus_patch (empty: none), and
-# citus_why (why a major runs without Citus).
-citus_for() {
-    local tarball= patch=
-    citus_why=
-    case $1 in
-    15) tarball=citus-13.2.2.tar.gz patch=citus-13.2.2-pg15.20.patch ;; # 15.20 exports have_createdb_privilege
-    17) tarball=citus-13.2.2.tar.gz ;;                                  # its copy of it is for 15 only
-    18) tarball=citus-14.0.1.tar.gz ;;                                  # with libcurl (test/citus.sh)
-    esac
-    # CE_CITUS_TARBALL_<major> names another tarball of the vendor folder
-    # (no patch), e.g. CE_CITUS_TARBALL_17=citus-14.0.1.tar.gz.
-    local other=CE_CITUS_TARBALL_$1
-    [ -n "${!other:-}" ] && tarball=${!other} patch=
-    citus_src= citus_patch=
-    if [ -z "$tarball" ]; then
-        return 0
-    elif [ ! -r "$citus_vendor/$tarball" ]; then
-        citus_why="$citus_vendor/$tarball is not there"
-        return 0
-    fi
-    citus_src=$(cd "$citus_vendor" && pwd)/$tarball
-    if [ -n "$patch" ]; then
-        [ -r "$citus_vendor/$patch" ] || { citus_src=; return 0; }
-        citus_patch=$(cd "$citus_vendor" && pwd)/$patch
-    fi
-}
+# Citus for the test/scripts/citus_*.sh tests: the vendored tarballs
+# (citus_for, test/citus.sh), built once per major into a cache and reused.
+# A major with no tarball there runs without Citus: run.sh prints one line
+# saying the Citus tests were skipped.
+source test/citus.sh
 
 summary=()
 excerpts=()  # majors with failures

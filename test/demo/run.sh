@@ -2,6 +2,13 @@
 # The demo: installs what is missing, builds, installs, starts a throwaway
 # cluster and shows counter_ext at work on a generated click stream, one
 # section per feature (test/demo/NN_*.sql, run in name order).
+#
+# The sections named NN_*_citus.sql run last, on a Citus cluster of three
+# nodes on this machine (a coordinator and two workers, test/citus.sh), when
+# Citus is installed for this PostgreSQL or can be built (once, then cached)
+# from a source tarball: CITUS_SRC, or the vendored one beside the repository
+# (../shared/vendor, as for the tests). Without either, one line says why
+# they were skipped.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -17,17 +24,52 @@ ce_cluster_use demo
 "$CE_PGBIN/createdb" clicks || exit 1
 export PGDATABASE=clicks
 
-# CE_DEMO_ONLY=regex runs only the sections whose file name matches.
-for section in test/demo/[0-9]*.sql; do
-    [[ $(basename "$section") =~ ${CE_DEMO_ONLY:-.} ]] || continue
+# run_section FILE [PSQL OPTION...]: its title, then its statements echoed
+# with their results.
+run_section() {
+    local section=$1
+    shift
     echo
     echo "################################################################"
     sed -n 's/^-- Demo: //p' "$section" | sed 's/^/## /'
     echo "################################################################"
-    "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 --echo-queries -P pager=off -f "$section" || {
+    "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 --echo-queries -P pager=off "$@" -f "$section" || {
         echo "demo section $section failed"
         exit 1
     }
+}
+
+# CE_DEMO_ONLY=regex runs only the sections whose file name matches.
+citus_sections=()
+for section in test/demo/[0-9]*.sql; do
+    [[ $(basename "$section") =~ ${CE_DEMO_ONLY:-.} ]] || continue
+    if [[ $section == *_citus.sql ]]; then
+        citus_sections+=("$section")
+        continue
+    fi
+    run_section "$section"
 done
+
+if [ ${#citus_sections[@]} -gt 0 ]; then
+    source test/citus.sh
+    citus_for "$CE_PG_MAJOR"
+    CITUS_SRC=${CITUS_SRC:-$citus_src} CITUS_PATCH=${CITUS_PATCH:-$citus_patch} CE_CITUS_WHY_NOT=$citus_why
+    echo
+    echo "preparing Citus for the Citus sections (a build from source takes minutes the first time, then is cached)..."
+    ce_citus_prepare
+    st=$?
+    if [ $st -eq 77 ]; then
+        echo "## the Citus sections were skipped: $CE_CITUS_SKIP"
+    elif [ $st -ne 0 ]; then
+        echo "Citus ($CITUS_SRC) could not be built for PostgreSQL $CE_PG_MAJOR"
+        exit 1
+    else
+        CE_CITUS_DB=clicks ce_citus_cluster_start >/dev/null || exit 1
+        for section in "${citus_sections[@]}"; do
+            run_section "$section" -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks \
+                -v coordinator="$CE_citus_coord_PORT" -v worker_1="$CE_citus_w1_PORT"
+        done
+    fi
+fi
 echo
-echo "demo finished: the cluster is thrown away now."
+echo "demo finished: the clusters are thrown away now."
