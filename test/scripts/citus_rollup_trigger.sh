@@ -232,6 +232,27 @@ app -q -c "INSERT INTO ct.ev_one SELECT g, g % 97, '2026-07-01 10:00+00'::timest
 owner -q -c "SELECT counter.rollup_refresh_dirty('ev_t')" -c "SELECT counter.rollup_refresh_dirty('ev_u')" >/dev/null
 check_all "writers through the coordinator and a worker during recomputes"
 
+# A recompute in a transaction that wrote the source through several
+# connections to one node (Citus opens one per shard for a multi-shard
+# write with force_max_query_parallelization): those connections hold their
+# hours, kept for the commit; the recompute's hold on that node waits for
+# them, a wait Citus cancels as a distributed deadlock (40P01). An error,
+# never a hang and never rows counted twice: the transaction rolls back.
+st=0
+out=$(timeout 120 "$CE_PGBIN/psql" -X -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_own -d postgres -v ON_ERROR_STOP=1 2>&1 <<'SQL'
+BEGIN;
+SET citus.force_max_query_parallelization = on;
+UPDATE ct.ev SET v = v WHERE k < 20;
+INSERT INTO ct.ev SELECT g, g % 97, '2026-07-01 10:00+00', 'view', 1 FROM generate_series(4200000, 4200199) g;
+SELECT counter.rollup_recompute('ev_u', '2026-07-01', '2026-07-02');
+COMMIT;
+SQL
+) || st=$?
+[ $st -ne 124 ] || fail "a recompute after a multi-connection write in its transaction hung: $out"
+[ $st -ne 0 ] && grep -q "40P01\|deadlock" <<<"$out" ||
+    fail "a recompute after a multi-connection write in its transaction did not fail with 40P01 (exit $st): $out"
+check_all "a recompute after a multi-connection write in its transaction (rolled back)"
+
 # the hold: only the rollup table's owner may take it (42501); the writer
 # cannot read or write the rollup's shards
 out=$(app_w1 -c "SELECT counter_internal.rollup_node_hold('ct.ev_t', '2026-07-01', '2026-07-01 01:00', NULL)" 2>&1) &&
