@@ -1007,8 +1007,9 @@ void shard_add_rows(ShardMark *m, TriggerData *td, Tuplestorestate *into) {
 
 void shard_add(TriggerData *td, int32 rid) {
 	ShardMark *m = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
-	Oid owner = m->valid ? m->owner : td->tg_relation->rd_rel->relowner;
-	bool shard = ce::as_owner(owner, [m, td, rid] {
+	// filled once per backend (until an invalidation): then the statement
+	// switches to the owner once, below
+	bool shard = m->valid ? !m->shell : ce::as_owner(td->tg_relation->rd_rel->relowner, [m, td, rid] {
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
 		bool here = shard_add_fill(m, td, rid);

@@ -19,7 +19,8 @@
 # Each add run's line says what the flush job took meanwhile (the sum of its
 # runs' durations in counter.job_runs over the run's wall time, and the rows
 # it wrote).
-# The flush job runs every second as in production. Prints the median tps,
+# The flush job runs every second as in production (CE_BENCH_FLUSH_INTERVAL,
+# default 1s: counter_ext.flush_interval, the flush jobs' run_every). Prints the median tps,
 # each run's ratio to SELECT 1 and the load average beside it: on a shared
 # machine the absolute figures are loaded, the ratios less so. Afterwards
 # every add is checked counted once (value = committed pgbench transactions).
@@ -44,7 +45,8 @@ ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
 ce_build_and_stage || exit 1
 ce_cluster_start bench "fsync = on" "synchronous_commit = on" "full_page_writes = on" \
     "shared_buffers = '512MB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "max_connections = 200" \
-    "counter_ext.buffer_entries = 262144" "counter_ext.naptime = 1" || exit 1
+    "counter_ext.buffer_entries = 262144" "counter_ext.naptime = 1" \
+    "counter_ext.flush_interval = '${CE_BENCH_FLUSH_INTERVAL:-1s}'" || exit 1
 ce_cluster_use bench
 "$CE_PGBIN/createdb" bench || exit 1
 export PGDATABASE=bench
