@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Every section of the demo (test/demo/NN_*.sql) runs to its end without an
+# error, on a cluster set up as test/demo/run.sh sets up its own: the
+# one-node sections in name order, then the Citus sections on a three-node
+# Citus cluster (test/citus.sh) when Citus is there (otherwise a "not run:"
+# line says why). After the Citus section, the cluster's numbers are checked
+# against the rows: every counter value equals count(*) with its filter, and
+# every row of the trigger-mode rollup equals GROUP BY (sketch bytes too).
+# (checkout_anywhere.sh runs `make demo` itself, its first two sections.)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source test/lib.sh
+fail() {
+    echo "FAILED: $*"
+    exit 1
+}
+trap ce_cluster_stop_all EXIT
+
+ce_cluster_start demo "counter_ext.enabled = off" || exit 1
+ce_cluster_use demo
+"$CE_PGBIN/createdb" clicks || exit 1
+citus=()
+for section in test/demo/[0-9]*.sql; do
+    if [[ $section == *_citus.sql ]]; then
+        citus+=("$section")
+        continue
+    fi
+    "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -d clicks -f "$section" >/dev/null 2>"$CE_TOP/build/demo-section.err" ||
+        fail "demo section $section: $(tail -5 "$CE_TOP/build/demo-section.err")"
+    echo "ok: $section"
+done
+ce_scan_log "$CE_demo_LOG" || fail "crash in the demo's server log"
+
+[ ${#citus[@]} -gt 0 ] || exit 0
+source test/citus.sh
+if [ -z "${CE_CITUS_READY:-}" ]; then
+    ce_citus_prepare
+    st=$?
+    if [ $st -eq 77 ]; then
+        echo "not run: the Citus sections (${citus[*]}): $CE_CITUS_SKIP"
+        exit 0
+    fi
+    [ $st -eq 0 ] || fail "Citus ($CITUS_SRC) could not be built"
+fi
+CE_CITUS_DB=clicks ce_citus_cluster_start >/dev/null || fail "the Citus cluster does not start"
+for section in "${citus[@]}"; do
+    "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks \
+        -v coordinator="$CE_citus_coord_PORT" -v worker_1="$CE_citus_w1_PORT" -f "$section" \
+        >/dev/null 2>"$CE_TOP/build/demo-section.err" ||
+        fail "demo section $section: $(tail -5 "$CE_TOP/build/demo-section.err")"
+    echo "ok: $section"
+done
+# the numbers of 80_citus.sql, checked here rather than only shown there
+c() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks -tA "$@"; }
+rows=$(c -c "SELECT count(*) FROM demo.clicks")
+[ "$rows" = 22000 ] || fail "the Citus section's table holds $rows rows, not 22000 (20,000 + 2,000 through a worker; the re-delivery none)"
+bad=$(c <<'SQL' | tail -1
+CREATE TEMP TABLE truth AS SELECT link_id, count(*) AS n FROM demo.clicks WHERE kind <> 'bot' GROUP BY link_id;
+CREATE TEMP TABLE v AS SELECT key::bigint AS link_id, value FROM counter.tracked_values WHERE counter = 'citus_clicks_per_link';
+SELECT count(*) FROM truth t FULL JOIN v USING (link_id) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
+SQL
+)
+[ "$bad" = 0 ] || fail "$bad links whose counter differs from count(*)"
+bad=$(c <<'SQL' | tail -1
+CREATE TEMP TABLE want AS SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) AS n,
+    counter.hll_add_agg(visitor_id)::bytea AS d FROM demo.clicks GROUP BY 1, 2;
+CREATE TEMP TABLE got AS SELECT link_id, hour, count AS n, distinct_visitor_id::bytea AS d FROM demo.clicks_live;
+SELECT count(*) FROM want FULL JOIN got USING (link_id, hour) WHERE want.n IS DISTINCT FROM got.n OR want.d IS DISTINCT FROM got.d;
+SQL
+)
+[ "$bad" = 0 ] || fail "$bad rows of the trigger-mode rollup differ from GROUP BY"
+echo "ok: the Citus section's counter equals count(*) and its trigger-mode rollup GROUP BY (sketch bytes too)"
+for n in citus_coord citus_w1 citus_w2; do
+    log="CE_${n}_LOG"
+    ce_scan_log "${!log}" || fail "crash in the server log of $n"
+done
