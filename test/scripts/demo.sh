@@ -4,8 +4,9 @@
 # one-node sections in name order, then the Citus sections on a three-node
 # Citus cluster (test/citus.sh) when Citus is there (otherwise a "not run:"
 # line says why). After the Citus section, the cluster's numbers are checked
-# against the rows: every counter value equals count(*) with its filter, and
-# every row of the trigger-mode rollup equals GROUP BY (sketch bytes too).
+# against the rows: every counter value equals count(*) with its filter (and
+# the section's reconciliation corrected no key), and every row of the
+# trigger-mode rollup equals GROUP BY (sketch bytes too).
 # (checkout_anywhere.sh runs `make demo` itself, its first two sections.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,6 +62,9 @@ SELECT count(*) FROM truth t FULL JOIN v USING (link_id) WHERE coalesce(t.n, 0) 
 SQL
 )
 [ "$bad" = 0 ] || fail "$bad links whose counter differs from count(*)"
+# and it was before the section's reconciliation, which corrected nothing
+got=$(c -c "SELECT runs > 0 AND keys_corrected = 0 FROM counter.tracked_drift WHERE counter = 'citus_clicks_per_link'")
+[ "$got" = t ] || fail "the Citus section's reconciliation corrected the counter (or did not run): $got"
 bad=$(c <<'SQL' | tail -1
 CREATE TEMP TABLE want AS SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) AS n,
     counter.hll_add_agg(visitor_id)::bytea AS d FROM demo.clicks GROUP BY 1, 2;
