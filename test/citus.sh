@@ -154,29 +154,47 @@ ce_citus_cluster_start() {
 # For a script run by hand (not through test/run.sh): builds and stages this
 # tree and Citus, or prints the skip line and exits 77.
 ce_citus_script_setup() {
-    if [ -z "${CE_CITUS_READY:-}" ]; then
-        ce_build_and_stage || exit 1
-        ce_citus_prepare
-        local st=$?
-        if [ $st -eq 77 ]; then
-            echo "skipped: $CE_CITUS_SKIP"
-            exit 77
-        fi
-        [ $st -eq 0 ] || exit 1
+    [ -n "${CE_CITUS_READY:-}" ] || ce_build_and_stage || exit 1
+    local st=0
+    ce_citus_ready || st=$?
+    if [ $st -eq 77 ]; then
+        echo "skipped: $CE_CITUS_SKIP"
+        exit 77
     fi
+    [ $st -eq 0 ] || exit 1
 }
 
-# ce_citus_mismatches RUN COUNTER TABLE FILTER: how many keys (column k) of
-# tracked counter COUNTER differ from count(*) of TABLE with FILTER, read
-# through RUN (a function running psql on the coordinator); the truth is
-# read into a temporary table first (doc/citus.md: never in one query with
-# a distributed table).
+# ce_citus_ready: whether Citus is ready for the staged server: 0 when it is
+# (prepared here, or before by test/run.sh: CE_CITUS_READY, exported for the
+# scripts it runs); 77 when it is not available (CE_CITUS_SKIP says why);
+# 1 when a given source tarball failed to build (said on stderr: a failure,
+# not a skip). The one place the callers' three outcomes are decided.
+ce_citus_ready() {
+    [ -n "${CE_CITUS_READY:-}" ] && return 0
+    local st=0
+    ce_citus_prepare || st=$?
+    case $st in
+        0) export CE_CITUS_READY=1 ;;
+        77) ;;
+        *)
+            echo "Citus ($CITUS_SRC) could not be built for PostgreSQL $CE_PG_MAJOR" >&2
+            st=1
+            ;;
+    esac
+    return $st
+}
+
+# ce_citus_mismatches RUN COUNTER TABLE FILTER [KEY]: how many keys (column
+# KEY, a bigint; default k) of tracked counter COUNTER differ from count(*) of
+# TABLE with FILTER, read through RUN (a function running psql on the
+# coordinator); the truth is read into a temporary table first
+# (doc/citus.md: never in one query with a distributed table).
 ce_citus_mismatches() {
-    local run=$1 c=$2 t=$3 f=$4
+    local run=$1 c=$2 t=$3 f=$4 k=${5:-k}
     $run -tA <<SQL | grep -v '^$' | tail -1
-CREATE TEMP TABLE truth AS SELECT k, count(*) AS n FROM $t WHERE $f GROUP BY k;
-SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS k, value FROM counter.tracked_values WHERE counter = '$c') v
-    USING (k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
+CREATE TEMP TABLE truth AS SELECT $k, count(*) AS n FROM $t WHERE $f GROUP BY $k;
+SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS $k, value FROM counter.tracked_values WHERE counter = '$c') v
+    USING ($k) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
 SQL
 }
 

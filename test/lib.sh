@@ -352,6 +352,25 @@ ce_pgbouncer_stop() {
 }
 
 # psql with the settings every script wants: stop on error, no psqlrc.
+# ce_demo_sections ONE_NODE CITUS [REGEX]: the demo's sections whose file
+# name matches REGEX (test/demo/NN_*.sql, in name order; run from the top of
+# the tree) into the arrays named ONE_NODE and CITUS: the NN_*_citus.sql
+# ones run last, on a three-node Citus cluster (test/citus.sh).
+ce_demo_sections() {
+    local -n ce_one=$1 ce_cit=$2
+    local s
+    ce_one=()
+    ce_cit=()
+    for s in test/demo/[0-9]*.sql; do
+        [[ $(basename "$s") =~ ${3:-.} ]] || continue
+        if [[ $s == *_citus.sql ]]; then
+            ce_cit+=("$s")
+        else
+            ce_one+=("$s")
+        fi
+    done
+}
+
 ce_psql() {
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q "$@"
 }

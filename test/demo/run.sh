@@ -40,13 +40,8 @@ run_section() {
 }
 
 # CE_DEMO_ONLY=regex runs only the sections whose file name matches.
-citus_sections=()
-for section in test/demo/[0-9]*.sql; do
-    [[ $(basename "$section") =~ ${CE_DEMO_ONLY:-.} ]] || continue
-    if [[ $section == *_citus.sql ]]; then
-        citus_sections+=("$section")
-        continue
-    fi
+ce_demo_sections sections citus_sections "${CE_DEMO_ONLY:-.}"
+for section in "${sections[@]}"; do
     run_section "$section"
 done
 
@@ -56,12 +51,11 @@ if [ ${#citus_sections[@]} -gt 0 ]; then
     CITUS_SRC=${CITUS_SRC:-$citus_src} CITUS_PATCH=${CITUS_PATCH:-$citus_patch} CE_CITUS_WHY_NOT=$citus_why
     echo
     echo "preparing Citus for the Citus sections (a build from source takes minutes the first time, then is cached)..."
-    ce_citus_prepare
-    st=$?
+    st=0
+    ce_citus_ready || st=$?
     if [ $st -eq 77 ]; then
         echo "## the Citus sections were skipped: $CE_CITUS_SKIP"
     elif [ $st -ne 0 ]; then
-        echo "Citus ($CITUS_SRC) could not be built for PostgreSQL $CE_PG_MAJOR"
         exit 1
     else
         CE_CITUS_DB=clicks ce_citus_cluster_start >/dev/null || exit 1

@@ -20,12 +20,8 @@ trap ce_cluster_stop_all EXIT
 ce_cluster_start demo "counter_ext.enabled = off" || exit 1
 ce_cluster_use demo
 "$CE_PGBIN/createdb" clicks || exit 1
-citus=()
-for section in test/demo/[0-9]*.sql; do
-    if [[ $section == *_citus.sql ]]; then
-        citus+=("$section")
-        continue
-    fi
+ce_demo_sections sections citus
+for section in "${sections[@]}"; do
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -d clicks -f "$section" >/dev/null 2>"$CE_TOP/build/demo-section.err" ||
         fail "demo section $section: $(tail -5 "$CE_TOP/build/demo-section.err")"
     echo "ok: $section"
@@ -34,15 +30,13 @@ ce_scan_log "$CE_demo_LOG" || fail "crash in the demo's server log"
 
 [ ${#citus[@]} -gt 0 ] || exit 0
 source test/citus.sh
-if [ -z "${CE_CITUS_READY:-}" ]; then
-    ce_citus_prepare
-    st=$?
-    if [ $st -eq 77 ]; then
-        echo "not run: the Citus sections (${citus[*]}): $CE_CITUS_SKIP"
-        exit 0
-    fi
-    [ $st -eq 0 ] || fail "Citus ($CITUS_SRC) could not be built"
+st=0
+ce_citus_ready || st=$?
+if [ $st -eq 77 ]; then
+    echo "not run: the Citus sections (${citus[*]}): $CE_CITUS_SKIP"
+    exit 0
 fi
+[ $st -eq 0 ] || fail "Citus could not be built"
 CE_CITUS_DB=clicks ce_citus_cluster_start >/dev/null || fail "the Citus cluster does not start"
 for section in "${citus[@]}"; do
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks \
@@ -55,12 +49,7 @@ done
 c() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks -tA "$@"; }
 rows=$(c -c "SELECT count(*) FROM demo.clicks")
 [ "$rows" = 22000 ] || fail "the Citus section's table holds $rows rows, not 22000 (20,000 + 2,000 through a worker; the re-delivery none)"
-bad=$(c <<'SQL' | tail -1
-CREATE TEMP TABLE truth AS SELECT link_id, count(*) AS n FROM demo.clicks WHERE kind <> 'bot' GROUP BY link_id;
-CREATE TEMP TABLE v AS SELECT key::bigint AS link_id, value FROM counter.tracked_values WHERE counter = 'citus_clicks_per_link';
-SELECT count(*) FROM truth t FULL JOIN v USING (link_id) WHERE coalesce(t.n, 0) <> coalesce(v.value, 0);
-SQL
-)
+bad=$(ce_citus_mismatches c citus_clicks_per_link demo.clicks "kind <> 'bot'" link_id)
 [ "$bad" = 0 ] || fail "$bad links whose counter differs from count(*)"
 # and it was before the section's reconciliation, which corrected nothing
 got=$(c -c "SELECT runs > 0 AND keys_corrected = 0 FROM counter.tracked_drift WHERE counter = 'citus_clicks_per_link'")
