@@ -339,7 +339,12 @@ BEGIN
                    ' LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp'
                    -- plans made for each batch's arrays (a generic plan takes
                    -- every unnest for 10 rows and joins 1,000 keys in loops)
-                   ' SET plan_cache_mode = force_custom_plan AS %L', fn_batch, body));
+                   ' SET plan_cache_mode = force_custom_plan'
+                   -- no JIT: the batch's row estimates (joins of CTEs, which
+                   -- have no statistics) pass jit_above_cost from a few
+                   -- thousand keys, and compiling the statement took 0.8 s
+                   -- of a 1 s batch of 10,000 keys (doc/bench/citus.md)
+                   ' SET jit = off AS %L', fn_batch, body));
     PERFORM counter_internal.citus_local_ddl(format('ALTER FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) OWNER TO %s',
                    fn_batch, t.owner));
     PERFORM counter_internal.citus_local_ddl(format('REVOKE ALL ON FUNCTION %s(timestamptz, timestamptz, text, boolean, integer) FROM PUBLIC',

@@ -128,6 +128,15 @@ SQL
         ce_die "the update from $old differs from a fresh install of $current (- fresh, + updated)"
     fi
     [ "$(wc -l < "$CE_OUT/upgrade-$old-fresh.txt")" -gt 200 ] || ce_die "the catalog listing is too short to mean anything"
+    # Each counter's batch function (not a member of the extension) is as
+    # this version's counter.track makes it: made again here, it is the same.
+    batch_sql="SELECT count(*) || ' ' || string_agg(md5(pg_get_functiondef(format('counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
+                      format('tracked_%s_batch', counter_id))::regprocedure)), ',' ORDER BY counter_id) FROM counter.tracked"
+    batch_before=$(ce_psql -At -d upgraded -c "$batch_sql")
+    ce_psql -q -d upgraded -c "SELECT FROM counter.tracked t, counter_internal.tracked_build_batch(t)"
+    [ "$(ce_psql -At -d upgraded -c "$batch_sql")" = "$batch_before" ] ||
+        ce_die "the update from $old left a counter's batch function as $old made it"
+    [ "${batch_before%% *}" -gt 0 ] || ce_die "no counter in the updated database"
     # 1.7: the counter of the old version got the trigger that counts the
     # writers of its state tables (reads keep values only with it)
     [ "$(ce_psql -At -d upgraded -c "SELECT count(*) FROM pg_trigger g JOIN counter.tracked t

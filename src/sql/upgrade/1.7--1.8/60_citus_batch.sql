@@ -1,13 +1,15 @@
--- ---- trigger-mode counters on distributed tables reconcile a key range of
--- every shard per batch, with two statements per shard (issue 21, item 4;
--- 31_tracked_code.sql, tracked_citus_batch): their batch functions are made
--- again, as counter.track makes them now (same signature, new body).
+-- ---- every counter's batch function is made again, as counter.track makes
+-- it now (same signature): it runs without JIT (31_tracked_code.sql,
+-- tracked_build_batch: compiling took most of a batch of 10,000 keys), and
+-- trigger-mode counters on distributed tables reconcile a key range of every
+-- shard per batch, with two statements per shard (issue 21, item 4;
+-- tracked_citus_batch: a new body).
 DO $upd$
 DECLARE
     t counter.tracked;
     fn text;
 BEGIN
-    FOR t IN SELECT c.* FROM counter.tracked c WHERE c.distributed ORDER BY c.counter_id LOOP
+    FOR t IN SELECT c.* FROM counter.tracked c ORDER BY c.counter_id LOOP
         PERFORM counter_internal.tracked_build_batch(t);
         -- made inside this script, the batch function would become a member
         -- of the extension; it belongs to the counter, as after counter.track
