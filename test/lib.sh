@@ -182,6 +182,23 @@ ce_port_free() {
     ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# ce_random_port: a port for a listener of the tests (a cluster, PgBouncer,
+# an exporter, Redis), not listened on now, and below the kernel's range of
+# ephemeral ports (ip_local_port_range), which outgoing connections take
+# without listening: a port there can be free to connect to and still fail
+# to bind (a prometheus of metrics_exporter.sh did, once). Callers retry on
+# a failed start.
+ce_random_port() {
+    local low=32768 p
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    [ "$low" -gt 21024 ] || low=21024
+    for _ in $(seq 1 20); do
+        p=$((20000 + RANDOM % (low - 20000)))
+        ce_port_free "$p" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+
 # ce_cluster_start NAME [conf line ...]
 ce_cluster_start() {
     local name=$1; shift
@@ -209,8 +226,7 @@ ce_cluster_start() {
         for line in "$@"; do echo "$line"; done
     } >>"$dir/data/postgresql.conf"
     for try in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + RANDOM % 30000))
-        ce_port_free "$port" || continue
+        port=$(ce_random_port) || continue
         sed -i '/^port = /d' "$dir/data/postgresql.conf"
         echo "port = $port" >>"$dir/data/postgresql.conf"
         if ce_as_owner "$CE_PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null 2>&1; then
@@ -296,8 +312,7 @@ ce_pgbouncer_start() {
     local dir=$1 users=$2 try port= line u
     shift 2
     for try in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + RANDOM % 30000))
-        ce_port_free "$port" && break
+        port=$(ce_random_port) && break
     done
     {
         echo "[databases]"

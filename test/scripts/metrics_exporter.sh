@@ -54,14 +54,6 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-free_port() {
-    local p
-    for _ in $(seq 1 20); do
-        p=$((20000 + RANDOM % 30000))
-        ce_port_free "$p" && { echo "$p"; return 0; }
-    done
-    return 1
-}
 
 # The cluster of the suite (test/run.sh) when there is one, else our own.
 if [ -z "${CE_main_PORT:-}" ]; then
@@ -112,7 +104,7 @@ ce_psql -d $db -Atc "SELECT DISTINCT metric FROM counter.metrics ORDER BY 1" >"$
 
 # prometheus-sql-exporter with the shipped collector file, the connection
 # replaced by two: the pg_monitor member and the owner.
-sx_port=$(free_port) || fail "no free port"
+sx_port=$(ce_random_port) || fail "no free port"
 python3 - "$kit/sql_exporter.yml" "$work/sql_exporter.yml" "$port" "$db" <<'PY' || fail "collector file"
 import re, sys
 src, dst, port, db = sys.argv[1:]
@@ -127,7 +119,9 @@ prometheus-sql-exporter -config.file "$work/sql_exporter.yml" -web.listen-addres
     >"$work/sql_exporter.log" 2>&1 &
 pids+=($!)
 # prometheus-postgres-exporter with the shipped queries file, as the pg_monitor member
-px_port=$(free_port) || fail "no free port"
+px_port=$(ce_random_port) || fail "no free port"
+# (the sql exporter may not listen yet: not its port)
+while [ "$px_port" = "$sx_port" ]; do px_port=$(ce_random_port) || fail "no free port"; done
 DATA_SOURCE_NAME="postgresql://mx_monitor@127.0.0.1:$port/$db?sslmode=disable" \
     prometheus-postgres-exporter --web.listen-address="127.0.0.1:$px_port" --disable-default-metrics \
     --disable-settings-metrics --extend.query-path="$kit/postgres_exporter_queries.yaml" \
@@ -212,7 +206,7 @@ print(f"exporters ok: {len(view)} metrics, {len(sx)} series from sql_exporter, {
 PY
 
 # prometheus scraping the sql exporter every second; every expression of the dashboard
-pm_port=$(free_port) || fail "no free port"
+pm_port=$(ce_random_port) || fail "no free port"
 cat >"$work/prometheus.yml" <<YML
 global:
   scrape_interval: 1s

@@ -68,8 +68,7 @@ ce_cluster_use bench
 export PGDATABASE=bench
 
 for try in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 30000))
-    ce_port_free "$port" || continue
+    port=$(ce_random_port) || continue
     if redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
         --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log" >/dev/null 2>&1; then
         for _ in 1 2 3 4 5 6 7 8 9 10; do

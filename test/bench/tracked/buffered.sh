@@ -139,8 +139,7 @@ done
 start_redis() { # start_redis ARGS...
     local port
     for _ in 1 2 3 4 5 6 7 8; do
-        port=$((20000 + RANDOM % 30000))
-        ce_port_free "$port" || continue
+        port=$(ce_random_port) || continue
         if redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize yes --dir "$work" \
             --pidfile "$work/redis.pid" --logfile "$work/redis.log" "$@" >/dev/null 2>&1; then
             for _ in $(seq 1 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
