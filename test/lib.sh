@@ -190,7 +190,7 @@ ce_port_free() {
 # a failed start.
 ce_random_port() {
     local low=32768 p
-    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    { read -r low _ </proc/sys/net/ipv4/ip_local_port_range; } 2>/dev/null || low=32768
     [ "$low" -gt 21024 ] || low=21024
     for _ in $(seq 1 20); do
         p=$((20000 + RANDOM % (low - 20000)))
@@ -366,7 +366,6 @@ ce_pgbouncer_stop() {
     return 0
 }
 
-# psql with the settings every script wants: stop on error, no psqlrc.
 # ce_demo_sections ONE_NODE CITUS [REGEX]: the demo's sections whose file
 # name matches REGEX (test/demo/NN_*.sql, in name order; run from the top of
 # the tree) into the arrays named ONE_NODE and CITUS: the NN_*_citus.sql
@@ -386,6 +385,7 @@ ce_demo_sections() {
     done
 }
 
+# psql with the settings every script wants: stop on error, no psqlrc.
 ce_psql() {
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q "$@"
 }
