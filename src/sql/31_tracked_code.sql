@@ -164,9 +164,9 @@ $$;
 -- The body of the batch function of a counter whose state is distributed
 -- colocated with its source by Citus (a trigger-mode counter on a
 -- hash-distributed table keyed by its distribution column: doc/citus.md).
--- A batch is a key range of every shard: the next ce_limit keys per shard
--- (ce_limit times the shard count, in key order, at most 100,000 unless
--- ce_limit is larger), chosen by one distributed query; then each shard's
+-- A batch is a key range of every shard: the next ce_limit keys in key
+-- order (batch_size per shard: counter_internal.tracked_batch_keys),
+-- chosen by one distributed query; then each shard's
 -- keys are taken with two statements Citus sends whole to that shard (the
 -- keys are its distribution column's values): (1) the delta rows before the
 -- watermark are locked, skipping those a writer holds (FOR UPDATE SKIP
@@ -193,9 +193,6 @@ BEGIN
 DECLARE
     ce_keys %5$s[];
     ce_after_key %5$s := ce_after::%5$s;
-    ce_lim integer := GREATEST(ce_limit, LEAST(ce_limit::bigint * (
-        SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s
-        WHERE s.logicalrelid OPERATOR(pg_catalog.=) '%7$s'::pg_catalog.regclass), 100000))::integer;
     ce_g %5$s[];
     ce_lk %5$s[];
     ce_lb timestamptz[];
@@ -214,16 +211,16 @@ BEGIN
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
         SELECT DISTINCT u.k FROM (
             (SELECT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
-             ORDER BY 1 LIMIT ce_lim)
+             ORDER BY 1 LIMIT ce_limit)
             UNION ALL
             (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
-             ORDER BY 1 LIMIT ce_lim)
+             ORDER BY 1 LIMIT ce_limit)
             UNION ALL
             (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
              WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
                AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
-             ORDER BY 1 LIMIT ce_lim)
-        ) u ORDER BY 1 LIMIT ce_lim) s;
+             ORDER BY 1 LIMIT ce_limit)
+        ) u ORDER BY 1 LIMIT ce_limit) s;
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
@@ -1009,6 +1006,30 @@ AS $$
                                '2000-01-01 00:00:00+00'::timestamptz)
 $$;
 
+-- The keys of one reconciliation batch of counter t: its batch_size, and
+-- on Citus batch_size per shard of its source (batch_size times the
+-- source's shard count, at most 100,000 unless batch_size is larger), for
+-- every counter of a distributed source, whatever its mode: each batch
+-- costs a fan-out to every shard whatever its size (application mode: two
+-- distributed queries; trigger mode: the key choice), so its keys are taken
+-- in proportion (doc/citus.md, "Batch size").
+CREATE OR REPLACE FUNCTION counter_internal.tracked_batch_keys(t counter.tracked)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    shards bigint;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+        RETURN t.batch_size;
+    END IF;
+    EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1'
+        INTO shards USING t.source;
+    RETURN GREATEST(t.batch_size, LEAST(t.batch_size::bigint * shards, 100000))::integer;
+END
+$fn$;
+
 -- One batch of a run, inside the caller's transaction: takes the counter's
 -- lock (false when another reconciler holds it), runs the counter's
 -- batch function as the owner, records drifted keys; 'after' moves to the
@@ -1027,7 +1048,8 @@ BEGIN
     WITH r AS MATERIALIZED (
         SELECT * FROM counter_internal.exec_as_owner(t.owner,
             format('SELECT * FROM counter_internal.%I($1, $2, $3, $4, $5)', format('tracked_%s_batch', t.counter_id)),
-            w, CASE WHEN all_keys THEN '-infinity'::timestamptz ELSE w_from END, after, all_keys, t.batch_size)
+            w, CASE WHEN all_keys THEN '-infinity'::timestamptz ELSE w_from END, after, all_keys,
+            counter_internal.tracked_batch_keys(t))
         AS x(key text, cached bigint, truth bigint, busy boolean, n bigint)
     ), d AS MATERIALIZED (   -- drift in numeric: a cached value may be near either end of bigint
         SELECT r.*, r.cached::numeric - r.truth AS drift FROM r

@@ -114,6 +114,37 @@ for t in ev ev_one; do
 done
 check_all "reconciled"
 
+# A batch takes batch_size keys per shard of a distributed source (the
+# keys query and the count are fan-outs to every shard whatever the batch's
+# size): with batch_size 3 and 8 shards the first batch checks 24 of the 97
+# keys on the cluster, 3 on one node; the run goes on to every key.
+first_batch() {
+    coord -tA <<SQL
+SELECT counter.track('$1', 'ct.$2', 'k', 'at', mode => 'application', batch_size => 3);
+DO \$\$
+DECLARE
+    args jsonb := '{"watermark": "2026-07-02", "all_keys": true}';
+    s jsonb := counter_internal.tracked_run_step('$1', args, NULL);
+    first bigint;
+BEGIN
+    s := counter_internal.tracked_run_step('$1', args, s);
+    first := (s ->> 'done')::bigint;
+    WHILE NOT (s ->> 'finished')::boolean LOOP
+        s := counter_internal.tracked_run_step('$1', args, s);
+    END LOOP;
+    RAISE NOTICE 'first batch % keys, %', first, s -> 'result' ->> 'outcome';
+END
+\$\$;
+SQL
+}
+for t in ev:24 ev_one:3; do
+    got=$(first_batch "${t%%:*}_3" "${t%%:*}" 2>&1 | sed -n 's/.*NOTICE:  //p')
+    [ "$got" = "first batch ${t#*:} keys, ok" ] || fail "reconciliation of ${t%%:*}_3 (batch_size 3): $got"
+    got=$(mismatches "${t%%:*}_3" "${t%%:*}" true)
+    [ "$got" = 0 ] || fail "counter ${t%%:*}_3: $got keys differ from count(*) after its run"
+done
+echo "ok: a batch takes batch_size keys per shard of the distributed table (24 with 8 shards), 3 on one node"
+
 # drift injected on the cluster: the state changed, rows deleted without a
 # decrement, rows written without an add
 coord -q <<'SQL'

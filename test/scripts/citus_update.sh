@@ -41,7 +41,7 @@ identity() {
 dirty_logs=$(identity d)   # the coordinator's table, the shells on the workers, 8 shards
 [ "$dirty_logs" = 11 ] || fail "1.7's dirty log, its shells and its shards with the default replica identity: $dirty_logs of 11"
 body() {
-    coord -tA -c "SELECT (p.prosrc LIKE '%ce_lim integer%') || ' ' || p.proowner::regrole || ' ' ||
+    coord -tA -c "SELECT (p.prosrc LIKE '%ce_rb boolean[]%') || ' ' || p.proowner::regrole || ' ' ||
                          (SELECT count(*) FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
                           AND d.deptype = 'e') || ' ' || has_function_privilege('public', p.oid, 'EXECUTE')
                   FROM pg_proc p JOIN counter.tracked c ON p.proname = format('tracked_%s_batch', c.counter_id)

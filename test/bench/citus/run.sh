@@ -184,15 +184,18 @@ part_a() {
     done
     time_both "(a) counter.reconcile all_keys, state right ($KEYS keys read, 0 written)" "$KEYS checked, 0 corrected" \
         "$KEYS 0" rk_all "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('rk_all', '$NEXT', all_keys => true)"
-    # What the workers send per batch (1000 keys): the keys query takes up to
-    # 1000 keys after the last one from every shard (LIMIT pushed down); the
-    # count query returns (key, count) for the batch's keys of each shard.
-    b_keys=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k)), 0) FROM (SELECT DISTINCT k FROM %s WHERE at < '$NEXT' ORDER BY 1 LIMIT 1000) x")
-    b_truth=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k) + pg_column_size(n)), 0) FROM (SELECT k, count(*) AS n FROM %s WHERE k <= 1000 AND at < '$NEXT' GROUP BY 1) x")
-    echo "  per batch of 1000 keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to 1000 per shard), count query $b_truth bytes (key + count)"
-    # ... and to them: the count query's text with the batch's 1000 keys, to
+    # What the workers send per batch (batch_size keys per shard, at most
+    # 100,000 in all: counter_internal.tracked_batch_keys): the keys query
+    # takes up to that many keys after the last one from every shard (LIMIT
+    # pushed down); the count query returns (key, count) for the batch's keys
+    # of each shard.
+    local eff=$((BATCH * SHARDS > 100000 ? (BATCH > 100000 ? BATCH : 100000) : BATCH * SHARDS))
+    b_keys=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k)), 0) FROM (SELECT DISTINCT k FROM %s WHERE at < '$NEXT' ORDER BY 1 LIMIT $eff) x")
+    b_truth=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k) + pg_column_size(n)), 0) FROM (SELECT k, count(*) AS n FROM %s WHERE k <= $eff AND at < '$NEXT' GROUP BY 1) x")
+    echo "  per batch of $eff keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to $eff per shard), count query $b_truth bytes (key + count)"
+    # ... and to them: the count query's text with the batch's keys, to
     # every shard a key hashes to (Citus prunes shards, it does not split the array)
-    arr=$(q citus_coord -tA -c "SELECT array_agg(g)::text FROM generate_series(1, 1000) g")
+    arr=$(q citus_coord -tA -c "SELECT array_agg(g)::text FROM generate_series(1, $eff) g")
     q citus_coord -tA -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT k, count(*) FROM rk WHERE k = ANY ('$arr'::bigint[]) AND at < '$NEXT' GROUP BY 1" >"$work/plan"
     tasks=$(sed -n 's/.*Task Count: \([0-9]*\).*/\1/p' "$work/plan" | head -1)
     qlen=$(grep -m1 'Query: ' "$work/plan" | sed 's/^ *Query: //' | wc -c)
