@@ -845,7 +845,98 @@ void shard_fold(TriggerData *td) {
 	ce::as_owner(owner, [f, td, id, shards] { shard_fold_run(f, td, id, shards); });
 }
 
+// Citus (doc/citus.md, "Tracked counters in application mode"): an
+// application-mode counter whose source is hash-distributed by its key
+// keeps its state distributed colocated with the source, as trigger mode
+// does, and counter.add writes it through the counter's inbox, a table
+// colocated with the source that never holds a row: the add inserts (key,
+// bucket, slot, amount) there as the caller (Citus sends the row to the
+// key's shard in the caller's own connection, the one its INSERT of the
+// row used: Citus refuses a write as another role to placements the
+// transaction wrote), and on the shard this BEFORE INSERT row trigger checks
+// that the writer may insert into the source (what counter.add asks), adds
+// the amount to the colocated delta shard as the table's owner, and drops
+// the row. The row and its add commit in one transaction of one node.
+// Arguments: counter id, 'citus', the source, the delta table.
+
+// Owns nothing C++: as the table's owner.
+void shard_add_run(ShardFold *f, TriggerData *td, int32 id) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	Relation rel = td->tg_relation;
+	if (!f->valid) {
+		const char *tables[1] = {td->tg_trigger->tgargs[3]};
+		ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, 1);
+		if (place == ce::citus::Place::no_citus || place == ce::citus::Place::missing)
+			ereport(ERROR,
+			        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			         errmsg("the trigger %s on %s belongs to tracked counter %d, whose delta table has no shard "
+			                "on this node colocated with %s",
+			                td->tg_trigger->tgname, RelationGetRelationName(rel), id, RelationGetRelationName(rel)),
+			         errhint("The counter was untracked, or its state was moved apart from its inbox: "
+			                 "counter.track it again.")));
+	}
+	if (f->shell) // Citus sends every row of a distributed table to a shard
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		                errmsg("the inbox %s of tracked counter %d takes rows on its shards only",
+		                       RelationGetRelationName(rel), id),
+		                errhint("Add with counter.add on the coordinator.")));
+	TupleDesc desc = RelationGetDescr(rel);
+	if (f->plans[0] == nullptr) {
+		Oid types[4] = {TupleDescAttr(desc, 0)->atttypid, TIMESTAMPTZOID, INT2OID, INT8OID};
+		f->plans[0] = ce::prepare_kept(
+		    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
+		             " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
+		             " excluded.delta",
+		             f->state[0]),
+		    4, types);
+	}
+	Datum values[4];
+	for (int i = 0; i < 4; i++) {
+		bool isnull;
+		values[i] = heap_getattr(td->tg_trigtuple, i + 1, desc, &isnull);
+		if (isnull)
+			ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+			                errmsg("a row of the inbox of tracked counter %d has a NULL", id)));
+	}
+	if (SPI_execute_plan(f->plans[0], values, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
+	SPI_finish();
+}
+
 } // namespace
+
+// counter_internal.tracked_shard_add() (1.8): the inbox's trigger (above).
+// PUBLIC may execute it (Citus makes it again on a moved or split shard as
+// the table's owner); only the table's owner may attach it
+// (counter_internal.citus_trigger_creator); it writes as that owner what a
+// writer with INSERT on the named source gives it.
+CE_FUNCTION(counter_tracked_shard_add) {
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be called as a trigger");
+	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || td->tg_trigger->tgnargs != 4 ||
+	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
+		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be a BEFORE INSERT row trigger with the 4 "
+		                         "arguments counter.track gives it");
+	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
+	Oid writer = GetUserId();
+	// the right counter.add asks: INSERT on the source
+	ce::pg_guard([td, writer, id] {
+		const char *name = td->tg_trigger->tgargs[2];
+		Oid source = DatumGetObjectId(DirectFunctionCall1(to_regclass, CStringGetTextDatum(name)));
+		if (pg_class_aclcheck(source, writer, ACL_INSERT) != ACLCHECK_OK)
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			                errmsg("permission denied to add to tracked counter %d", id),
+			                errdetail("Adding needs INSERT on %s.", name)));
+	});
+	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
+	// the inbox's owner is the counter's
+	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
+	ce::as_owner(owner, [f, td, id] { shard_add_run(f, td, id); });
+	return PointerGetDatum(nullptr); // the row is not kept
+}
 
 // counter_internal.tracked_fold(counter id): see above.
 // counter_internal.tracked_shard_fold() (1.8): the trigger of a counter on
@@ -1604,6 +1695,31 @@ int64 buffered_amount(const Counter &c, bool ok, const ce::buffer::Image &image)
 		return 0;
 	return ce::pg_guard([&c, &image] { return ce::buffer::amount(c.id, image, GetActiveSnapshot()); });
 }
+// counter.add's write of delta to key value at event time at, in this
+// backend's slot, with the counter's kept plan: the upsert into its delta
+// table, or on Citus (c.distributed) the insert into its inbox, whose shard
+// trigger adds it to the delta shard (shard_add). Owns nothing C++: as the
+// role the caller chose.
+void add_write(const Counter &c, KeptPlans *plans, Datum value, int64 delta, TimestampTz at) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if (plans->add == nullptr) {
+		char *sql = c.distributed ? psprintf("INSERT INTO %s (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)",
+		                                     state_table(c, "inbox"))
+		                          : psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
+		                                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta"
+		                                     " OPERATOR(pg_catalog.+) excluded.delta",
+		                                     state_table(c, "delta"));
+		Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
+		plans->add = ce::prepare_kept(sql, 4, types);
+	}
+	Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
+	                                   TimestampTzGetDatum(0));
+	Datum values[4] = {value, bucket, Int16GetDatum(shard_of(c.shards)), Int64GetDatum(delta)};
+	if (SPI_execute_plan(plans->add, values, nullptr, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
+	SPI_finish();
+}
 } // namespace
 
 CE_FUNCTION(counter_tracked_add) {
@@ -1631,25 +1747,19 @@ CE_FUNCTION(counter_tracked_add) {
 	if (c.buffered && buffer_add(c, given, key, delta, at))
 		PG_RETURN_VOID();
 	KeptPlans *plans = plans_of(c.id);
-	ce::as_owner(c.owner, [&c, plans, given, key, delta, at] {
-		Datum value = ce::keys::convert(given, key, c.key_type, c.name);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-		if (plans->add == nullptr) {
-			char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) VALUES ($1, $2, $3, $4)"
-			                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta"
-			                     " OPERATOR(pg_catalog.+) excluded.delta",
-			                     state_table(c, "delta"));
-			Oid types[4] = {c.key_type, TIMESTAMPTZOID, INT2OID, INT8OID};
-			plans->add = ce::prepare_kept(sql, 4, types);
-		}
-		Datum bucket = DirectFunctionCall3(timestamptz_bin, IntervalPGetDatum(&c.width), TimestampTzGetDatum(at),
-		                                   TimestampTzGetDatum(0));
-		Datum values[4] = {value, bucket, Int16GetDatum(shard_of(c.shards)), Int64GetDatum(delta)};
-		if (SPI_execute_plan(plans->add, values, nullptr, false, 0) != SPI_OK_INSERT)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
-		SPI_finish();
-	});
+	if (c.distributed) {
+		// Citus: into the counter's inbox, as the caller (shard_add above);
+		// as the owner only to convert the key (a domain's check may call
+		// the owner's functions)
+		Datum value = given == c.key_type ? key : ce::as_owner(c.owner, [&c, given, key] {
+			return ce::keys::convert(given, key, c.key_type, c.name);
+		});
+		ce::pg_guard([&c, plans, value, delta, at] { add_write(c, plans, value, delta, at); });
+	} else {
+		ce::as_owner(c.owner, [&c, plans, given, key, delta, at] {
+			add_write(c, plans, ce::keys::convert(given, key, c.key_type, c.name), delta, at);
+		});
+	}
 	PG_RETURN_VOID();
 }
 

@@ -208,6 +208,24 @@ BEGIN
 END
 $$;
 
+-- Why the state of a tracked counter of source (a table Citus distributes)
+-- keyed by key_column cannot be kept colocated with it, or NULL when it
+-- can: it must be hash-distributed by key_column, not a partition of a
+-- distributed table, with Citus's metadata on every node (citus_layout).
+CREATE OR REPLACE FUNCTION counter_internal.citus_colocation_why(source regclass, key_column name)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record := counter_internal.citus_layout(source);
+BEGIN
+    RETURN coalesce(p.why, CASE WHEN p.col IS DISTINCT FROM key_column THEN pg_catalog.format(
+        'Its key must be the distribution column (%s): the state of a counter with another key would not be colocated with the rows.',
+        p.col) END);
+END
+$$;
+
 -- A trigger-mode tracked counter on a table Citus distributes (doc/citus.md,
 -- "Trigger-mode counters on a distributed table"): true when source is a
 -- hash-distributed table (not a partition of one) whose distribution column
@@ -223,18 +241,14 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    p record;
     why text;
 BEGIN
     IF NOT counter_internal.citus_distributed(source) THEN
         RETURN false;
     END IF;
-    p := counter_internal.citus_layout(source);
-    why := p.why;
+    why := counter_internal.citus_colocation_why(source, key_column);
     IF why IS NOT NULL THEN
         NULL;
-    ELSIF p.col IS DISTINCT FROM key_column THEN
-        why := pg_catalog.format('Its key must be the distribution column (%s): the state of a counter with another key would not be colocated with the rows.', p.col);
     ELSIF buffered THEN
         why := 'A buffered trigger-mode counter is not supported there (its buffer is in the shared memory of the node that writes).';
     ELSIF replicated THEN
@@ -246,6 +260,26 @@ BEGIN
                   HINT = 'On a hash-distributed table, key the counter by the distribution column; otherwise use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN true;
+END
+$$;
+
+-- An application-mode counter (not buffered) on a table Citus distributes
+-- (doc/citus.md, "Tracked counters in application mode"): true when source
+-- is hash-distributed (not a partition of one) by key_column and every node
+-- has Citus's metadata: its state is then distributed colocated with the
+-- source, and counter.add writes the row's shard (through the counter's
+-- inbox: counter_internal.tracked_make_inbox). False otherwise (without
+-- Citus too): its state is a table of this node, as before 1.8.
+CREATE OR REPLACE FUNCTION counter_internal.citus_app_colocated(source regclass, key_column name)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT counter_internal.citus_distributed(source) THEN
+        RETURN false;
+    END IF;
+    RETURN counter_internal.citus_colocation_why(source, key_column) IS NULL;
 END
 $$;
 
@@ -481,7 +515,8 @@ BEGIN
              JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
-               AND p.proname IN ('tracked_fold', 'rollup_trigger', 'tracked_shard_fold', 'rollup_shard_mark')
+               AND p.proname IN ('tracked_fold', 'rollup_trigger', 'tracked_shard_fold', 'rollup_shard_mark',
+                                 'tracked_shard_add')
                AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
         IF g.citus THEN
             -- a distributed counter's or rollup's trigger (src/tracked.cpp,
@@ -506,7 +541,13 @@ BEGIN
                     '    AND d.relnamespace OPERATOR(pg_catalog.=) $3 '
                     '    AND d.relname::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''^(.*)_[0-9]+$''))'
                 INTO registered USING g.tgrelid::regclass, g.relname::text, g.relnamespace;
-        ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark') THEN
+            -- an application-mode counter's inbox (tracked_make_inbox) is
+            -- distributed in the transaction that makes its trigger: the
+            -- workers make the trigger on its shards before their metadata
+            -- names them
+            registered := registered OR (g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add'
+                AND g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$');
+        ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') THEN
             registered := false; -- only with a distributed counter's or rollup's arguments
         ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
             registered := EXISTS (SELECT FROM counter.tracked c
@@ -520,7 +561,7 @@ BEGIN
         IF NOT registered THEN
             RAISE EXCEPTION 'trigger % of counter_ext on % is refused: % is not the source of its %',
                     g.tgname, g.rel, g.rel,
-                    CASE WHEN g.proname IN ('tracked_fold', 'tracked_shard_fold') THEN 'tracked counter' ELSE 'rollup' END
+                    CASE WHEN g.proname IN ('tracked_fold', 'tracked_shard_fold', 'tracked_shard_add') THEN 'tracked counter' ELSE 'rollup' END
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = 'Citus copies a table''s triggers to its shards (create_distributed_table, create_reference_table) and to the table it makes again (undistribute_table, alter_distributed_table); counter_ext''s catalog does not name the copy, so every write to it would fail.',
                       HINT = 'Untrack the trigger-mode counter (counter.untrack) or drop the rollup (counter.rollup_drop) before the call, and make it again after if it is supported there (doc/citus.md).';
@@ -531,8 +572,9 @@ $$;
 
 -- The event trigger counter_citus_trigger_creator (on CREATE TRIGGER, 1.8):
 -- only the owner of a table (a role with its rights, or a superuser) may
--- attach counter_internal.tracked_shard_fold or rollup_shard_mark, which
--- PUBLIC may execute (99_internal.sql) and which write as the table's owner;
+-- attach counter_internal.tracked_shard_fold, tracked_shard_add or
+-- rollup_shard_mark, which PUBLIC may execute (99_internal.sql) and which
+-- write as the table's owner;
 -- a role with the TRIGGER privilege on the table is refused (42501). Not
 -- SECURITY DEFINER: it checks the role making the trigger (counter_ext's,
 -- in counter.track and rollup_create; the table's owner, when Citus makes
@@ -552,7 +594,7 @@ BEGIN
              JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
-               AND p.proname IN ('tracked_shard_fold', 'rollup_shard_mark') LOOP
+               AND p.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') LOOP
         IF NOT pg_catalog.pg_has_role(g.relowner, 'USAGE') THEN
             RAISE EXCEPTION 'only the owner of % may attach the trigger % of counter_ext', g.rel, g.tgname
                 USING ERRCODE = 'insufficient_privilege',
@@ -579,7 +621,9 @@ DECLARE
     x record;
 BEGIN
     FOR x IN SELECT 'counter' AS what, c.name, c.source, c.state_schema,
-                    ARRAY[counter_internal.tracked_table(c, 'base'), counter_internal.tracked_table(c, 'delta')] AS tabs
+                    ARRAY[counter_internal.tracked_table(c, 'base'), counter_internal.tracked_table(c, 'delta')]
+                    || CASE WHEN c.mode OPERATOR(pg_catalog.=) 'application' THEN ARRAY[counter_internal.tracked_table(c, 'inbox')]
+                            ELSE '{}'::text[] END AS tabs
              FROM counter.tracked c WHERE c.state_schema IS NOT NULL
              UNION ALL
              SELECT 'rollup', r.name, r.source, r.state_schema, ARRAY[counter_internal.rollup_dirty_table(r)]

@@ -77,6 +77,16 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_fold';
 
+-- (1.8) The trigger of the inbox of an application-mode counter whose state
+-- Citus distributes, on its shards (src/tracked.cpp, shard_add):
+-- counter.add inserts into the inbox as the caller, and on the key's shard
+-- this adds the amount to the colocated delta shard as the table's owner.
+-- PUBLIC may execute it, as tracked_shard_fold.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_add()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_shard_add';
+
 -- counter_internal.partition_move says it moves rows between the partitions
 -- of a table, in replica mode (src/source.cpp): the row triggers of
 -- replicated counters and rollups, enabled for replicas, count nothing
@@ -187,6 +197,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     ops text[] := counter_internal.key_operators(t.key_type);
+    bk record := counter_internal.tracked_batch_buckets(t);
 BEGIN
     RETURN format($b$
 #variable_conflict use_column
@@ -207,13 +218,14 @@ DECLARE
     ce_rc bigint[] := '{}';
     ce_rt bigint[] := '{}';
     ce_rb boolean[] := '{}';
+    ce_h timestamptz := %11$s;   -- counter_internal.tracked_batch_buckets
 BEGIN
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
         SELECT DISTINCT u.k FROM (
             (SELECT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
              ORDER BY 1 LIMIT ce_limit)
             UNION ALL
-            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
+            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND %10$s
              ORDER BY 1 LIMIT ce_limit)
             UNION ALL
             (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
@@ -232,7 +244,7 @@ BEGIN
         -- (1) the rows no writer holds, locked
         SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
         INTO ce_lk, ce_lb, ce_ls
-        FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+        FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND %10$s
               FOR UPDATE SKIP LOCKED) l;
         -- (2) rows, base and deltas of the shard's keys, one snapshot, and
         -- the repair of the keys no writer holds: one statement
@@ -249,7 +261,7 @@ BEGIN
             UNION ALL
             SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL
             FROM %7$s d LEFT JOIN l ON l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard
-            WHERE d.key %8$s ANY (ce_g) AND d.bucket < ce_w
+            WHERE d.key %8$s ANY (ce_g) AND %10$s
         ), s AS MATERIALIZED (
             -- numeric, then bounded: no sum of deltas makes the batch fail
             SELECT z.key, pg_catalog.sum(z.b) AS base,
@@ -303,7 +315,8 @@ BEGIN
                          pg_catalog.unnest(ce_rb)) AS c(key, cached, truth, busy) ON c.key %8$s k.key;
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
-        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3]);
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
+        bk.cond, bk.horizon);
 END
 $fn$;
 
@@ -371,6 +384,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     ops text[] := counter_internal.key_operators(t.key_type);
+    bk record := counter_internal.tracked_batch_buckets(t);
 BEGIN
     RETURN format($b$
 #variable_conflict use_column
@@ -471,17 +485,30 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         -- that the batch's snapshot cannot account for are busy too
         CASE WHEN t.buffered THEN format('UNION SELECT bk.k FROM pg_catalog.unnest('
             'counter_internal.tracked_buffer_busy(%s, ce_w, ce_keys)) AS bk(k)', t.counter_id) ELSE '' END,
-        -- the buckets a batch folds (application mode: also those past ce_h)
-        CASE WHEN t.mode = 'application' THEN '(d.bucket < ce_w OR d.bucket >= ce_h)' ELSE 'd.bucket < ce_w' END,
-        -- fixed spans in seconds: the same bound whatever the session's time zone
-        CASE WHEN t.mode = 'application'
-             THEN format('pg_catalog.date_bin(interval ''1 second'' * %1$s, pg_catalog.clock_timestamp()'
-                         ' + interval ''1 second'' * %2$s, ''2000-01-01 00:00:00+00''::timestamptz)'
-                         ' + interval ''1 second'' * %1$s',
-                         pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
-             ELSE '''infinity''::timestamptz' END);
+        bk.cond, bk.horizon);
 END
 $fn$;
+
+-- The delta buckets a batch of counter t folds, as SQL over the delta row
+-- d (cond): those before the watermark ce_w, and in application mode those
+-- from ce_h on, past every bucket an add may still write (an event time
+-- after now + max_future is refused, so delta rows from there on are left
+-- by 1.4 or by a shorter max_future, and are folded now); horizon: ce_h's
+-- value, in fixed spans of seconds (the same bound whatever the session's
+-- time zone). tracked_batch_sql and tracked_citus_batch use them.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_batch_buckets(t counter.tracked, OUT cond text, OUT horizon text)
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN t.mode OPERATOR(pg_catalog.=) 'application' THEN '(d.bucket < ce_w OR d.bucket >= ce_h)'
+            ELSE 'd.bucket < ce_w' END,
+       CASE WHEN t.mode OPERATOR(pg_catalog.=) 'application'
+            THEN pg_catalog.format('pg_catalog.date_bin(interval ''1 second'' * %1$s, pg_catalog.clock_timestamp()'
+                                   ' + interval ''1 second'' * %2$s, ''2000-01-01 00:00:00+00''::timestamptz)'
+                                   ' + interval ''1 second'' * %1$s',
+                                   pg_catalog.date_part('epoch', t.bucket_width), pg_catalog.date_part('epoch', t.max_future))
+            ELSE '''infinity''::timestamptz' END
+$$;
 
 -- (Re)creates what counter t needs beyond its state tables: the batch
 -- function and, in trigger mode, the triggers on the source. Used by
@@ -691,6 +718,11 @@ BEGIN
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
                    ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard)) WITH (fillfactor = 60)',
                    delta_t, t.key_type);
+    IF t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application' THEN
+        -- first: the event trigger counter_citus_state wants every state
+        -- table of the counter there at each ALTER TABLE
+        PERFORM counter_internal.tracked_make_inbox(t);
+    END IF;
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, t.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, t.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
@@ -700,6 +732,36 @@ BEGIN
     ELSE
         PERFORM counter_internal.tracked_state_triggers(t);
     END IF;
+END
+$$;
+
+-- The inbox of an application-mode counter t whose state Citus distributes
+-- (doc/citus.md, "Tracked counters in application mode"): a table of the
+-- owner's beside the state, colocated with the source, that never holds a
+-- row (CHECK (false)). counter.add inserts (key, bucket, slot, amount) into
+-- it as the caller; on the key's shard the row trigger
+-- counter_internal.tracked_shard_add checks that the caller may insert into
+-- the source, adds the amount to the colocated delta shard as the owner,
+-- and drops the row. PUBLIC may insert (the trigger asks for INSERT on the
+-- source, the right counter.add asks for).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_make_inbox(t counter.tracked)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    inbox text := counter_internal.tracked_table(t, 'inbox');
+BEGIN
+    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                   ' delta bigint NOT NULL, CONSTRAINT never_kept CHECK (false))', inbox, t.key_type);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', inbox, t.owner);
+    EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', inbox);
+    EXECUTE format('GRANT INSERT ON %s TO PUBLIC', inbox);
+    PERFORM counter_internal.citus_colocate(inbox::regclass, t.source);
+    PERFORM counter_internal.citus_trigger_ddl(format(
+        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L)',
+        format('counter_%s_add', t.counter_id), inbox, t.counter_id, 'citus', t.source::text,
+        counter_internal.tracked_table(t, 'delta')));
 END
 $$;
 
@@ -766,6 +828,10 @@ BEGIN
         -- on Citus: a hash-distributed source keyed by its distribution
         -- column, or refused (0A000)
         distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
+    ELSIF NOT buffered THEN
+        -- on Citus: the state beside the rows when the source is
+        -- hash-distributed by the key, else the coordinator's
+        distributed := counter_internal.citus_app_colocated(source, key_column);
     END IF;
     SELECT * INTO src FROM counter_internal.track_check_source(source, key_column, time_column, caller);
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
@@ -792,7 +858,9 @@ BEGIN
     IF distributed THEN
         -- beside the source, so that Citus can move its shards with the source's
         t.state_schema := counter_internal.citus_state_schema('counter', source, src.owner,
-            ARRAY[format('counter_tracked_%s_base', t.counter_id), format('counter_tracked_%s_delta', t.counter_id)]);
+            ARRAY[format('counter_tracked_%s_base', t.counter_id), format('counter_tracked_%s_delta', t.counter_id)]
+            || CASE WHEN mode OPERATOR(pg_catalog.=) 'application' THEN ARRAY[format('counter_tracked_%s_inbox', t.counter_id)]
+                    ELSE '{}'::text[] END);
         UPDATE counter.tracked c SET state_schema = t.state_schema WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     END IF;
     PERFORM counter_internal.tracked_make_state(t);
@@ -884,8 +952,10 @@ BEGIN
                    format('tracked_%s_batch', t.counter_id)));
     IF t.distributed AND pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base')) IS NOT NULL THEN
         -- distributed: dropped on every node, as the owner (above)
-        PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TABLE IF EXISTS %s, %s',
-            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')), true);
+        PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TABLE IF EXISTS %s, %s%s',
+            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
+            CASE WHEN t.mode OPERATOR(pg_catalog.=) 'application'
+                 THEN ', ' || counter_internal.tracked_table(t, 'inbox') ELSE '' END), true);
     ELSE
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                        counter_internal.tracked_table(t, 'delta'));
@@ -1572,8 +1642,8 @@ BEGIN
                                        AND d.objsubid OPERATOR(pg_catalog.=) 0) LOOP
         EXECUTE format('DROP FUNCTION IF EXISTS counter_internal.%I(timestamptz, timestamptz, text, boolean, integer)',
                        format('tracked_%s_batch', t.counter_id));
-        EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
-                       counter_internal.tracked_table(t, 'delta'));
+        EXECUTE format('DROP TABLE IF EXISTS %s, %s, %s', counter_internal.tracked_table(t, 'base'),
+                       counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'inbox'));
         DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
         PERFORM counter_internal.run_forget('reconcile', t.counter_id);
         PERFORM counter_internal.tracked_invalidate();

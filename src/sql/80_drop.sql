@@ -236,6 +236,11 @@ BEGIN
                     OPERATOR(pg_catalog.||) counter_internal.state_table_clear(counter_internal.tracked_table(t, 'delta'));
             EXECUTE format('ALTER TABLE %s OWNER TO %s', counter_internal.tracked_table(t, 'base'), new_owner);
             EXECUTE format('ALTER TABLE %s OWNER TO %s', counter_internal.tracked_table(t, 'delta'), new_owner);
+            IF t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application' THEN
+                -- Citus: the inbox holds no row; made again, the new owner's
+                EXECUTE format('DROP TABLE %s', counter_internal.tracked_table(t, 'inbox'));
+                PERFORM counter_internal.tracked_make_inbox(t);
+            END IF;
             PERFORM counter_internal.tracked_build(t);
             PERFORM counter_internal.tracked_invalidate();
             IF pg_catalog.cardinality(gone) OPERATOR(pg_catalog.>) 0 THEN

@@ -27,10 +27,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 if [ -n "${CE_CITUS_KEEP:-}" ]; then   # a cluster kept between runs (development)
     coord -q -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name LIKE 'ev%'" \
-        -c "DROP SCHEMA IF EXISTS ct CASCADE" -c "DROP ROLE IF EXISTS ct_app" >/dev/null
+        -c "DROP SCHEMA IF EXISTS ct CASCADE" -c "DROP ROLE IF EXISTS ct_app" -c "DROP ROLE IF EXISTS ct_w" \
+        -c "DROP ROLE IF EXISTS ct_x" >/dev/null
 fi
 coord -q <<'SQL'
 CREATE ROLE ct_app LOGIN;
+CREATE ROLE ct_w LOGIN;   -- a writer: INSERT on the tables, no right on any counter's state
+CREATE ROLE ct_x LOGIN;   -- no right on anything of ct_app's
 CREATE SCHEMA ct AUTHORIZATION ct_app;
 SQL
 # the same table twice: distributed (the cluster) and plain (one node)
@@ -54,6 +57,12 @@ for t in ev ev_one; do
         -c "SELECT counter.track('${t}_n', 'ct.$t', 'k', 'at', mode => 'application')" >/dev/null
 done
 echo "ok: application-mode and buffered counters with a filter are made on a distributed table"
+# where their state is (1.8): beside the rows, on the shards, for the
+# counters keyed by the distribution column that are not buffered
+got=$(app -tA -c "SELECT string_agg(name || '=' || distributed, ' ' ORDER BY name) FROM counter.tracked WHERE name LIKE 'ev%'")
+[ "$got" = "ev_b=false ev_f=true ev_n=true ev_one_b=false ev_one_f=false ev_one_n=false" ] ||
+    fail "where the counters' state is: $got"
+app -q -c "GRANT USAGE ON SCHEMA ct TO ct_w, ct_x" -c "GRANT SELECT, INSERT ON ct.ev, ct.ev_one TO ct_w"
 
 F="kind <> 'bot' AND coalesce(note, '') NOT LIKE '%test''s%'"
 B="kind = 'click'"
@@ -62,8 +71,8 @@ B="kind = 'click'"
 # inserted (a re-delivered row conflicts and is not counted again), and
 # applies each counter's filter itself.
 deliver() {
-    local t=$1 a=$2 b=$3 end=${4:-COMMIT}
-    app -q >/dev/null <<SQL
+    local t=$1 a=$2 b=$3 end=${4:-COMMIT} as=${5:-app}
+    $as -q >/dev/null <<SQL
 BEGIN;
 CREATE TEMP TABLE new_rows ON COMMIT DROP AS WITH ins AS (
     INSERT INTO ct.$t SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 60) * interval '1 minute',
@@ -77,10 +86,16 @@ SELECT count(counter.add('${t}_n', k, n, at)) FROM (SELECT k, at, count(*) AS n 
 $end;
 SQL
 }
+writer() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_w -d postgres -v ON_ERROR_STOP=1 "$@"; }
 for t in ev ev_one; do
     deliver "$t" 1 3000
     deliver "$t" 2001 5000            # re-delivered: 2001-3000 again
     deliver "$t" 5001 6000 ROLLBACK   # rolled back: neither rows nor adds
+    # another role than the owner writes rows and adds (Citus refuses a
+    # write as the owner to the placements the writer's INSERT wrote: the
+    # add reaches the shard as the writer, through the counter's inbox)
+    deliver "$t" 6001 7000 COMMIT writer
+    deliver "$t" 6501 7500 COMMIT writer   # re-delivered in part
 done
 
 # Keys where counter c and count(*) of table ct.t with filter f differ.
@@ -96,6 +111,25 @@ check_all() {
     echo "ok: $what: every value of every counter equals count(*) with its filter, on the cluster and on one node"
 }
 check_all "written with their adds"
+
+# The inbox of a counter whose state is on the shards: a role without
+# INSERT on the table cannot add through it (42501, on the shard), nor with
+# counter.add; a writer's rows never stay in it.
+inbox=$(coord -tA -c "SELECT counter_internal.tracked_table(t, 'inbox') FROM counter.tracked t WHERE name = 'ev_n'")
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_x -d postgres -v VERBOSITY=verbose \
+    -c "INSERT INTO $inbox VALUES (7, now(), 0, 1000)" 2>&1) && fail "a role without rights added through the inbox: $out"
+case $out in
+*"ERROR:  42501: permission denied to add to tracked counter"*) ;;
+*) fail "an insert into the inbox by a role without INSERT on the table: $out" ;;
+esac
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_x -d postgres -v VERBOSITY=verbose \
+    -c "SELECT counter.add('ev_n', 7::bigint, 1000)" 2>&1) && fail "a role without rights added: $out"
+case $out in
+*"ERROR:  42501: permission denied to add to tracked counter \"ev_n\""*) ;;
+*) fail "counter.add by a role without INSERT on the table: $out" ;;
+esac
+[ "$(coord -tA -c "SELECT count(*) FROM $inbox")" = 0 ] || fail "rows stayed in the inbox $inbox"
+echo "ok: the inbox takes adds of writers of the table only (42501 on the shard), and keeps no row"
 
 # the same numbers on the cluster and on one node
 got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
