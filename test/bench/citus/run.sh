@@ -7,7 +7,9 @@
 #   (a) reconciliation of KEYS keys of an application-mode tracked counter:
 #       the job's run (CALL counter.run_steps('reconcile', ...), one transaction per batch,
 #       the first full run: every key written), then counter.reconcile with
-#       all_keys on a right state (every key read, none written);
+#       all_keys on a right state (every key read, none written); keyed by
+#       the distribution column (on Citus its state is beside the rows,
+#       1.8), then by a copy of it (its state is the coordinator's);
 #   (b) counter.hll_add_agg GROUP BY a column that is not the distribution
 #       column over ROWS rows, with citus.coordinator_aggregation_strategy =
 #       'disabled' (Citus refuses any aggregate it cannot push down);
@@ -151,14 +153,16 @@ ingest() {
 # ---------------------------------------------------------------- (a) reconcile
 part_a() {
     echo "== (a) reconciliation of $KEYS keys"
-    table rk "k bigint NOT NULL, at timestamptz NOT NULL" k
+    # k2 = k, not the distribution column: on Citus the state of a counter
+    # keyed by k is beside the rows (1.8), of one keyed by k2 the coordinator's
+    table rk "k bigint NOT NULL, k2 bigint NOT NULL, at timestamptz NOT NULL" k
     for n in single citus_coord; do
-        q "$n" -c "INSERT INTO rk SELECT 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
+        q "$n" -c "INSERT INTO rk SELECT 1 + g % $KEYS, 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
                    FROM generate_series(1, $((KEYS * 10))) g" \
-            -c "CREATE INDEX ON rk (k, at)" -c "ANALYZE rk" \
+            -c "CREATE INDEX ON rk (k, at)" -c "CREATE INDEX ON rk (k2, at)" -c "ANALYZE rk" \
             -c "SET client_min_messages = warning" \
-            -c "SELECT counter.track('rk_job', 'rk', 'k', 'at', mode => 'application', batch_size => $BATCH)" \
-            -c "SELECT counter.track('rk_all', 'rk', 'k', 'at', mode => 'application', batch_size => $BATCH)" >/dev/null
+            -c "SELECT counter.track(c || '_' || f, 'rk', c, 'at', mode => 'application', batch_size => $BATCH)
+                FROM unnest('{k,k2}'::text[]) c, unnest('{job,all}'::text[]) f" >/dev/null
     done
     # time_both WORKLOAD NOTE EXPECTED COUNTER SQL...: SQL timed on one node
     # and on the cluster, its output checked, and every value of COUNTER
@@ -172,19 +176,28 @@ part_a() {
             # (the job's run prints its result: {"rows": N, ...})
             [ "$(cat "$work/out")" = "$want" ] || grep -q "\"rows\": $want," "$work/out" ||
                 fail "$n: $what: $(cat "$work/out"), expected $want"
-            [ "$(mismatches "$n" rk k::text "$counter")" = 0 ] || fail "$n: $counter differs from count(*)"
+            [ "$(mismatches "$n" rk "${counter%_*}::text" "$counter")" = 0 ] || fail "$n: $counter differs from count(*)"
             ms[$n.load]=$l
         done
         row "$what" "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "$note"
     }
-    time_both "(a) job run, first full run ($KEYS keys written, 1 transaction per batch)" "every value = count(*)" \
-        "$KEYS" rk_job "SET client_min_messages = warning" "CALL counter.run_steps('reconcile', 'rk_job')"
-    for n in single citus_coord; do   # rk_all's first run: every key written
-        q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.reconcile('rk_all', '$NEXT', all_keys => true)" >/dev/null
+    local c where
+    for c in k k2; do
+        where="state beside the rows"
+        [ "$c" = k2 ] && where="state on the coordinator"
+        time_both "(a) job run, first full run ($KEYS keys written, 1 transaction per batch), keyed by $c: $where" \
+            "every value = count(*)" "$KEYS" "${c}_job" "SET client_min_messages = warning" \
+            "CALL counter.run_steps('reconcile', '${c}_job')"
+        for n in single citus_coord; do   # ${c}_all's first run: every key written
+            q "$n" -q -c "SET client_min_messages = warning" \
+                -c "SELECT counter.reconcile('${c}_all', '$NEXT', all_keys => true)" >/dev/null
+        done
+        time_both "(a) counter.reconcile all_keys, state right ($KEYS keys read, 0 written), keyed by $c: $where" \
+            "$KEYS checked, 0 corrected" "$KEYS 0" "${c}_all" \
+            "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('${c}_all', '$NEXT', all_keys => true)"
     done
-    time_both "(a) counter.reconcile all_keys, state right ($KEYS keys read, 0 written)" "$KEYS checked, 0 corrected" \
-        "$KEYS 0" rk_all "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('rk_all', '$NEXT', all_keys => true)"
-    # What the workers send per batch (batch_size keys per shard, at most
+    # What the workers send per batch of a counter whose state is on the
+    # coordinator (batch_size keys per shard, at most
     # 100,000 in all: counter_internal.tracked_batch_keys): the keys query
     # takes up to that many keys after the last one from every shard (LIMIT
     # pushed down); the count query returns (key, count) for the batch's keys
@@ -192,11 +205,14 @@ part_a() {
     local eff=$((BATCH * SHARDS > 100000 ? (BATCH > 100000 ? BATCH : 100000) : BATCH * SHARDS))
     b_keys=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k)), 0) FROM (SELECT DISTINCT k FROM %s WHERE at < '$NEXT' ORDER BY 1 LIMIT $eff) x")
     b_truth=$(per_shard rk "SELECT coalesce(sum(pg_column_size(k) + pg_column_size(n)), 0) FROM (SELECT k, count(*) AS n FROM %s WHERE k <= $eff AND at < '$NEXT' GROUP BY 1) x")
-    echo "  per batch of $eff keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to $eff per shard), count query $b_truth bytes (key + count)"
+    echo "  state on the coordinator, per batch of $eff keys, from the workers (all_keys run): keys query $b_keys bytes of keys (up to $eff per shard), count query $b_truth bytes (key + count)"
     # ... and to them: the count query's text with the batch's keys, to
     # every shard a key hashes to (Citus prunes shards, it does not split the array)
     arr=$(q citus_coord -tA -c "SELECT array_agg(g)::text FROM generate_series(1, $eff) g")
-    q citus_coord -tA -c "EXPLAIN (VERBOSE, COSTS OFF) SELECT k, count(*) FROM rk WHERE k = ANY ('$arr'::bigint[]) AND at < '$NEXT' GROUP BY 1" >"$work/plan"
+    # (on stdin: the array is past the limit of one command-line argument)
+    q citus_coord -tA >"$work/plan" <<SQL
+EXPLAIN (VERBOSE, COSTS OFF) SELECT k, count(*) FROM rk WHERE k = ANY ('$arr'::bigint[]) AND at < '$NEXT' GROUP BY 1
+SQL
     tasks=$(sed -n 's/.*Task Count: \([0-9]*\).*/\1/p' "$work/plan" | head -1)
     qlen=$(grep -m1 'Query: ' "$work/plan" | sed 's/^ *Query: //' | wc -c)
     echo "  to the workers per batch: the count query to $tasks shards, $qlen bytes each ($((tasks * qlen)) bytes)"
