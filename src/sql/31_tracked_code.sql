@@ -172,8 +172,9 @@ SELECT CASE WHEN t.state_schema IS NULL
 $$;
 
 -- The body of the batch function of a counter whose state is distributed
--- colocated with its source by Citus (a trigger-mode counter on a
--- hash-distributed table keyed by its distribution column: doc/citus.md).
+-- colocated with its source by Citus (a counter on a hash-distributed table
+-- keyed by its distribution column, in trigger mode or, since 1.8, in
+-- application mode: doc/citus.md).
 -- A batch is a key range of every shard: the next ce_limit keys in key
 -- order (batch_size per shard: counter_internal.tracked_batch_keys),
 -- chosen by one distributed query; then each shard's
