@@ -70,3 +70,16 @@ RESET citus.coordinator_aggregation_strategy;
 -- Reconciliation compares each shard's rows with the counter's state on that
 -- shard, in one snapshot per shard: nothing to repair.
 SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_clicks_per_link', all_keys => true);
+
+-- An application-mode counter keyed by the distribution column keeps its state
+-- beside the rows too: each add reaches the link's shard in the application's
+-- own transaction, committed with its row. The rows from before the counter
+-- are taken in by its first reconciliation.
+SELECT counter.track('citus_app_clicks', 'demo.clicks', 'link_id', 'occurred_at', mode => 'application');
+BEGIN;
+INSERT INTO demo.clicks VALUES (900001, 7, 42, 'view', '2026-10-06 11:30+00'), (900002, 7, 43, 'view', '2026-10-06 11:31+00');
+SELECT counter.add('citus_app_clicks', 7::bigint, 2, '2026-10-06 11:30+00');
+COMMIT;
+SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_app_clicks', all_keys => true);
+SELECT counter.value('citus_app_clicks', 7::bigint) AS link_7;
+SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;

@@ -48,9 +48,11 @@ done
 # the numbers of 80_citus.sql, checked here rather than only shown there
 c() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks -tA "$@"; }
 rows=$(c -c "SELECT count(*) FROM demo.clicks")
-[ "$rows" = 22000 ] || fail "the Citus section's table holds $rows rows, not 22000 (20,000 + 2,000 through a worker; the re-delivery none)"
+[ "$rows" = 22002 ] || fail "the Citus section's table holds $rows rows, not 22002 (20,000 + 2,000 through a worker + 2 with their add; the re-delivery none)"
 bad=$(ce_citus_mismatches c citus_clicks_per_link demo.clicks "kind <> 'bot'" link_id)
 [ "$bad" = 0 ] || fail "$bad links whose counter differs from count(*)"
+bad=$(ce_citus_mismatches c citus_app_clicks demo.clicks true link_id)
+[ "$bad" = 0 ] || fail "$bad links whose application-mode counter differs from count(*)"
 # and it was before the section's reconciliation, which corrected nothing
 got=$(c -c "SELECT runs > 0 AND keys_corrected = 0 FROM counter.tracked_drift WHERE counter = 'citus_clicks_per_link'")
 [ "$got" = t ] || fail "the Citus section's reconciliation corrected the counter (or did not run): $got"

@@ -19,9 +19,12 @@
 #       a Citus user runs instead (INSERT ... SELECT ... GROUP BY ... ON
 #       CONFLICT into a table colocated with the source: pushed down);
 #   (d) ingest: a plain INSERT, the INSERT with counter.add of an
-#       application-mode counter in the same transaction, the same with a
-#       buffered counter, and the INSERT with a trigger-mode counter (on
+#       application-mode counter in the same transaction (keyed by the
+#       distribution column: on Citus its state is beside the rows, 1.8; and
+#       keyed by a copy of it: its state is the coordinator's), the same with
+#       a buffered counter, and the INSERT with a trigger-mode counter (on
 #       Citus keyed by the distribution column: it counts on the shards);
+#       CE_BENCH_ROUNDS rounds, interleaved;
 #   (e) reconciliation of KEYS keys of a trigger-mode counter (2 x KEYS
 #       rows): counter.reconcile with all_keys, first folding every key's
 #       deltas, then on a right state;
@@ -42,7 +45,7 @@
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
 # CE_BENCH_PARTS=abcdefg (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
-# batch_size of the counters of (a)).
+# batch_size of the counters of (a)), CE_BENCH_ROUNDS=1 (interleaved rounds of (d)).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source test/lib.sh
@@ -57,6 +60,7 @@ SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
 PARTS=${CE_BENCH_PARTS:-abcdefg}   # which of the workloads (a)-(g) to run
 BATCH=${CE_BENCH_BATCH:-1000}      # (a): the counters' batch_size (track's default 1000)
+ROUNDS=${CE_BENCH_ROUNDS:-1}       # (d): rounds of the ingest runs, interleaved
 LINKS=10000
 DAY="2026-07-01 00:00+00"
 NEXT="2026-07-02 00:00+00"
@@ -302,15 +306,19 @@ run_part c
 
 # ---------------------------------------------------------------- (d) ingest
 part_d() {
-    echo "== (d) ingest: $INGEST single-row transactions, $CLIENTS clients"
+    echo "== (d) ingest: $INGEST single-row transactions, $CLIENTS clients, $ROUNDS round(s)"
     for t in ing_plain ing_app ing_buf ing_trig; do
         table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
     done
+    # k2 = k, not the distribution column: the add's state on the coordinator
+    # (ing_app's, keyed by k, is beside the rows on Citus: 1.8)
+    table ing_appc "k bigint NOT NULL, k2 bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
     for n in single citus_coord; do
         q "$n" -c "CREATE INDEX ON ing_plain (at)" -c "CREATE INDEX ON ing_app (at)" -c "CREATE INDEX ON ing_buf (at)" \
-            -c "CREATE INDEX ON ing_trig (at)" >/dev/null
+            -c "CREATE INDEX ON ing_trig (at)" -c "CREATE INDEX ON ing_appc (at)" >/dev/null
         q "$n" -q -c "SET client_min_messages = warning" \
             -c "SELECT counter.track('ing_app', 'ing_app', 'k', 'at', mode => 'application')" \
+            -c "SELECT counter.track('ing_appc', 'ing_appc', 'k2', 'at', mode => 'application')" \
             -c "SELECT counter.track('ing_buf', 'ing_buf', 'k', 'at', mode => 'application', buffered => true)" >/dev/null
     done
     for n in single citus_coord; do   # (1.7: on Citus keyed by the distribution column, it counts on the shards)
@@ -322,32 +330,40 @@ part_d() {
         printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_$c (k) VALUES (:k);" \
             "SELECT counter.add('ing_$c', :k::bigint);" "COMMIT;" >"$work/ing_$c.sql"
     done
-    for t in ing_plain ing_app ing_buf ing_trig; do
-        for n in single citus_coord; do
-            ms[$n.load]=$(load)
-            [ $n = citus_coord ] && p0=$(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction")
-            ms[$n]=$(ingest "$n" "$t")
-            [ $n = citus_coord ] && twopc=$(($(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
-            [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((per * CLIENTS)) ] || fail "$n: $t lost rows"
-            if [ $t != ing_plain ]; then
-                [ $t = ing_buf ] && q "$n" -q -c "SELECT counter.flush('ing_buf')" >/dev/null
-                [ "$(mismatches "$n" $t k::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
-            fi
+    printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_appc (k, k2) VALUES (:k, :k);" \
+        "SELECT counter.add('ing_appc', :k::bigint);" "COMMIT;" >"$work/ing_appc.sql"
+    local r key
+    for r in $(seq 1 "$ROUNDS"); do
+        for t in ing_plain ing_app ing_appc ing_buf ing_trig; do
+            for n in single citus_coord; do
+                ms[$n.load]=$(load)
+                [ $n = citus_coord ] && p0=$(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction")
+                ms[$n]=$(ingest "$n" "$t")
+                [ $n = citus_coord ] && twopc=$(($(q $n -tA -c "SELECT count(*) FROM pg_dist_transaction") - p0))
+                [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((r * per * CLIENTS)) ] || fail "$n: $t lost rows"
+                if [ $t != ing_plain ]; then
+                    [ $t = ing_buf ] && q "$n" -q -c "SELECT counter.flush('ing_buf')" >/dev/null
+                    key=k
+                    [ $t = ing_appc ] && key=k2
+                    [ "$(mismatches "$n" $t $key::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
+                fi
+            done
+            case $t in
+            ing_plain) what="plain INSERT (no counter)" check="count(*) = transactions" ;;
+            ing_app) what="INSERT + counter.add, application mode, same transaction (Citus: state beside the rows)" check="every value = count(*)" ;;
+            ing_appc) what="INSERT + counter.add, application mode, same transaction, keyed by a copy of the key (Citus: state on the coordinator)" check="every value = count(*)" ;;
+            ing_buf) what="INSERT + counter.add, buffered application mode" check="every value = count(*) (after flush)" ;;
+            ing_trig) what="INSERT, trigger-mode counter" check="every value = count(*)" ;;
+            esac
+            check="$check; two-phase commits on Citus: $twopc"
+            row "(d) $what, $((per * CLIENTS)) transactions, round $r" "${ms[single]}" "${ms[citus_coord]}" \
+                "${ms[single.load]} / ${ms[citus_coord.load]}" "$check"
         done
-        case $t in
-        ing_plain) what="plain INSERT (no counter)" check="count(*) = transactions" ;;
-        ing_app) what="INSERT + counter.add, application mode, same transaction" check="every value = count(*)" ;;
-        ing_buf) what="INSERT + counter.add, buffered application mode" check="every value = count(*) (after flush)" ;;
-        ing_trig) what="INSERT, trigger-mode counter" check="every value = count(*)" ;;
-        esac
-        check="$check; two-phase commits on Citus: $twopc"
-        row "(d) $what, $((per * CLIENTS)) transactions" "${ms[single]}" "${ms[citus_coord]}" \
-            "${ms[single.load]} / ${ms[citus_coord.load]}" "$check"
     done
 
     # After the runs and their checks: what one transaction of each kind sends
     # to the workers (Citus logs each remote command)
-    for t in ing_plain ing_app ing_buf; do
+    for t in ing_plain ing_app ing_appc ing_buf; do
         q citus_coord -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
             -c "BEGIN" -f <(sed -e '/^\\set/d' -e '/^BEGIN;/d' -e '/^COMMIT;/d' -e 's/:k/1/g' "$work/$t.sql") -c "COMMIT" \
             >"$work/remote" 2>&1 || { cat "$work/remote"; fail "one transaction of $t"; }
