@@ -181,6 +181,15 @@ ce::citus::Place ce::citus::shard_trigger_fill(ShardTrigger *t, Relation rel, co
 	return place;
 }
 
+Oid ce::citus::relation_named(const char *name) {
+	LOCAL_FCINFO(fc, 1);
+	InitFunctionCallInfoData(*fc, nullptr, 1, InvalidOid, nullptr, nullptr);
+	fc->args[0].value = CStringGetTextDatum(name);
+	fc->args[0].isnull = false;
+	Datum result = to_regclass(fc);
+	return fc->isnull ? InvalidOid : DatumGetObjectId(result);
+}
+
 void ce::install_citus_hook() {
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = ce::entry<object_access>;

@@ -926,7 +926,7 @@ bool shard_add_fill(ShardMark *m, TriggerData *td, int32 rid) {
 			                 "counter.rollup_create again.")));
 		if (m->shell)
 			return false;
-		Oid table = DatumGetObjectId(DirectFunctionCall1(to_regclass, CStringGetTextDatum(a[5])));
+		Oid table = ce::citus::relation_named(a[5]);
 		if (!OidIsValid(table) || !has_privs_of_role(m->owner, rel_owner(table)))
 			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			                errmsg("the trigger %s on %s names the rollup table %s, which its owner does not own",

@@ -925,7 +925,13 @@ CE_FUNCTION(counter_tracked_shard_add) {
 	// the right counter.add asks: INSERT on the source
 	ce::pg_guard([td, writer, id] {
 		const char *name = td->tg_trigger->tgargs[2];
-		Oid source = DatumGetObjectId(DirectFunctionCall1(to_regclass, CStringGetTextDatum(name)));
+		Oid source = ce::citus::relation_named(name);
+		if (!OidIsValid(source)) // counter_citus_state refuses renaming it
+			ereport(ERROR,
+			        (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			         errmsg("the trigger %s on %s names the table %s of tracked counter %d, which does not exist",
+			                td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), name, id),
+			         errhint("Untrack the counter and track it again.")));
 		if (pg_class_aclcheck(source, writer, ACL_INSERT) != ACLCHECK_OK)
 			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			                errmsg("permission denied to add to tracked counter %d", id),

@@ -608,10 +608,13 @@ $$;
 -- The event trigger counter_citus_state (on ALTER TABLE and ALTER SCHEMA,
 -- 1.8): the state of a distributed counter or rollup kept beside its source
 -- (counter.tracked.state_schema, counter.rollups.state_schema) is named in
--- its shard triggers' arguments and its batch function, so renaming that
--- schema, moving the source or a state table to another schema, or renaming
--- a state table would make every write to the source fail: refused (0A000)
--- where counter_ext's catalog is (the coordinator).
+-- its shard triggers' arguments and its batch function, and so are an
+-- application-mode counter's source (by its inbox's trigger) and a
+-- trigger-mode rollup's table (by the source's INSERT trigger): renaming
+-- that schema, moving the source or a state table to another schema, or
+-- renaming a state table, that source or that rollup table would make
+-- every write to the source fail: refused (0A000) where counter_ext's
+-- catalog is (the coordinator).
 CREATE OR REPLACE FUNCTION counter_internal.citus_state_check()
 RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
@@ -623,19 +626,33 @@ BEGIN
     FOR x IN SELECT 'counter' AS what, c.name, c.source, c.state_schema,
                     ARRAY[counter_internal.tracked_table(c, 'base'), counter_internal.tracked_table(c, 'delta')]
                     || CASE WHEN c.mode OPERATOR(pg_catalog.=) 'application' THEN ARRAY[counter_internal.tracked_table(c, 'inbox')]
-                            ELSE '{}'::text[] END AS tabs
+                            ELSE '{}'::text[] END AS tabs,
+                    -- a table whose trigger (once made) names a table: the table, the trigger, the name
+                    CASE WHEN c.mode OPERATOR(pg_catalog.=) 'application' THEN counter_internal.tracked_table(c, 'inbox') END AS on_table,
+                    pg_catalog.format('counter_%s_add', c.counter_id) AS trg, c.source::text AS named
              FROM counter.tracked c WHERE c.state_schema IS NOT NULL
              UNION ALL
-             SELECT 'rollup', r.name, r.source, r.state_schema, ARRAY[counter_internal.rollup_dirty_table(r)]
-             FROM counter.rollups r WHERE r.state_schema IS NOT NULL LOOP
+             SELECT 'rollup', r.name, r.source, r.state_schema, ARRAY[counter_internal.rollup_dirty_table(r)],
+                    CASE WHEN r.mode OPERATOR(pg_catalog.=) 'trigger' THEN r.source::text END,
+                    pg_catalog.format('counter_rollup_%s_insert', r.rollup_id), r.rollup_table::text
+             FROM counter.rollups r WHERE r.state_schema IS NOT NULL
+             ORDER BY 1, 2 LOOP
         IF (SELECT s.nspname FROM pg_catalog.pg_class c
             JOIN pg_catalog.pg_namespace s ON s.oid OPERATOR(pg_catalog.=) c.relnamespace
             WHERE c.oid OPERATOR(pg_catalog.=) x.source) IS DISTINCT FROM x.state_schema
-           OR EXISTS (SELECT FROM pg_catalog.unnest(x.tabs) AS t(t) WHERE pg_catalog.to_regclass(t.t) IS NULL) THEN
+           OR EXISTS (SELECT FROM pg_catalog.unnest(x.tabs) AS t(t) WHERE pg_catalog.to_regclass(t.t) IS NULL)
+           OR EXISTS (SELECT FROM pg_catalog.pg_trigger g
+                      WHERE x.on_table IS NOT NULL
+                        AND g.tgrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(x.on_table)
+                        AND g.tgname OPERATOR(pg_catalog.=) x.trg
+                        -- the argument as the trigger's definition prints it
+                        AND pg_catalog.strpos(pg_catalog.pg_get_triggerdef(g.oid),
+                                              ', ''' OPERATOR(pg_catalog.||) pg_catalog.replace(x.named, '''', '''''')
+                                              OPERATOR(pg_catalog.||) ''',') OPERATOR(pg_catalog.=) 0) THEN
             RAISE EXCEPTION 'the state of % "%" is kept in schema % beside %, and the shards'' triggers name it',
                     x.what, x.name, pg_catalog.quote_ident(x.state_schema), x.source
                 USING ERRCODE = 'feature_not_supported',
-                      DETAIL = 'Renaming that schema, moving the table or its counter''s state to another schema, or renaming a state table would make every write to the table fail.',
+                      DETAIL = 'Renaming that schema, moving the table or its counter''s state to another schema, or renaming a state table, the table of an application-mode counter or the table of a trigger-mode rollup would make every write to the table fail.',
                       HINT = 'Untrack the counter (drop the rollup) first, and make it again after (doc/citus.md).';
         END IF;
     END LOOP;

@@ -755,6 +755,10 @@ DECLARE
 BEGIN
     EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
                    ' delta bigint NOT NULL, CONSTRAINT never_kept CHECK (false))', inbox, t.key_type);
+    -- Citus moves, splits and rebalances the colocated shards by logical
+    -- replication unless told otherwise: every table of the group needs a
+    -- replica identity (this one never holds a row to send)
+    EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', inbox);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', inbox, t.owner);
     EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', inbox);
     EXECUTE format('GRANT INSERT ON %s TO PUBLIC', inbox);

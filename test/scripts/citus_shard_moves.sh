@@ -8,7 +8,10 @@
 # another column (one of each with a filter, the others with a distinct
 # sketch), and a trigger-mode rollup (1.8; one with a filter), owned by
 # an unprivileged role, written by another through the coordinator and
-# directly through a worker the whole time, re-delivered rows included.
+# directly through a worker the whole time, re-delivered rows included; and
+# a third colocated table with an application-mode counter (1.8: its state
+# and inbox beside the rows), written with its adds by the coordinator's
+# writer (counter.add is the coordinator's).
 #
 # Citus makes a moved or split shard's table again as the table's owner:
 # the counters' and rollups' state is kept beside the source, in its schema,
@@ -55,10 +58,13 @@ CREATE TABLE sm.pev_b PARTITION OF sm.pev FOR VALUES FROM ('2026-07-02') TO ('20
 CREATE TABLE sm.pev_d PARTITION OF sm.pev DEFAULT;
 CREATE INDEX ON sm.pev (at);
 SELECT create_distributed_table('sm.pev', 'k', colocate_with := 'sm.ev');
+CREATE TABLE sm.aev (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (k, id));
+SELECT create_distributed_table('sm.aev', 'k', colocate_with := 'sm.ev');
 GRANT USAGE ON SCHEMA sm TO sm_app;
-GRANT SELECT, INSERT ON sm.ev, sm.pev TO sm_app;
+GRANT SELECT, INSERT ON sm.ev, sm.pev, sm.aev TO sm_app;
 SELECT counter.track('evc', 'sm.ev', 'k', 'at', filter => $$kind <> 'bot'$$);
 SELECT counter.track('pevc', 'sm.pev', 'k', 'at');
+SELECT counter.track('aevc', 'sm.aev', 'k', 'at', mode => 'application');
 SELECT counter.rollup_create('ev_r', 'sm.ev', 'at', '{k}', mode => 'deferred', filter => $$kind <> 'bot'$$);
 SELECT counter.rollup_create('pev_r', 'sm.pev', 'at', '{k,kind}', mode => 'deferred', distinct_on => '{id}');
 -- grouped by another column (1.8): the rollup table is the coordinator's,
@@ -71,14 +77,21 @@ SELECT counter.rollup_create('pevt_r', 'sm.pev', 'at', '{k}', distinct_on => '{i
 SQL
 
 # deliver RUN A B: rows A..B into both tables in one transaction; a row
-# delivered again conflicts and is not counted
+# delivered again conflicts and is not counted. Through the coordinator,
+# into sm.aev too, each new row with its add
 deliver() {
+    local adds=
+    [ "$1" != app ] || adds="CREATE TEMP TABLE new_a ON COMMIT DROP AS WITH ins AS (
+    INSERT INTO sm.aev SELECT id, k, at FROM sm.ev WHERE id BETWEEN $2 AND $3 ON CONFLICT DO NOTHING RETURNING k, at)
+SELECT * FROM ins;
+SELECT count(counter.add('aevc', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_a GROUP BY 1, 2) x;"
     $1 -q >/dev/null <<SQL
 BEGIN;
 INSERT INTO sm.ev SELECT g, g % 61, '2026-07-01 10:00+00'::timestamptz + (g % 37) * interval '47 minutes'
     + CASE WHEN g % 53 = 0 THEN interval '4 days' ELSE interval '0' END, (ARRAY['view', 'bot', 'click'])[1 + g % 3]
 FROM generate_series($2, $3) g ON CONFLICT DO NOTHING;
 INSERT INTO sm.pev SELECT id, k, at, kind FROM sm.ev WHERE id BETWEEN $2 AND $3 ON CONFLICT DO NOTHING;
+$adds
 COMMIT;
 SQL
 }
@@ -147,6 +160,14 @@ shard_triggers() {
     [ "$triggers_per_shard" -ge 6 ] || fail "$1: $triggers_per_shard counter_ext triggers on a shard: $got"
     got=$(awk -v n="$triggers_per_shard" '$2 != n' <<<"$got")
     [ -z "$got" ] || fail "$1: shards without the counters' triggers: $got"
+    # every shard of the application-mode counter's inbox carries its trigger
+    got=$(for p in $nodes; do on_node "$p" -tA -c "
+        SELECT c.relname || ' ' || (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgname ~ '^counter_[0-9]+_add(_[0-9]+)?$')
+        FROM pg_class c WHERE c.relname ~ '^counter_tracked_[0-9]+_inbox_[0-9]+$' AND c.relkind = 'r'"; done | sort)
+    want=$(coord -tA -c "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid::text ~ '^sm.counter_tracked_[0-9]+_inbox$'")
+    [ "$want" -ge 4 ] && [ "$(wc -l <<<"$got")" = "$want" ] || fail "$1: $(wc -l <<<"$got") inbox shards on the nodes for $want shards: $got"
+    got=$(awk '$2 != 1' <<<"$got")
+    [ -z "$got" ] || fail "$1: inbox shards without their trigger: $got"
 }
 check() {
     local what=$1 got
@@ -154,7 +175,10 @@ check() {
     [ "$got" = 0 ] || fail "$what: $got keys of evc differ from count(*) (before any reconciliation)"
     got=$(ce_citus_mismatches owner pevc sm.pev "true")
     [ "$got" = 0 ] || fail "$what: $got keys of pevc differ from count(*) (before any reconciliation)"
-    for c in evc pevc; do
+    got=$(ce_citus_mismatches owner aevc sm.aev "true")
+    [ "$got" = 0 ] || fail "$what: $got keys of aevc differ from count(*) (before any reconciliation)"
+    [ "$(owner -tA -c "SELECT count(*) FROM sm.aev")" -gt 0 ] || fail "$what: sm.aev is empty"
+    for c in evc pevc aevc; do
         got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('$c', '2026-07-10', all_keys => true)")
         [ "$got" = "0 ok" ] || fail "$what: the reconciliation of $c: $got (0 ok expected: nothing to correct)"
     done
@@ -228,6 +252,12 @@ got=$(coord -tA -c "SELECT string_agg(c.relname || ':' || c.relowner::regrole ||
 want=$(coord -tA -c "SELECT string_agg(n || ':sm_own:{sm_own=arwdDxt' || CASE WHEN current_setting('server_version_num')::int >= 170000 THEN 'm' ELSE '' END || '/sm_own}', ' ' ORDER BY n)
                      FROM (SELECT format('counter_tracked_%s_%s', c.counter_id, p) AS n FROM counter.tracked c, unnest('{base,delta}'::text[]) p
                            UNION ALL SELECT format('counter_rollup_%s_dirty', r.rollup_id) FROM counter.rollups r) x")
+# the application-mode counter's inbox: the owner's, PUBLIC may insert
+# (its trigger asks for INSERT on sm.aev)
+aevc_id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'aevc'")
+want="$want counter_tracked_${aevc_id}_inbox:sm_own:{sm_own=arwdDxt$(coord -tA -c "SELECT CASE WHEN current_setting('server_version_num')::int >= 170000 THEN 'm' ELSE '' END")/sm_own,=a/sm_own}"
+want=$(tr ' ' '\n' <<<"$want" | sort | tr '\n' ' ' | sed 's/ $//')
+got=$(tr ' ' '\n' <<<"$got" | sort | tr '\n' ' ' | sed 's/ $//')
 [ "$got" = "$want" ] || fail "the state tables beside the source: $got (expected $want)"
 out=$(app -c "UPDATE sm.counter_tracked_1_base SET base = base + 1" 2>&1) && fail "the writer changed a counter's state: $out"
 
@@ -298,18 +328,32 @@ echo "ok: a role with TRIGGER on the table may not attach the shard triggers (on
 
 # The state beside the source is named by the shard triggers: renaming the
 # schema, moving the table, renaming a state table are refused; writes go on
-refused_ddl() { # refused_ddl RUN SQL
+refused_ddl() { # refused_ddl RUN SQL [WHAT]
     local out
     out=$($1 -c "\set VERBOSITY verbose" -c "$2" 2>&1) && fail "made: $2"
-    grep -q "ERROR:  0A000: the state of counter \"evc\" is kept in schema sm beside" <<<"$out" ||
+    grep -q "ERROR:  0A000: the state of ${3:-counter \"evc\"} is kept in schema sm beside" <<<"$out" ||
         fail "$2: not refused with 0A000: $out"
 }
 coord -q -c "CREATE SCHEMA sm_other"
-refused_ddl coord "ALTER SCHEMA sm RENAME TO sm_renamed"
+refused_ddl coord "ALTER SCHEMA sm RENAME TO sm_renamed" 'counter "aevc"'
 refused_ddl coord "ALTER TABLE sm.ev SET SCHEMA sm_other"
 refused_ddl owner "ALTER TABLE sm.counter_tracked_1_base RENAME TO x"
+# an application-mode counter's inbox trigger names its table, a
+# trigger-mode rollup's INSERT trigger its rollup table
+refused_ddl owner "ALTER TABLE sm.aev RENAME TO aev2" 'counter "aevc"'
+refused_ddl owner "ALTER TABLE sm.evt_r RENAME TO evt_r2" 'rollup "evt_r"'
+
+# a rename made past the event trigger (a superuser with
+# session_replication_role = replica): an add then fails with 55000, naming
+# the table its inbox's trigger looks for
+coord -q -c "SET session_replication_role = replica" -c "ALTER TABLE sm.aev RENAME TO aev2"
+out=$(app -c "\set VERBOSITY verbose" -c "SELECT counter.add('aevc', 7::bigint, 1, '2026-07-01 10:00+00')" 2>&1) &&
+    fail "an add after its table was renamed past the event trigger: $out"
+grep -q "ERROR:  55000: the trigger counter_${aevc_id}_add_[0-9]* on counter_tracked_${aevc_id}_inbox_[0-9]* names the table sm.aev of tracked counter ${aevc_id}, which does not exist" <<<"$out" ||
+    fail "an add after its table was renamed past the event trigger: $out"
+coord -q -c "SET session_replication_role = replica" -c "ALTER TABLE sm.aev2 RENAME TO aev"
 deliver app 7001 7100
-check "a rename of the schema, a move of the table and a rename of a state table refused"
+check "a rename of the schema, a move of the table and a rename of a state table, of an application-mode counter's table and of a trigger-mode rollup's table refused"
 
 # A table of the state's name already beside the source: refused (42P07), nothing made
 seq=$(coord -tA -c "SELECT pg_get_serial_sequence('counter.rollups', 'rollup_id')")

@@ -57,6 +57,10 @@ ShardTrigger *shard_trigger(Oid tgoid, Relation rel);
 // (colocated_shards); t is valid unless the answer is no_citus or missing.
 Place shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n);
 
+// The table a shard trigger's argument names (as to_regclass reads it), or
+// InvalidOid when there is none. Owns nothing C++.
+Oid relation_named(const char *name);
+
 } // namespace citus
 
 } // namespace ce
