@@ -128,8 +128,16 @@ case $out in
 *"ERROR:  42501: permission denied to add to tracked counter \"ev_n\""*) ;;
 *) fail "counter.add by a role without INSERT on the table: $out" ;;
 esac
+# a writer's row with a NULL (the trigger drops every row, so the columns'
+# NOT NULL is never checked): refused by the trigger
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_w -d postgres -v VERBOSITY=verbose \
+    -c "INSERT INTO $inbox VALUES (7, NULL, 0, 1000)" 2>&1) && fail "a NULL bucket was taken by the inbox: $out"
+case $out in
+*"ERROR:  23502: a row of the inbox of tracked counter "[0-9]*" has a NULL"*) ;;
+*) fail "an insert of a NULL into the inbox: $out" ;;
+esac
 [ "$(coord -tA -c "SELECT count(*) FROM $inbox")" = 0 ] || fail "rows stayed in the inbox $inbox"
-echo "ok: the inbox takes adds of writers of the table only (42501 on the shard), and keeps no row"
+echo "ok: the inbox takes adds of writers of the table only (42501 on the shard), refuses a NULL (23502), and keeps no row"
 
 # the same numbers on the cluster and on one node
 got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
