@@ -126,6 +126,7 @@ struct Counter {
 	int64 max_future;   // microseconds: counter.add refuses event times later than now + this
 	bool distributed;   // on Citus: the state tables are distributed, colocated with the source
 	char *state_schema; // on Citus since 1.8: the state tables' schema (the source's), or nullptr: counter_internal
+	Oid inbox;          // on a Citus worker node: the inbox whose trigger described the counter (worker_counter)
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -154,8 +155,80 @@ bool citus_worker_node() {
 	return !isnull && DatumGetBool(worker);
 }
 
+// A counter read, or added to, on a Citus worker node where it cannot be
+// (0A000).
+void not_on_worker(const char *name) {
+	ereport(ERROR,
+	        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+	         errmsg("tracked counter \"%s\" is not on this Citus worker node", name),
+	         errdetail("Counters are kept on the coordinator; on a worker node counter.add reaches only an "
+	                   "application-mode counter whose state is beside its rows. Or Citus sent a whole query that "
+	                   "calls counter.value, values_of or add to a worker (a query over a distributed table that "
+	                   "Citus routes to one shard, or pushes down)."),
+	         errhint("Read the counter in a statement of its own (or into a temporary table first), not in the same "
+	                 "query as a distributed table; see doc/citus.md.")));
+}
+
+// On a Citus worker node, where counter_ext's catalog is empty: the
+// application-mode counter named 'name' whose state is beside its rows (the
+// only kind counter.add writes from there), as the arguments of its inbox's
+// trigger describe it (counter_internal.tracked_make_inbox; on the
+// coordinator counter_citus_triggers lets that trigger only onto the inbox
+// of the counter it names, and Citus copies it to every node's metadata
+// copy). Only what counter.add needs is filled; c.inbox says where it came
+// from. False when no distributed inbox names it. Inside SPI.
+bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
+	if (SPI_execute("SELECT t.tgrelid FROM pg_catalog.pg_trigger t"
+	                " JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) t.tgrelid"
+	                " WHERE t.tgfoid OPERATOR(pg_catalog.=)"
+	                "  'counter_internal.tracked_shard_add()'::pg_catalog.regprocedure"
+	                "  AND t.tgnargs OPERATOR(pg_catalog.=) 8",
+	                true, 0) != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
+	int found = 0;
+	for (uint64 i = 0; i < SPI_processed; i++) {
+		bool isnull;
+		Oid relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		Relation rel = table_open(relid, AccessShareLock);
+		TriggerDesc *trigs = rel->trigdesc;
+		for (int j = 0; trigs != nullptr && j < trigs->numtriggers; j++) {
+			const Trigger *g = &trigs->triggers[j];
+			if (g->tgnargs != 8 || strcmp(g->tgargs[1], "citus") != 0 || strcmp(g->tgargs[4], name) != 0)
+				continue;
+			int32 id = pg_strtoint32(g->tgargs[0]);
+			if (strcmp(RelationGetRelationName(rel), psprintf("counter_tracked_%d_inbox", id)) != 0 ||
+			    RelationGetDescr(rel)->natts < 1)
+				continue;
+			found++;
+			Counter w{};
+			w.id = id;
+			w.key_type = TupleDescAttr(RelationGetDescr(rel), 0)->atttypid;
+			w.application = true;
+			w.shards = pg_strtoint32(g->tgargs[6]);
+			w.width.time = pg_strtoint64(g->tgargs[5]);
+			w.source = ce::citus::relation_named(g->tgargs[2]);
+			w.owner = rel->rd_rel->relowner;
+			w.name = MemoryContextStrdup(keep, name);
+			w.filter_relid = InvalidOid;
+			w.max_future = pg_strtoint64(g->tgargs[7]);
+			w.distributed = true;
+			w.state_schema = MemoryContextStrdup(keep, get_namespace_name(RelationGetNamespace(rel)));
+			w.inbox = relid;
+			get_typlenbyval(w.key_type, &w.key_len, &w.key_byval);
+			*c = w;
+		}
+		table_close(rel, AccessShareLock);
+	}
+	if (found > 1)
+		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
+		                errmsg("tracked counter \"%s\" is named by %d inboxes on this Citus worker node", name, found),
+		                errhint("Add on the coordinator.")));
+	return found == 1 && OidIsValid(c->source) && c->shards >= 1;
+}
+
 // Strings are copied into 'keep'. Raises 42704 when there is no such counter
-// (0A000 on a Citus worker node).
+// (0A000 on a Citus worker node, unless an inbox describes it there:
+// worker_counter).
 Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
 	return ce::as_owner(catalog, [key, by_id, keep] {
@@ -198,15 +271,14 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 				                        "the table's counter_%d_* triggers (then counter.track registers it again; "
 				                        "see doc/operations.md).",
 				                        DatumGetInt32(key))));
-			if (citus_worker_node())
-				ereport(ERROR,
-				        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				         errmsg("tracked counter \"%s\" is not on this Citus worker node", TextDatumGetCString(key)),
-				         errdetail("Counters are kept on the coordinator. Citus sent a whole query that calls "
-				                   "counter.value, values_of or add to a worker (a query over a distributed table "
-				                   "that Citus routes to one shard, or pushes down)."),
-				         errhint("Read the counter in a statement of its own (or into a temporary table first), "
-				                 "not in the same query as a distributed table; see doc/citus.md.")));
+			if (citus_worker_node()) {
+				Counter w{};
+				if (!by_id && worker_counter(TextDatumGetCString(key), keep, &w)) {
+					SPI_finish();
+					return w;
+				}
+				not_on_worker(TextDatumGetCString(key));
+			}
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
 			                errmsg("tracked counter \"%s\" does not exist", TextDatumGetCString(key)),
 			                errhint("See counter.tracked for the registered counters.")));
@@ -233,6 +305,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 		c.distributed = DatumGetBool(SPI_getbinval(tuple, desc, 16, &isnull));
 		c.state_schema = copy_value(tuple, desc, 17, keep);
+		c.inbox = InvalidOid;
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
@@ -916,9 +989,9 @@ CE_FUNCTION(counter_tracked_shard_add) {
 		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
 	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || td->tg_trigger->tgnargs != 4 ||
+	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || (td->tg_trigger->tgnargs != 4 && td->tg_trigger->tgnargs != 8) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
-		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be a BEFORE INSERT row trigger with the 4 "
+		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be a BEFORE INSERT row trigger with the 8 "
 		                         "arguments counter.track gives it");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	Oid writer = GetUserId();
@@ -1131,6 +1204,7 @@ struct NameCache {
 	std::pair<const std::string, Counter> *last = nullptr; // the row found last (in rows)
 	MemoryContext context = nullptr;
 	bool stale = false;
+	bool worker_rows = false; // a row found by worker_counter is kept
 };
 NameCache *name_cache = nullptr;
 Oid catalog_relid = InvalidOid;
@@ -1142,6 +1216,10 @@ void catalog_invalidate(Datum, Oid relid) {
 			if (relid == InvalidOid || relid == d.base || relid == d.delta)
 				d.verified = false;
 		}
+	if (name_cache != nullptr && name_cache->worker_rows && relid != InvalidOid)
+		for (auto &entry : name_cache->rows)
+			if (entry.second.inbox == relid) // a worker node's counter: its inbox changed (untrack drops it)
+				name_cache->stale = true;
 	if (relid == InvalidOid || relid == catalog_relid) {
 		ce::read_cache::forget();
 		if (name_cache != nullptr)
@@ -1175,6 +1253,7 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 	size_t len = VARSIZE_ANY_EXHDR(arg);
 	if (name_cache->stale || name_cache->rows.size() >= cache_limit) {
 		name_cache->last = nullptr;
+		name_cache->worker_rows = false;
 		name_cache->rows.clear();
 		ce::pg_guard([] { MemoryContextReset(name_cache->context); });
 		name_cache->stale = false;
@@ -1190,9 +1269,19 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 		return found->second;
 	}
 	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
-	if (!name_cache->stale) // an invalidation while reading: do not keep what was read
+	if (!name_cache->stale) { // an invalidation while reading: do not keep what was read
 		name_cache->last = &*name_cache->rows.emplace(name, c).first;
+		name_cache->worker_rows = name_cache->worker_rows || OidIsValid(c.inbox);
+	}
 	return c;
+}
+
+// Reads are the coordinator's: a worker node knows a counter only from its
+// inbox (worker_counter). The same error as for a counter a worker does not
+// know (load_counter).
+void refuse_worker_read(const Counter &c) {
+	if (OidIsValid(c.inbox))
+		ce::pg_guard([&c] { not_on_worker(c.name); });
 }
 
 } // namespace
@@ -1771,6 +1860,7 @@ CE_FUNCTION(counter_tracked_add) {
 
 CE_FUNCTION(counter_tracked_value) {
 	Counter c = find_counter(fcinfo);
+	refuse_worker_read(c);
 	if (PG_ARGISNULL(1))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed,
 		                ce::format("key of tracked counter \"%s\" must not be NULL", c.name));
@@ -1850,6 +1940,7 @@ struct Given {
 
 CE_FUNCTION(counter_tracked_values_of) {
 	Counter c = find_counter(fcinfo);
+	refuse_worker_read(c);
 	if (PG_ARGISNULL(1))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "keys must not be NULL");
 	require_privilege(c, ACL_SELECT, "read", "SELECT");

@@ -541,12 +541,31 @@ BEGIN
                     '    AND d.relnamespace OPERATOR(pg_catalog.=) $3 '
                     '    AND d.relname::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''^(.*)_[0-9]+$''))'
                 INTO registered USING g.tgrelid::regclass, g.relname::text, g.relnamespace;
-            -- an application-mode counter's inbox (tracked_make_inbox) is
-            -- distributed in the transaction that makes its trigger: the
-            -- workers make the trigger on its shards before their metadata
-            -- names them
-            registered := registered OR (g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add'
-                AND g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$');
+            IF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add' THEN
+                IF EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
+                    -- on the coordinator, only the inbox of the counter its
+                    -- arguments name (or a shard of it): on a worker node
+                    -- counter.add finds a counter by its inbox trigger's
+                    -- arguments (src/tracked.cpp, worker_counter), so a
+                    -- trigger naming another role's counter on a table of
+                    -- one's own would take that role's adds
+                    registered := EXISTS (
+                        SELECT FROM counter.tracked c
+                        JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
+                        WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
+                          AND c.mode OPERATOR(pg_catalog.=) 'application'
+                          AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
+                          AND g.relname OPERATOR(pg_catalog.~)
+                              ('^counter_tracked_' OPERATOR(pg_catalog.||) c.counter_id OPERATOR(pg_catalog.||) '_inbox(_[0-9]+)?$'));
+                ELSE
+                    -- an application-mode counter's inbox (tracked_make_inbox)
+                    -- is distributed in the transaction that makes its
+                    -- trigger: the workers make the trigger on its shards
+                    -- before their metadata names them (the trigger on the
+                    -- coordinator was checked there)
+                    registered := registered OR g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$';
+                END IF;
+            END IF;
         ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') THEN
             registered := false; -- only with a distributed counter's or rollup's arguments
         ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN

@@ -763,10 +763,17 @@ BEGIN
     EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', inbox);
     EXECUTE format('GRANT INSERT ON %s TO PUBLIC', inbox);
     PERFORM counter_internal.citus_colocate(inbox::regclass, t.source);
+    -- the arguments: counter id, 'citus', the source, the delta table, and
+    -- what counter.add needs on a worker node, where counter_ext's catalog
+    -- is not (src/tracked.cpp, worker_counter): the name, the bucket width
+    -- in microseconds, the slots, max_future in microseconds (none changes after
+    -- track; a new owner makes the inbox again)
     PERFORM counter_internal.citus_trigger_ddl(format(
-        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L)',
+        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L, %L, %L, %L, %L)',
         format('counter_%s_add', t.counter_id), inbox, t.counter_id, 'citus', t.source::text,
-        counter_internal.tracked_table(t, 'delta')));
+        counter_internal.tracked_table(t, 'delta'), t.name,
+        (pg_catalog.date_part('epoch', t.bucket_width) OPERATOR(pg_catalog.*) 1000000)::bigint, t.shards,
+        (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint));
 END
 $$;
 

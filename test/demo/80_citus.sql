@@ -80,6 +80,13 @@ BEGIN;
 INSERT INTO demo.clicks VALUES (900001, 7, 42, 'view', '2026-10-06 11:30+00'), (900002, 7, 43, 'view', '2026-10-06 11:31+00');
 SELECT counter.add('citus_app_clicks', 7::bigint, 2, '2026-10-06 11:30+00');
 COMMIT;
+-- The same through a worker node: the row and its add commit there.
+\connect - - 127.0.0.1 :worker_1
+BEGIN;
+INSERT INTO demo.clicks VALUES (900003, 7, 44, 'view', '2026-10-06 11:32+00');
+SELECT counter.add('citus_app_clicks', 7::bigint, 1, '2026-10-06 11:32+00');
+COMMIT;
+\connect - - 127.0.0.1 :coordinator
 SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_app_clicks', all_keys => true);
 SELECT counter.value('citus_app_clicks', 7::bigint) AS link_7;
 SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;

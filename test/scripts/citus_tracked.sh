@@ -139,6 +139,71 @@ esac
 [ "$(coord -tA -c "SELECT count(*) FROM $inbox")" = 0 ] || fail "rows stayed in the inbox $inbox"
 echo "ok: the inbox takes adds of writers of the table only (42501 on the shard), refuses a NULL (23502), and keeps no row"
 
+# Through a worker node (1.8): a writer connected to worker 1 inserts its
+# rows and adds to the counters whose state is beside the rows (ev_f, ev_n)
+# in the same transaction; the worker knows them from their inboxes'
+# triggers. A re-delivered batch adds only its new rows, a rolled-back one
+# nothing. The buffered counter's state is the coordinator's: adding to it
+# there is refused (0A000), so its adds for those rows are made on the
+# coordinator after; reads are the coordinator's (0A000 on the worker); a
+# role without INSERT on the table is refused there too (42501).
+writer_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U "${W1_ROLE:-ct_w}" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+deliver_w1() { # A B [END]
+    writer_w1 -q >/dev/null <<SQL
+BEGIN;
+CREATE TEMP TABLE new_rows ON COMMIT DROP AS WITH ins AS (
+    INSERT INTO ct.ev SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 60) * interval '1 minute',
+        (ARRAY['view', 'bot', 'click'])[1 + g % 3]::ct.kind, CASE WHEN g % 11 = 0 THEN 'a test''s row' END
+    FROM generate_series($1, $2) g
+    ON CONFLICT DO NOTHING RETURNING *)
+SELECT * FROM ins;
+SELECT count(counter.add('ev_f', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows WHERE $F GROUP BY 1, 2) x;
+SELECT count(counter.add('ev_n', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows GROUP BY 1, 2) x;
+${3:-COMMIT};
+SQL
+}
+deliver_w1 8001 9000
+deliver_w1 8501 9500            # re-delivered in part
+deliver_w1 9501 9700 ROLLBACK   # neither rows nor adds
+writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 8001 AND 9700 AND $B GROUP BY 1, 2" \
+    -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null
+deliver ev_one 8001 9000 COMMIT writer
+deliver ev_one 8501 9500 COMMIT writer
+[ "$(coord -tA -c "SELECT count(*) FROM ct.ev WHERE id BETWEEN 8001 AND 9700")" = 1500 ] ||
+    fail "the worker's deliveries left $(coord -tA -c "SELECT count(*) FROM ct.ev WHERE id BETWEEN 8001 AND 9700") rows (1500 expected)"
+check_all "rows and adds written through a worker node"
+out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_b', 7::bigint)" 2>&1) && fail "an add to a buffered counter on a worker: $out"
+grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "an add to ev_b on a worker: $out"
+out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 7::bigint)" 2>&1) && fail "a read on a worker: $out"
+grep -q "ERROR:  0A000: tracked counter \"ev_n\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_n on a worker: $out"
+out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_n', 7::bigint, 1000)" 2>&1) &&
+    fail "a role without rights added on a worker: $out"
+grep -q "ERROR:  42501: permission denied to add to tracked counter \"ev_n\"" <<<"$out" || fail "an add by ct_x on a worker: $out"
+echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly; a buffered counter's add and reads refused there (0A000), a role without INSERT too (42501)"
+
+# A worker node finds a counter by its inbox's trigger: another role may not
+# make a trigger naming ct_app's counter on a table of its own (it would
+# take the writers' adds on the workers), refused where it is made
+n_id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
+coord -q -c "CREATE SCHEMA ct_xs AUTHORIZATION ct_x"
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_x -d postgres -v ON_ERROR_STOP=1 -v VERBOSITY=verbose <<SQL 2>&1
+SET client_min_messages = warning;
+CREATE TABLE ct_xs.counter_tracked_${n_id}_inbox (key bigint NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL, delta bigint NOT NULL);
+SELECT create_distributed_table('ct_xs.counter_tracked_${n_id}_inbox', 'key', colocate_with := 'none');
+CREATE TABLE ct_xs.d (key bigint, bucket timestamptz, shard smallint, delta bigint, PRIMARY KEY (key, bucket, shard));
+SET citus.enable_unsafe_triggers = on;
+CREATE TRIGGER counter_${n_id}_add BEFORE INSERT ON ct_xs.counter_tracked_${n_id}_inbox FOR EACH ROW
+    EXECUTE FUNCTION counter_internal.tracked_shard_add('${n_id}', 'citus', 'ct.ev', 'ct_xs.d', 'ev_n', '300000000', '64', '0');
+SQL
+) && fail "another role attached an inbox trigger naming ev_n: $out"
+grep -q "ERROR:  0A000: trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is refused" <<<"$out" ||
+    fail "another role's inbox trigger naming ev_n: $out"
+deliver_w1 9701 9800
+writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 9701 AND 9800 AND $B GROUP BY 1, 2" \
+    -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null
+deliver ev_one 9701 9800 COMMIT writer
+check_all "another role's trigger naming the counter refused, then more rows through the worker"
+
 # the same numbers on the cluster and on one node
 got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
     ON b.counter = replace(a.counter, 'ev_one_', 'ev_') AND a.key = b.key
