@@ -158,24 +158,27 @@ bool citus_worker_node() {
 // A counter read, or added to, on a Citus worker node where it cannot be
 // (0A000).
 void not_on_worker(const char *name) {
-	ereport(ERROR,
-	        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-	         errmsg("tracked counter \"%s\" is not on this Citus worker node", name),
-	         errdetail("Counters are kept on the coordinator; on a worker node counter.add reaches only an "
-	                   "application-mode counter whose state is beside its rows. Or Citus sent a whole query that "
-	                   "calls counter.value, values_of or add to a worker (a query over a distributed table that "
-	                   "Citus routes to one shard, or pushes down)."),
-	         errhint("Read the counter in a statement of its own (or into a temporary table first), not in the same "
-	                 "query as a distributed table; see doc/citus.md.")));
+	ereport(
+	    ERROR,
+	    (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+	     errmsg("tracked counter \"%s\" is not on this Citus worker node", name),
+	     errdetail(
+	         "Counters are kept on the coordinator; on a worker node counter.add, value and values_of "
+	         "reach only an application-mode counter whose state is beside its rows. Or Citus sent a whole query that "
+	         "calls counter.value, values_of or add to a worker (a query over a distributed table that "
+	         "Citus routes to one shard, or pushes down)."),
+	     errhint("Read the counter in a statement of its own (or into a temporary table first), not in the same "
+	             "query as a distributed table; see doc/citus.md.")));
 }
 
 // On a Citus worker node, where counter_ext's catalog is empty: the
 // application-mode counter named 'name' whose state is beside its rows (the
-// only kind counter.add writes from there), as the arguments of its inbox's
+// only kind counter.add, value and values_of serve there: its state is in
+// distributed tables the worker's queries reach), as the arguments of its inbox's
 // trigger describe it (counter_internal.tracked_make_inbox; on the
 // coordinator counter_citus_triggers lets that trigger only onto the inbox
 // of the counter it names, and Citus copies it to every node's metadata
-// copy). Only what counter.add needs is filled; c.inbox says where it came
+// copy). Only what those need is filled; c.inbox says where it came
 // from. False when no distributed inbox names it. Inside SPI.
 bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 	if (SPI_execute("SELECT t.tgrelid FROM pg_catalog.pg_trigger t"
@@ -273,7 +276,12 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 				                        DatumGetInt32(key))));
 			if (citus_worker_node()) {
 				Counter w{};
-				if (!by_id && worker_counter(TextDatumGetCString(key), keep, &w)) {
+				// not in a query Citus sent here (its connections name
+				// themselves so): such a query calling counter.value or add
+				// runs on a shard, where Citus refuses a distributed query
+				const char *app = GetConfigOption("application_name", true, false);
+				bool sent = app != nullptr && strncmp(app, "citus_internal gpid=", 20) == 0;
+				if (!by_id && !sent && worker_counter(TextDatumGetCString(key), keep, &w)) {
 					SPI_finish();
 					return w;
 				}
@@ -1276,14 +1284,6 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 	return c;
 }
 
-// Reads are the coordinator's: a worker node knows a counter only from its
-// inbox (worker_counter). The same error as for a counter a worker does not
-// know (load_counter).
-void refuse_worker_read(const Counter &c) {
-	if (OidIsValid(c.inbox))
-		ce::pg_guard([&c] { not_on_worker(c.name); });
-}
-
 } // namespace
 
 // counter_internal.tracked_invalidate(): every backend forgets the catalog
@@ -1860,7 +1860,6 @@ CE_FUNCTION(counter_tracked_add) {
 
 CE_FUNCTION(counter_tracked_value) {
 	Counter c = find_counter(fcinfo);
-	refuse_worker_read(c);
 	if (PG_ARGISNULL(1))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed,
 		                ce::format("key of tracked counter \"%s\" must not be NULL", c.name));
@@ -1940,7 +1939,6 @@ struct Given {
 
 CE_FUNCTION(counter_tracked_values_of) {
 	Counter c = find_counter(fcinfo);
-	refuse_worker_read(c);
 	if (PG_ARGISNULL(1))
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "keys must not be NULL");
 	require_privilege(c, ACL_SELECT, "read", "SELECT");

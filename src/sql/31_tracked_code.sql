@@ -1020,7 +1020,9 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
--- itself; the state is read through exec_as_owner.
+-- itself; the state is read through exec_as_owner. Refused on a Citus
+-- worker node (0A000), whose copy of counter.tracked is empty: the answer
+-- there would be no rows, not the counters.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1029,7 +1031,18 @@ AS $fn$
 DECLARE
     t counter.tracked;
     caller regrole := counter_internal.caller();
+    on_worker boolean := false;
 BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_local_group g WHERE g.groupid OPERATOR(pg_catalog.<>) 0)'
+            INTO on_worker;
+    END IF;
+    IF on_worker THEN
+        RAISE EXCEPTION 'counter.tracked_values is read on the Citus coordinator'
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'counter_ext''s catalog is the coordinator''s; on a worker node counter.value and values_of read an application-mode counter whose state is beside its rows.',
+                  HINT = 'Read it on the coordinator (doc/citus.md).';
+    END IF;
     FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
         CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');
         IF t.distributed THEN

@@ -145,8 +145,9 @@ echo "ok: the inbox takes adds of writers of the table only (42501 on the shard)
 # triggers. A re-delivered batch adds only its new rows, a rolled-back one
 # nothing. The buffered counter's state is the coordinator's: adding to it
 # there is refused (0A000), so its adds for those rows are made on the
-# coordinator after; reads are the coordinator's (0A000 on the worker); a
-# role without INSERT on the table is refused there too (42501).
+# coordinator after. value and values_of read there what they read on the
+# coordinator; a role without INSERT on the table is refused there too
+# (42501).
 writer_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U "${W1_ROLE:-ct_w}" -d postgres -v ON_ERROR_STOP=1 "$@"; }
 deliver_w1() { # A B [END]
     writer_w1 -q >/dev/null <<SQL
@@ -174,12 +175,28 @@ deliver ev_one 8501 9500 COMMIT writer
 check_all "rows and adds written through a worker node"
 out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_b', 7::bigint)" 2>&1) && fail "an add to a buffered counter on a worker: $out"
 grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "an add to ev_b on a worker: $out"
-out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 7::bigint)" 2>&1) && fail "a read on a worker: $out"
-grep -q "ERROR:  0A000: tracked counter \"ev_n\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_n on a worker: $out"
+# reads on the worker: every key of the counters beside the rows, by value
+# and by values_of, as on the coordinator; counter.tracked_values there is
+# refused (its catalog is empty: it would answer no rows), and so is a read
+# of the buffered counter
+reads="SELECT string_agg(k || ':' || counter.value('ev_n', k), ',' ORDER BY k) FROM generate_series(0, 96::bigint) k"
+reads_of="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('ev_f', ARRAY(SELECT generate_series(0, 96::bigint)))"
+for q in "$reads" "$reads_of"; do
+    want=$(writer -tA -c "$q")
+    got=$(writer_w1 -tA -c "$q")
+    [ -n "$want" ] && [ "$got" = "$want" ] || fail "a read on worker 1 ($q): $got, on the coordinator: $want"
+done
+out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT count(*) FROM counter.tracked_values" 2>&1) && fail "counter.tracked_values on a worker: $out"
+grep -q "ERROR:  0A000: counter.tracked_values is read on the Citus coordinator" <<<"$out" || fail "counter.tracked_values on a worker: $out"
+out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_b', 7::bigint)" 2>&1) && fail "a read of ev_b on a worker: $out"
+grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_b on a worker: $out"
+out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 7::bigint)" 2>&1) &&
+    fail "a role without rights read on a worker: $out"
+grep -q "ERROR:  42501: permission denied to read tracked counter \"ev_n\"" <<<"$out" || fail "a read by ct_x on a worker: $out"
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_n', 7::bigint, 1000)" 2>&1) &&
     fail "a role without rights added on a worker: $out"
 grep -q "ERROR:  42501: permission denied to add to tracked counter \"ev_n\"" <<<"$out" || fail "an add by ct_x on a worker: $out"
-echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly; a buffered counter's add and reads refused there (0A000), a role without INSERT too (42501)"
+echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly, and value/values_of read there what the coordinator reads; a buffered counter's add and read, and counter.tracked_values, refused there (0A000); a role without INSERT (SELECT) may not add (read) there (42501)"
 
 # A worker node finds a counter by its inbox's trigger: another role may not
 # make a trigger naming ct_app's counter on a table of its own (it would
