@@ -39,6 +39,7 @@ extern "C" {
 #include "parser/parse_coerce.h"
 #include "parser/parse_func.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
