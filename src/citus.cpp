@@ -29,6 +29,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 namespace {
@@ -188,6 +189,15 @@ Oid ce::citus::relation_named(const char *name) {
 	fc->args[0].isnull = false;
 	Datum result = to_regclass(fc);
 	return fc->isnull ? InvalidOid : DatumGetObjectId(result);
+}
+
+Oid ce::citus::relation_owner(Oid rel) {
+	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(rel));
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;
+	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
 }
 
 void ce::install_citus_hook() {

@@ -884,16 +884,6 @@ void shard_mark_run(ShardMark *m, TriggerData *td, int32 rid) {
 	SPI_finish();
 }
 
-// The owner of relation 'rel' (InvalidOid: none). Owns nothing C++.
-Oid rel_owner(Oid rel) {
-	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(rel));
-	if (!HeapTupleIsValid(tuple))
-		return InvalidOid;
-	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-	return owner;
-}
-
 // Trigger mode (1.8; doc/citus.md, "Trigger mode"): the INSERT trigger of a
 // trigger-mode rollup grouped by the distribution column has two more
 // arguments, the rollup table (colocated with the source) and the upsert's
@@ -927,7 +917,7 @@ bool shard_add_fill(ShardMark *m, TriggerData *td, int32 rid) {
 		if (m->shell)
 			return false;
 		Oid table = ce::citus::relation_named(a[5]);
-		if (!OidIsValid(table) || !has_privs_of_role(m->owner, rel_owner(table)))
+		if (!OidIsValid(table) || !has_privs_of_role(m->owner, ce::citus::relation_owner(table)))
 			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			                errmsg("the trigger %s on %s names the rollup table %s, which its owner does not own",
 			                       td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), a[5])));
@@ -1114,7 +1104,7 @@ CE_FUNCTION(counter_rollup_node_hold) {
 	Oid table = PG_GETARG_OID(0);
 	TimestampTz from = PG_GETARG_TIMESTAMPTZ(1);
 	TimestampTz to = PG_GETARG_TIMESTAMPTZ(2);
-	Oid owner = ce::pg_guard([table] { return rel_owner(table); });
+	Oid owner = ce::pg_guard([table] { return ce::citus::relation_owner(table); });
 	if (!OidIsValid(owner) || !ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); }))
 		throw ce::Error(ce::sqlstate::insufficient_privilege, "only the owner of a rollup's table may hold its hours",
 		                "", "counter.rollup_recompute and the refresh job call it as the rollup's owner.");

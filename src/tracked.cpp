@@ -199,9 +199,16 @@ bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 			const Trigger *g = &trigs->triggers[j];
 			if (g->tgnargs != 8 || strcmp(g->tgargs[1], "citus") != 0 || strcmp(g->tgargs[4], name) != 0)
 				continue;
+			// the inbox its counter's track made: named after the counter,
+			// beside the table, owned by the table's owner (no role makes
+			// another's table, nor is a trigger it made on a table of its
+			// own taken for another role's counter)
 			int32 id = pg_strtoint32(g->tgargs[0]);
+			Oid source = ce::citus::relation_named(g->tgargs[2]);
 			if (strcmp(RelationGetRelationName(rel), psprintf("counter_tracked_%d_inbox", id)) != 0 ||
-			    RelationGetDescr(rel)->natts < 1)
+			    RelationGetDescr(rel)->natts < 1 || !OidIsValid(source) ||
+			    get_rel_namespace(source) != RelationGetNamespace(rel) ||
+			    ce::citus::relation_owner(source) != rel->rd_rel->relowner)
 				continue;
 			found++;
 			Counter w{};
@@ -210,7 +217,7 @@ bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 			w.application = true;
 			w.shards = pg_strtoint32(g->tgargs[6]);
 			w.width.time = pg_strtoint64(g->tgargs[5]);
-			w.source = ce::citus::relation_named(g->tgargs[2]);
+			w.source = source;
 			w.owner = rel->rd_rel->relowner;
 			w.name = MemoryContextStrdup(keep, name);
 			w.filter_relid = InvalidOid;

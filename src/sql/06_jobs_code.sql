@@ -605,8 +605,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     g record;
+    shell boolean;
 BEGIN
-    FOR g IN SELECT t.tgname, t.tgrelid::regclass AS rel, c.relowner
+    FOR g IN SELECT t.tgname, t.tgrelid::regclass AS rel, c.relowner, p.proname
              FROM pg_catalog.pg_event_trigger_ddl_commands() d
              JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) d.objid
              JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
@@ -619,6 +620,25 @@ BEGIN
                 USING ERRCODE = 'insufficient_privilege',
                       DETAIL = 'It writes as the table''s owner.',
                       HINT = 'counter.track and counter.rollup_create make it.';
+        END IF;
+        -- on a worker node, an application-mode counter's inbox trigger on
+        -- the node's metadata copy of a table is how counter.add finds the
+        -- counter there (src/tracked.cpp, worker_counter): only counter.track
+        -- makes it (its commands reach the workers as the extension's
+        -- owner, a superuser; Citus's metadata sync to a new node too),
+        -- never a role that turned Citus's DDL propagation off to make it on
+        -- one node alone, on a table of its own, naming another role's counter
+        IF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add'
+           AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
+            EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.<>) 0)'
+                    ' AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+                INTO shell USING g.rel::oid;
+            IF shell AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+                RAISE EXCEPTION 'the trigger % of counter_ext on % is made on a Citus worker node by counter.track only', g.tgname, g.rel
+                    USING ERRCODE = 'insufficient_privilege',
+                          DETAIL = 'On a worker node counter.add finds a counter by that trigger''s arguments.',
+                          HINT = 'counter.track makes it on the coordinator, and Citus on every node.';
+            END IF;
         END IF;
     END LOOP;
 END

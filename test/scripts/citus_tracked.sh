@@ -215,11 +215,23 @@ SQL
 ) && fail "another role attached an inbox trigger naming ev_n: $out"
 grep -q "ERROR:  0A000: trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is refused" <<<"$out" ||
     fail "another role's inbox trigger naming ev_n: $out"
+# nor on a worker node alone, with Citus's DDL propagation turned off (a
+# trigger naming ev_n on its own table there would make the worker's
+# lookup of ev_n ambiguous: every add there refused)
+out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose <<SQL 2>&1
+SET citus.enable_ddl_propagation = off;
+SET citus.enable_unsafe_triggers = on;
+CREATE TRIGGER counter_${n_id}_add BEFORE INSERT ON ct_xs.counter_tracked_${n_id}_inbox FOR EACH ROW
+    EXECUTE FUNCTION counter_internal.tracked_shard_add('${n_id}', 'citus', 'ct_xs.counter_tracked_${n_id}_inbox', 'ct_xs.d', 'ev_n', '300000000', '64', '0');
+SQL
+) && fail "another role attached an inbox trigger naming ev_n on worker 1: $out"
+grep -q "ERROR:  42501: the trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is made on a Citus worker node by counter.track only" <<<"$out" ||
+    fail "another role's inbox trigger naming ev_n on worker 1: $out"
 deliver_w1 9701 9800
 writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 9701 AND 9800 AND $B GROUP BY 1, 2" \
     -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null
 deliver ev_one 9701 9800 COMMIT writer
-check_all "another role's trigger naming the counter refused, then more rows through the worker"
+check_all "another role's trigger naming the counter refused (on the coordinator, and on a worker alone), then more rows through the worker"
 
 # the same numbers on the cluster and on one node
 got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b

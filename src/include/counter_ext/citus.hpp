@@ -61,6 +61,9 @@ Place shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *table
 // InvalidOid when there is none. Owns nothing C++.
 Oid relation_named(const char *name);
 
+// The owner of relation rel (InvalidOid: none). Owns nothing C++.
+Oid relation_owner(Oid rel);
+
 } // namespace citus
 
 } // namespace ce
