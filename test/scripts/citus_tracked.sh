@@ -203,14 +203,17 @@ echo "ok: through a worker node, rows and their adds in one transaction (re-deli
 # take the writers' adds on the workers), refused where it is made
 n_id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
 coord -q -c "CREATE SCHEMA ct_xs AUTHORIZATION ct_x"
+forged() { # forged SOURCE: an inbox trigger naming ev_n (and SOURCE) on ct_x's own table
+    echo "SET citus.enable_unsafe_triggers = on;
+CREATE TRIGGER counter_${n_id}_add BEFORE INSERT ON ct_xs.counter_tracked_${n_id}_inbox FOR EACH ROW
+    EXECUTE FUNCTION counter_internal.tracked_shard_add('${n_id}', 'citus', '$1', 'ct_xs.d', 'ev_n', '300000000', '64', '0');"
+}
 out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_x -d postgres -v ON_ERROR_STOP=1 -v VERBOSITY=verbose <<SQL 2>&1
 SET client_min_messages = warning;
 CREATE TABLE ct_xs.counter_tracked_${n_id}_inbox (key bigint NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL, delta bigint NOT NULL);
 SELECT create_distributed_table('ct_xs.counter_tracked_${n_id}_inbox', 'key', colocate_with := 'none');
 CREATE TABLE ct_xs.d (key bigint, bucket timestamptz, shard smallint, delta bigint, PRIMARY KEY (key, bucket, shard));
-SET citus.enable_unsafe_triggers = on;
-CREATE TRIGGER counter_${n_id}_add BEFORE INSERT ON ct_xs.counter_tracked_${n_id}_inbox FOR EACH ROW
-    EXECUTE FUNCTION counter_internal.tracked_shard_add('${n_id}', 'citus', 'ct.ev', 'ct_xs.d', 'ev_n', '300000000', '64', '0');
+$(forged ct.ev)
 SQL
 ) && fail "another role attached an inbox trigger naming ev_n: $out"
 grep -q "ERROR:  0A000: trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is refused" <<<"$out" ||
@@ -220,9 +223,7 @@ grep -q "ERROR:  0A000: trigger counter_${n_id}_add of counter_ext on ct_xs.coun
 # lookup of ev_n ambiguous: every add there refused)
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose <<SQL 2>&1
 SET citus.enable_ddl_propagation = off;
-SET citus.enable_unsafe_triggers = on;
-CREATE TRIGGER counter_${n_id}_add BEFORE INSERT ON ct_xs.counter_tracked_${n_id}_inbox FOR EACH ROW
-    EXECUTE FUNCTION counter_internal.tracked_shard_add('${n_id}', 'citus', 'ct_xs.counter_tracked_${n_id}_inbox', 'ct_xs.d', 'ev_n', '300000000', '64', '0');
+$(forged "ct_xs.counter_tracked_${n_id}_inbox")
 SQL
 ) && fail "another role attached an inbox trigger naming ev_n on worker 1: $out"
 grep -q "ERROR:  42501: the trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is made on a Citus worker node by counter.track only" <<<"$out" ||
