@@ -10,8 +10,8 @@
 # an unprivileged role, written by another through the coordinator and
 # directly through a worker the whole time, re-delivered rows included; and
 # a third colocated table with an application-mode counter (1.8: its state
-# and inbox beside the rows), written with its adds by the coordinator's
-# writer (counter.add is the coordinator's).
+# and inbox beside the rows), written with its adds by both writers (1.8:
+# counter.add on a worker node too).
 #
 # Citus makes a moved or split shard's table again as the table's owner:
 # the counters' and rollups' state is kept beside the source, in its schema,
@@ -77,11 +77,10 @@ SELECT counter.rollup_create('pevt_r', 'sm.pev', 'at', '{k}', distinct_on => '{i
 SQL
 
 # deliver RUN A B: rows A..B into both tables in one transaction; a row
-# delivered again conflicts and is not counted. Through the coordinator,
-# into sm.aev too, each new row with its add
+# delivered again conflicts and is not counted; into sm.aev too, each new
+# row with its add
 deliver() {
-    local adds=
-    [ "$1" != app ] || adds="CREATE TEMP TABLE new_a ON COMMIT DROP AS WITH ins AS (
+    local adds="CREATE TEMP TABLE new_a ON COMMIT DROP AS WITH ins AS (
     INSERT INTO sm.aev SELECT id, k, at FROM sm.ev WHERE id BETWEEN $2 AND $3 ON CONFLICT DO NOTHING RETURNING k, at)
 SELECT * FROM ins;
 SELECT count(counter.add('aevc', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_a GROUP BY 1, 2) x;"

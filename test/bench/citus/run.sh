@@ -24,7 +24,8 @@
 #       keyed by a copy of it: its state is the coordinator's), the same with
 #       a buffered counter, and the INSERT with a trigger-mode counter (on
 #       Citus keyed by the distribution column: it counts on the shards);
-#       CE_BENCH_ROUNDS rounds, interleaved;
+#       CE_BENCH_ROUNDS rounds, interleaved; then the plain INSERT and the
+#       INSERT with counter.add (state beside the rows) through worker 1;
 #   (e) reconciliation of KEYS keys of a trigger-mode counter (2 x KEYS
 #       rows): counter.reconcile with all_keys, first folding every key's
 #       deltas, then on a right state;
@@ -313,6 +314,12 @@ part_d() {
     # k2 = k, not the distribution column: the add's state on the coordinator
     # (ing_app's, keyed by k, is beside the rows on Citus: 1.8)
     table ing_appc "k bigint NOT NULL, k2 bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+    # written through worker 1 (1.8), on the cluster only
+    for t in ing_wplain ing_wapp; do
+        table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+    done
+    q citus_coord -q -c "CREATE INDEX ON ing_wplain (at)" -c "CREATE INDEX ON ing_wapp (at)" -c "SET client_min_messages = warning" \
+        -c "SELECT counter.track('ing_wapp', 'ing_wapp', 'k', 'at', mode => 'application')" >/dev/null
     for n in single citus_coord; do
         q "$n" -c "CREATE INDEX ON ing_plain (at)" -c "CREATE INDEX ON ing_app (at)" -c "CREATE INDEX ON ing_buf (at)" \
             -c "CREATE INDEX ON ing_trig (at)" -c "CREATE INDEX ON ing_appc (at)" >/dev/null
@@ -332,6 +339,9 @@ part_d() {
     done
     printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_appc (k, k2) VALUES (:k, :k);" \
         "SELECT counter.add('ing_appc', :k::bigint);" "COMMIT;" >"$work/ing_appc.sql"
+    printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO ing_wplain (k) VALUES (:k);" >"$work/ing_wplain.sql"
+    printf '%s\n' "\\set k random(1, $KEYS)" "BEGIN;" "INSERT INTO ing_wapp (k) VALUES (:k);" \
+        "SELECT counter.add('ing_wapp', :k::bigint);" "COMMIT;" >"$work/ing_wapp.sql"
     local r key
     for r in $(seq 1 "$ROUNDS"); do
         for t in ing_plain ing_app ing_appc ing_buf ing_trig; do
@@ -358,6 +368,26 @@ part_d() {
             check="$check; two-phase commits on Citus: $twopc"
             row "(d) $what, $((per * CLIENTS)) transactions, round $r" "${ms[single]}" "${ms[citus_coord]}" \
                 "${ms[single.load]} / ${ms[citus_coord.load]}" "$check"
+        done
+    done
+
+    # Through worker 1 (1.8): the plain INSERT and the INSERT with counter.add
+    # of a counter whose state is beside the rows, the clients connected to a
+    # worker node (Citus routes each row from there; the worker knows the
+    # counter from its inbox), interleaved, on the cluster only
+    local l
+    for r in $(seq 1 "$ROUNDS"); do
+        for t in ing_wplain ing_wapp; do
+            l=$(load)
+            ms[w1]=$(ingest citus_w1 $t)
+            [ "$(q citus_coord -tA -c "SELECT count(*) FROM $t")" = $((r * per * CLIENTS)) ] || fail "worker 1: $t lost rows"
+            if [ $t = ing_wapp ]; then
+                [ "$(mismatches citus_coord $t k::text $t)" = 0 ] || fail "worker 1: counter $t differs from count(*)"
+                what="INSERT + counter.add, application mode, same transaction (state beside the rows)" check="every value = count(*)"
+            else
+                what="plain INSERT (no counter)" check="count(*) = transactions"
+            fi
+            echo "  (d) through worker 1: $what, $((per * CLIENTS)) transactions, round $r: ${ms[w1]} ms (load $l; $check)"
         done
     done
 
