@@ -15,6 +15,10 @@
 #   retention_keep_table (detached).
 # - item 7: counter.untrack, counter.rollup_drop, counter.partition_unmanage
 #   (and counter.track) in a transaction after a parallel multi-shard INSERT.
+# - item 4 on a partitioned table: an application-mode counter keyed by the
+#   distribution column (state beside the rows), added to through the
+#   coordinator and through a worker, across the drain of the default
+#   partition.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -197,3 +201,65 @@ done
 coord -q -c "INSERT INTO clicks VALUES (1000, 3, '2026-07-01 11:00+00')" -c "INSERT INTO loc VALUES (1, 1, now())" \
     -c "INSERT INTO ev VALUES (1, 1, '2026-07-17 02:00+00')"
 echo "ok: untrack, rollup_drop, partition_unmanage and track in a transaction after a parallel distributed operation"
+
+# An application-mode counter keyed by the distribution column of a
+# distributed partitioned table (1.8: its state and inbox beside the rows),
+# written with its adds through the coordinator and through worker 1 (a
+# re-delivered batch adds only its new rows), into premade partitions and
+# the default partition; the maintenance drains the default partition
+# (rows move between partitions, none is added or lost), then more rows go
+# to the new partitions: the counter equals count(*) and a reconciliation
+# corrects nothing, on the cluster and on one node.
+w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U ev_owner -d postgres "$@"; }
+for n in coord single; do
+    dist=
+    [ $n = coord ] && dist="SELECT create_distributed_table('pa', 'k', shard_count := 4);"
+    $n -q -v ON_ERROR_STOP=1 >/dev/null <<SQL
+SET client_min_messages = warning;
+CREATE TABLE pa (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (k, id, at)) PARTITION BY RANGE (at);
+CREATE INDEX ON pa (at);
+$dist
+SELECT counter.partition_manage('pa', 'at', '1 day', premake => 2, as_of => '2026-07-10');
+SELECT counter.track('pa_c', 'pa', 'k', 'at', mode => 'application');
+SQL
+done
+[ "$(coord -tA -c "SELECT distributed FROM counter.tracked WHERE name = 'pa_c'")" = t ] ||
+    fail "the counter on the distributed partitioned table keeps its state on the coordinator"
+deliver_pa() { # deliver_pa RUN A B: ids A..B over the 10th to the 14th, each new row with its add
+    $1 -q -v ON_ERROR_STOP=1 >/dev/null <<SQL
+BEGIN;
+CREATE TEMP TABLE n ON COMMIT DROP AS WITH ins AS (
+    INSERT INTO pa SELECT g, g % 7, '2026-07-10 06:00+00'::timestamptz + (g % 5) * interval '1 day'
+    FROM generate_series($2, $3) g ON CONFLICT DO NOTHING RETURNING k, at)
+SELECT * FROM ins;
+SELECT count(counter.add('pa_c', k, c, at)) FROM (SELECT k, at, count(*) AS c FROM n GROUP BY 1, 2) x;
+COMMIT;
+SQL
+}
+check_pa() { # check_pa WHAT
+    local n got
+    for n in coord single; do
+        got=$(ce_citus_mismatches $n pa_c pa true)
+        [ "$got" = 0 ] || fail "$1: $n: $got keys of pa_c differ from count(*)"
+        got=$($n -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('pa_c', '2026-07-20', all_keys => true)")
+        [ "$got" = "0 ok" ] || fail "$1: $n: the reconciliation of pa_c: $got (nothing to correct expected)"
+    done
+    got=$(coord -tA -c "SELECT count(*) FROM pa")
+    [ "$got" = "$(single -tA -c "SELECT count(*) FROM pa")" ] || fail "$1: $got rows on the cluster, $(single -tA -c "SELECT count(*) FROM pa") on one node"
+    echo "ok: $1: the application-mode counter of the partitioned table equals count(*) ($got rows), nothing to reconcile, as on one node"
+}
+deliver_pa coord 1 300
+deliver_pa single 1 300
+deliver_pa w1 201 500      # re-delivered in part
+deliver_pa single 201 500
+default=$(coord -tA -c "SELECT partition FROM counter.partition_bounds('pa') WHERE is_default")
+[ "$(coord -tA -c "SELECT count(*) FROM ONLY $default")" -gt 0 ] || fail "no row in the default partition $default before the drain"
+check_pa "written through the coordinator and worker 1, rows in the default partition"
+for n in coord single; do
+    got=$($n -tA -c "SELECT outcome FROM counter.partition_maintain('pa', as_of => '2026-07-14')")
+    [ "$got" = ok ] || fail "$n: the maintenance of pa: $got"
+done
+[ "$(coord -tA -c "SELECT count(*) FROM ONLY $default")" = 0 ] || fail "rows left in the default partition $default after the drain"
+deliver_pa w1 601 700
+deliver_pa single 601 700
+check_pa "the default partition drained, then rows through worker 1 into the new partitions"
