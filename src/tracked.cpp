@@ -173,31 +173,39 @@ void not_on_worker(const char *name) {
 }
 
 // On a Citus worker node, where counter_ext's catalog is empty: the
-// application-mode counter named 'name' whose state is beside its rows (the
-// only kind counter.add, value and values_of serve there: its state is in
-// distributed tables the worker's queries reach), as the arguments of its inbox's
-// trigger describe it (counter_internal.tracked_make_inbox; on the
-// coordinator counter_citus_triggers lets that trigger only onto the inbox
-// of the counter it names, and Citus copies it to every node's metadata
-// copy). Only what those need is filled; c.inbox says where it came
-// from. False when no distributed inbox names it. Inside SPI.
-bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
+// application-mode counters whose state is beside their rows (the only kind
+// counter.add, value, values_of and tracked_values serve there: their state
+// is in distributed tables the worker's queries reach), as the arguments of
+// their inboxes' triggers describe them (counter_internal.tracked_make_inbox;
+// on the coordinator counter_citus_triggers lets that trigger only onto the
+// inbox of the counter it names, and Citus copies it to every node's
+// metadata copy). 'each' is called with every such counter (name nullptr)
+// or with the one named 'name'; only what those callers need is filled, and
+// c.inbox says where it came from. Inside SPI.
+template <typename Each>
+void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 	if (SPI_execute("SELECT t.tgrelid FROM pg_catalog.pg_trigger t"
 	                " JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) t.tgrelid"
 	                " WHERE t.tgfoid OPERATOR(pg_catalog.=)"
 	                "  'counter_internal.tracked_shard_add()'::pg_catalog.regprocedure"
-	                "  AND t.tgnargs OPERATOR(pg_catalog.=) 8",
+	                "  AND t.tgnargs OPERATOR(pg_catalog.=) 8"
+	                " ORDER BY t.tgrelid",
 	                true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
-	int found = 0;
-	for (uint64 i = 0; i < SPI_processed; i++) {
+	// the relations first: 'each' may run SPI
+	uint64 n = SPI_processed;
+	Oid *relids = static_cast<Oid *>(palloc(sizeof(Oid) * (n + 1)));
+	for (uint64 i = 0; i < n; i++) {
 		bool isnull;
-		Oid relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		Relation rel = table_open(relid, AccessShareLock);
+		relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	for (uint64 i = 0; i < n; i++) {
+		Relation rel = table_open(relids[i], AccessShareLock);
 		TriggerDesc *trigs = rel->trigdesc;
 		for (int j = 0; trigs != nullptr && j < trigs->numtriggers; j++) {
 			const Trigger *g = &trigs->triggers[j];
-			if (g->tgnargs != 8 || strcmp(g->tgargs[1], "citus") != 0 || strcmp(g->tgargs[4], name) != 0)
+			if (g->tgnargs != 8 || strcmp(g->tgargs[1], "citus") != 0 ||
+			    (name != nullptr && strcmp(g->tgargs[4], name) != 0))
 				continue;
 			// the inbox its counter's track made: named after the counter,
 			// beside the table, owned by the table's owner (no role makes
@@ -210,7 +218,6 @@ bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 			    get_rel_namespace(source) != RelationGetNamespace(rel) ||
 			    ce::citus::relation_owner(source) != rel->rd_rel->relowner)
 				continue;
-			found++;
 			Counter w{};
 			w.id = id;
 			w.key_type = TupleDescAttr(RelationGetDescr(rel), 0)->atttypid;
@@ -219,17 +226,27 @@ bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 			w.width.time = pg_strtoint64(g->tgargs[5]);
 			w.source = source;
 			w.owner = rel->rd_rel->relowner;
-			w.name = MemoryContextStrdup(keep, name);
+			w.name = MemoryContextStrdup(keep, g->tgargs[4]);
 			w.filter_relid = InvalidOid;
 			w.max_future = pg_strtoint64(g->tgargs[7]);
 			w.distributed = true;
 			w.state_schema = MemoryContextStrdup(keep, get_namespace_name(RelationGetNamespace(rel)));
-			w.inbox = relid;
+			w.inbox = relids[i];
 			get_typlenbyval(w.key_type, &w.key_len, &w.key_byval);
-			*c = w;
+			each(w);
 		}
 		table_close(rel, AccessShareLock);
 	}
+}
+
+// The counter named 'name' on a Citus worker node (worker_counters); false
+// when no distributed inbox names it, 42710 when two do (never a guess).
+bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
+	int found = 0;
+	worker_counters(name, keep, [&found, c](const Counter &w) {
+		found++;
+		*c = w;
+	});
 	if (found > 1)
 		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
 		                errmsg("tracked counter \"%s\" is named by %d inboxes on this Citus worker node", name, found),
@@ -1293,6 +1310,35 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 }
 
 } // namespace
+
+// counter_internal.tracked_worker_counters(): on a Citus node, the
+// application-mode counters an inbox describes there (worker_counters):
+// what counter.tracked_values reads on a worker node, whose copy of
+// counter.tracked is empty. No rows without Citus.
+CE_FUNCTION(counter_tracked_worker_counters) {
+	ce::pg_guard([fcinfo] {
+		InitMaterializedSRF(fcinfo, 0);
+		auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		if (SPI_execute("SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL", true, 1) !=
+		        SPI_OK_SELECT ||
+		    SPI_processed != 1)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_class failed")));
+		bool isnull;
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			worker_counters(nullptr, CurrentMemoryContext, [rsinfo](const Counter &w) {
+				NameData schema;
+				namestrcpy(&schema, w.state_schema);
+				Datum values[5] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id), ObjectIdGetDatum(w.source),
+				                   ObjectIdGetDatum(w.owner), NameGetDatum(&schema)};
+				bool nulls[5] = {false, false, false, false, false};
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			});
+		SPI_finish();
+	});
+	return (Datum)0;
+}
 
 // counter_internal.tracked_invalidate(): every backend forgets the catalog
 // rows it keeps (sent when the transaction commits).

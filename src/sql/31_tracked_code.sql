@@ -87,6 +87,15 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_add';
 
+-- (1.8) On a Citus node, the application-mode counters whose inboxes'
+-- triggers describe them there (src/tracked.cpp, worker_counters): what
+-- counter.tracked_values reads on a worker node.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_worker_counters()
+RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name)
+LANGUAGE c STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'counter_tracked_worker_counters';
+
 -- counter_internal.partition_move says it moves rows between the partitions
 -- of a table, in replica mode (src/source.cpp): the row triggers of
 -- replicated counters and rollups, enabled for replicas, count nothing
@@ -1020,9 +1029,9 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
--- itself; the state is read through exec_as_owner. Refused on a Citus
--- worker node (0A000), whose copy of counter.tracked is empty: the answer
--- there would be no rows, not the counters.
+-- itself; the state is read through exec_as_owner. On a Citus worker node,
+-- whose copy of counter.tracked is empty, the counters an inbox describes
+-- (1.8; before, refused with 0A000).
 CREATE OR REPLACE FUNCTION counter_internal.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1030,6 +1039,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     t counter.tracked;
+    w record;
     caller regrole := counter_internal.caller();
     on_worker boolean := false;
 BEGIN
@@ -1038,10 +1048,33 @@ BEGIN
             INTO on_worker;
     END IF;
     IF on_worker THEN
-        RAISE EXCEPTION 'counter.tracked_values is read on the Citus coordinator'
-            USING ERRCODE = 'feature_not_supported',
-                  DETAIL = 'counter_ext''s catalog is the coordinator''s; on a worker node counter.value and values_of read an application-mode counter whose state is beside its rows.',
-                  HINT = 'Read it on the coordinator (doc/citus.md).';
+        -- counter_ext's catalog is the coordinator's: here, the counters an
+        -- inbox describes (application mode, state beside the rows), as
+        -- counter.value reads them on a worker node
+        IF pg_catalog.current_setting('application_name') LIKE 'citus\_internal gpid=%' THEN
+            -- a query Citus sent here runs on a shard, where Citus refuses
+            -- a distributed query
+            RAISE EXCEPTION 'counter.tracked_values is not read in a query Citus sends to a worker node'
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Read it in a statement of its own (doc/citus.md).';
+        END IF;
+        IF EXISTS (SELECT FROM counter_internal.tracked_worker_counters() d GROUP BY d.name HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1) THEN
+            RAISE EXCEPTION 'a tracked counter is named by two inboxes on this Citus worker node'
+                USING ERRCODE = 'duplicate_object', HINT = 'Read it on the coordinator.';
+        END IF;
+        FOR w IN SELECT x.* FROM counter_internal.tracked_worker_counters() x ORDER BY x.name LOOP
+            CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, w.source, 'SELECT');
+            RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner, format(
+                'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
+                ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
+                ' GROUP BY z.key)'
+                ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
+                ' FROM x WHERE $1 ORDER BY x.key',
+                pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
+                pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id))),
+                true) AS v(key text, value bigint);
+        END LOOP;
+        RETURN;
     END IF;
     FOR t IN SELECT * FROM counter.tracked c ORDER BY c.name LOOP
         CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, t.source, 'SELECT');

@@ -176,9 +176,8 @@ check_all "rows and adds written through a worker node"
 out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_b', 7::bigint)" 2>&1) && fail "an add to a buffered counter on a worker: $out"
 grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "an add to ev_b on a worker: $out"
 # reads on the worker: every key of the counters beside the rows, by value
-# and by values_of, as on the coordinator; counter.tracked_values there is
-# refused (its catalog is empty: it would answer no rows), and so is a read
-# of the buffered counter
+# and by values_of, as on the coordinator; a read of the buffered counter is
+# refused
 reads="SELECT string_agg(k || ':' || counter.value('ev_n', k), ',' ORDER BY k) FROM generate_series(0, 96::bigint) k"
 reads_of="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('ev_f', ARRAY(SELECT generate_series(0, 96::bigint)))"
 for q in "$reads" "$reads_of"; do
@@ -186,8 +185,28 @@ for q in "$reads" "$reads_of"; do
     got=$(writer_w1 -tA -c "$q")
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "a read on worker 1 ($q): $got, on the coordinator: $want"
 done
-out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT count(*) FROM counter.tracked_values" 2>&1) && fail "counter.tracked_values on a worker: $out"
-grep -q "ERROR:  0A000: counter.tracked_values is read on the Citus coordinator" <<<"$out" || fail "counter.tracked_values on a worker: $out"
+# counter.tracked_values on worker 1 (1.8): the counters an inbox describes
+# there (ev_f, ev_n; not the buffered ev_b, whose state is the
+# coordinator's), every key as on the coordinator; none for a role that may
+# not read the table
+got=$(writer_w1 -tA -c "SELECT string_agg(DISTINCT counter, ',' ORDER BY counter) FROM counter.tracked_values")
+[ "$got" = "ev_f,ev_n" ] || fail "counter.tracked_values on worker 1 lists the counters $got (expected ev_f,ev_n)"
+worker_values() { # WHAT
+    local q="SELECT md5(string_agg(counter || ':' || key || ':' || value, ',' ORDER BY counter, key)), count(*) FROM counter.tracked_values WHERE counter IN ('ev_f', 'ev_n')"
+    local want got
+    want=$(writer -tA -c "$q")
+    got=$(writer_w1 -tA -c "$q")
+    [ "$got" = "$want" ] && [ "${want#*|}" -ge 150 ] || fail "$1: counter.tracked_values on worker 1: $got, on the coordinator: $want"
+}
+worker_values "adds only"
+got=$(W1_ROLE=ct_x writer_w1 -tA -c "SELECT count(*) FROM counter.tracked_values WHERE counter IN ('ev_f', 'ev_n')")
+[ "$got" = 0 ] || fail "a role without SELECT on ct.ev read $got keys of its counters on worker 1"
+# in a query Citus sends to a worker (its connections name themselves so):
+# refused, as value and add are
+out=$(PGAPPNAME='citus_internal gpid=10000000001' writer_w1 -v VERBOSITY=verbose -c "SELECT count(*) FROM counter.tracked_values" 2>&1) &&
+    fail "counter.tracked_values in a query named as Citus's: $out"
+grep -q "ERROR:  0A000: counter.tracked_values is not read in a query Citus sends to a worker node" <<<"$out" ||
+    fail "counter.tracked_values in a query named as Citus's: $out"
 out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_b', 7::bigint)" 2>&1) && fail "a read of ev_b on a worker: $out"
 grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_b on a worker: $out"
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 7::bigint)" 2>&1) &&
@@ -196,7 +215,7 @@ grep -q "ERROR:  42501: permission denied to read tracked counter \"ev_n\"" <<<"
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_n', 7::bigint, 1000)" 2>&1) &&
     fail "a role without rights added on a worker: $out"
 grep -q "ERROR:  42501: permission denied to add to tracked counter \"ev_n\"" <<<"$out" || fail "an add by ct_x on a worker: $out"
-echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly, and value/values_of read there what the coordinator reads; a buffered counter's add and read, and counter.tracked_values, refused there (0A000); a role without INSERT (SELECT) may not add (read) there (42501)"
+echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly, and value/values_of/tracked_values read there what the coordinator reads; a buffered counter's add and read refused there (0A000); a role without INSERT (SELECT) may not add (read) there (42501)"
 
 # A worker node finds a counter by its inbox's trigger: another role may not
 # make a trigger naming ct_app's counter on a table of its own (it would
@@ -305,6 +324,10 @@ app -q -c "DELETE FROM ct.ev_one WHERE k = 4 AND id % 2 = 0" \
     -c "INSERT INTO ct.ev_one SELECT g, 5, '2026-07-01 11:00+00', 'click', NULL FROM generate_series(100001, 100010) g"
 for c in f b n; do app -q -c "SELECT counter.reconcile('ev_one_$c', '2026-07-02', all_keys => true)" >/dev/null; done
 check_all "drift injected on the cluster, reconciled"
+# reconciled: the keys' amounts are in the base tables now, read on worker 1 too
+[ "$(coord -tA -c "SELECT count(*) FROM $(coord -tA -c "SELECT counter_internal.tracked_table(t, 'base') FROM counter.tracked t WHERE name = 'ev_n'") WHERE base <> 0")" -ge 50 ] ||
+    fail "the reconciliation left ev_n's base table (nearly) empty"
+worker_values "reconciled (base and deltas)"
 
 # A query that Citus sends whole to a worker (routed to one shard) and that
 # calls counter.value: 0A000 with a hint, never a number read on the worker
