@@ -127,7 +127,7 @@ struct Counter {
 	int64 max_future;   // microseconds: counter.add refuses event times later than now + this
 	bool distributed;   // on Citus: the state tables are distributed, colocated with the source
 	char *state_schema; // on Citus since 1.8: the state tables' schema (the source's), or nullptr: counter_internal
-	Oid inbox;          // on a Citus worker node: the inbox whose trigger described the counter (worker_counter)
+	Oid described_by;   // on a Citus worker node: the table whose trigger described the counter (worker_counters)
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -164,31 +164,39 @@ void not_on_worker(const char *name) {
 	    (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 	     errmsg("tracked counter \"%s\" is not on this Citus worker node", name),
 	     errdetail(
-	         "Counters are kept on the coordinator; on a worker node counter.add, value and values_of "
-	         "reach only an application-mode counter whose state is beside its rows. Or Citus sent a whole query that "
+	         "Counters are kept on the coordinator; on a worker node counter.value and values_of reach only a "
+	         "counter whose state is beside its rows (keyed by the distribution column, made by 1.8), and counter.add "
+	         "only such a counter in application mode. Or Citus sent a whole query that "
 	         "calls counter.value, values_of or add to a worker (a query over a distributed table that "
 	         "Citus routes to one shard, or pushes down)."),
 	     errhint("Read the counter in a statement of its own (or into a temporary table first), not in the same "
 	             "query as a distributed table; see doc/citus.md.")));
 }
 
-// On a Citus worker node, where counter_ext's catalog is empty: the
-// application-mode counters whose state is beside their rows (the only kind
-// counter.add, value, values_of and tracked_values serve there: their state
-// is in distributed tables the worker's queries reach), as the arguments of
-// their inboxes' triggers describe them (counter_internal.tracked_make_inbox;
-// on the coordinator counter_citus_triggers lets that trigger only onto the
-// inbox of the counter it names, and Citus copies it to every node's
-// metadata copy). 'each' is called with every such counter (name nullptr)
-// or with the one named 'name'; only what those callers need is filled, and
-// c.inbox says where it came from. Inside SPI.
+// On a Citus worker node, where counter_ext's catalog is empty: the counters
+// whose state is beside their rows (the only kind counter.add, value,
+// values_of and tracked_values serve there: their state is in distributed
+// tables the worker's queries reach), as the arguments of their triggers on
+// a distributed table describe them: an application-mode counter's inbox
+// trigger (counter_internal.tracked_make_inbox), a trigger-mode counter's
+// INSERT trigger on its source (tracked_build; made before 1.8 gave it the
+// counter's name: not found). On the coordinator counter_citus_triggers
+// lets such a trigger only onto the table of the counter it names, on a
+// worker node counter_citus_trigger_creator lets only counter.track make it
+// on a table's metadata copy, and Citus copies it to every node's. 'each' is
+// called with every such counter (name nullptr) or with the one named
+// 'name'; only what those callers need is filled, and c.described_by says
+// where it came from. Inside SPI.
 template <typename Each>
 void worker_counters(const char *name, MemoryContext keep, Each &&each) {
-	if (SPI_execute("SELECT t.tgrelid FROM pg_catalog.pg_trigger t"
+	if (SPI_execute("SELECT DISTINCT t.tgrelid FROM pg_catalog.pg_trigger t"
 	                " JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) t.tgrelid"
-	                " WHERE t.tgfoid OPERATOR(pg_catalog.=)"
-	                "  'counter_internal.tracked_shard_add()'::pg_catalog.regprocedure"
-	                "  AND t.tgnargs OPERATOR(pg_catalog.=) 8"
+	                " WHERE (t.tgfoid OPERATOR(pg_catalog.=)"
+	                "   'counter_internal.tracked_shard_add()'::pg_catalog.regprocedure"
+	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 8)"
+	                "  OR (t.tgfoid OPERATOR(pg_catalog.=)"
+	                "   'counter_internal.tracked_shard_fold()'::pg_catalog.regprocedure"
+	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 10)"
 	                " ORDER BY t.tgrelid",
 	                true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
@@ -199,39 +207,64 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 		bool isnull;
 		relids[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
+	Oid internal = get_namespace_oid("counter_internal", false);
 	for (uint64 i = 0; i < n; i++) {
 		Relation rel = table_open(relids[i], AccessShareLock);
 		TriggerDesc *trigs = rel->trigdesc;
+		Oid schema = RelationGetNamespace(rel);
 		for (int j = 0; trigs != nullptr && j < trigs->numtriggers; j++) {
 			const Trigger *g = &trigs->triggers[j];
-			if (g->tgnargs != 8 || strcmp(g->tgargs[1], "citus") != 0 ||
-			    (name != nullptr && strcmp(g->tgargs[4], name) != 0))
+			if (get_func_namespace(g->tgfoid) != internal || g->tgnargs < 8 || strcmp(g->tgargs[1], "citus") != 0)
 				continue;
-			// the inbox its counter's track made: named after the counter,
-			// beside the table, owned by the table's owner (no role makes
-			// another's table, nor is a trigger it made on a table of its
-			// own taken for another role's counter)
-			int32 id = pg_strtoint32(g->tgargs[0]);
-			Oid source = ce::citus::relation_named(g->tgargs[2]);
-			if (strcmp(RelationGetRelationName(rel), psprintf("counter_tracked_%d_inbox", id)) != 0 ||
-			    RelationGetDescr(rel)->natts < 1 || !OidIsValid(source) ||
-			    get_rel_namespace(source) != RelationGetNamespace(rel) ||
-			    ce::citus::relation_owner(source) != rel->rd_rel->relowner)
-				continue;
+			const char *fn = get_func_name(g->tgfoid);
 			Counter w{};
+			int32 id = pg_strtoint32(g->tgargs[0]);
+			if (strcmp(fn, "tracked_shard_add") == 0 && g->tgnargs == 8) {
+				// the inbox its counter's track made: named after the
+				// counter, beside the table, owned by the table's owner (no
+				// role makes another's table, nor is a trigger it made on a
+				// table of its own taken for another role's counter)
+				Oid source = ce::citus::relation_named(g->tgargs[2]);
+				if ((name != nullptr && strcmp(g->tgargs[4], name) != 0) ||
+				    strcmp(RelationGetRelationName(rel), psprintf("counter_tracked_%d_inbox", id)) != 0 ||
+				    RelationGetDescr(rel)->natts < 1 || !OidIsValid(source) || get_rel_namespace(source) != schema ||
+				    ce::citus::relation_owner(source) != rel->rd_rel->relowner)
+					continue;
+				w.key_type = TupleDescAttr(RelationGetDescr(rel), 0)->atttypid;
+				w.application = true;
+				w.shards = pg_strtoint32(g->tgargs[6]);
+				w.width.time = pg_strtoint64(g->tgargs[5]);
+				w.source = source;
+				w.name = MemoryContextStrdup(keep, g->tgargs[4]);
+				w.max_future = pg_strtoint64(g->tgargs[7]);
+			} else if (strcmp(fn, "tracked_shard_fold") == 0 && g->tgnargs == 10) {
+				// a trigger-mode counter's INSERT trigger on its source,
+				// its state beside the source under the names track gives
+				// it (id, 'citus', key column, time column, width, slots,
+				// filter, delta, base, name)
+				AttrNumber key = get_attnum(RelationGetRelid(rel), g->tgargs[2]);
+				const char *nsp = get_namespace_name(schema);
+				if ((name != nullptr && strcmp(g->tgargs[9], name) != 0) ||
+				    strcmp(g->tgname, psprintf("counter_%d_ins", id)) != 0 || key == InvalidAttrNumber ||
+				    strcmp(g->tgargs[7], quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_delta", id))) !=
+				        0 ||
+				    strcmp(g->tgargs[8], quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_base", id))) != 0)
+					continue;
+				w.key_type = get_atttype(RelationGetRelid(rel), key);
+				w.application = false;
+				w.shards = pg_strtoint32(g->tgargs[5]);
+				w.width.time = static_cast<int64>(strtod(g->tgargs[4], nullptr) * USECS_PER_SEC);
+				w.source = RelationGetRelid(rel);
+				w.name = MemoryContextStrdup(keep, g->tgargs[9]);
+				w.max_future = 0;
+			} else
+				continue;
 			w.id = id;
-			w.key_type = TupleDescAttr(RelationGetDescr(rel), 0)->atttypid;
-			w.application = true;
-			w.shards = pg_strtoint32(g->tgargs[6]);
-			w.width.time = pg_strtoint64(g->tgargs[5]);
-			w.source = source;
 			w.owner = rel->rd_rel->relowner;
-			w.name = MemoryContextStrdup(keep, g->tgargs[4]);
 			w.filter_relid = InvalidOid;
-			w.max_future = pg_strtoint64(g->tgargs[7]);
 			w.distributed = true;
-			w.state_schema = MemoryContextStrdup(keep, get_namespace_name(RelationGetNamespace(rel)));
-			w.inbox = relids[i];
+			w.state_schema = MemoryContextStrdup(keep, get_namespace_name(schema));
+			w.described_by = relids[i];
 			get_typlenbyval(w.key_type, &w.key_len, &w.key_byval);
 			each(w);
 		}
@@ -240,7 +273,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 }
 
 // The counter named 'name' on a Citus worker node (worker_counters); false
-// when no distributed inbox names it, 42710 when two do (never a guess).
+// when no trigger there names it, 42710 when two do (never a guess).
 bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 	int found = 0;
 	worker_counters(name, keep, [&found, c](const Counter &w) {
@@ -249,13 +282,13 @@ bool worker_counter(const char *name, MemoryContext keep, Counter *c) {
 	});
 	if (found > 1)
 		ereport(ERROR, (errcode(ERRCODE_DUPLICATE_OBJECT),
-		                errmsg("tracked counter \"%s\" is named by %d inboxes on this Citus worker node", name, found),
-		                errhint("Add on the coordinator.")));
+		                errmsg("tracked counter \"%s\" is named by %d triggers on this Citus worker node", name, found),
+		                errhint("Read it on the coordinator.")));
 	return found == 1 && OidIsValid(c->source) && c->shards >= 1;
 }
 
 // Strings are copied into 'keep'. Raises 42704 when there is no such counter
-// (0A000 on a Citus worker node, unless an inbox describes it there:
+// (0A000 on a Citus worker node, unless a trigger describes it there:
 // worker_counter).
 Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 	Oid catalog = ce::pg_guard([] { return ce::catalog_owner(); });
@@ -338,7 +371,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 		c.distributed = DatumGetBool(SPI_getbinval(tuple, desc, 16, &isnull));
 		c.state_schema = copy_value(tuple, desc, 17, keep);
-		c.inbox = InvalidOid;
+		c.described_by = InvalidOid;
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
 		return c;
@@ -939,10 +972,11 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 // 'citus', key column, time column, bucket width, slots, filter, and since
 // 1.8 the delta and base tables).
 void shard_fold(TriggerData *td) {
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (td->tg_trigger->tgnargs != 7 && td->tg_trigger->tgnargs != 9))
+	int nargs = td->tg_trigger->tgnargs;
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (nargs != 7 && nargs != 9 && nargs != 10))
 		throw ce::Error("39P01",
-		                "a tracked counter's trigger on a Citus shard is a statement trigger with 9 arguments (7 "
-		                "made by 1.7)");
+		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments (7 "
+		                "made by 1.7, 9 by 1.8 before the counter's name)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
@@ -1063,9 +1097,9 @@ CE_FUNCTION(counter_tracked_shard_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || td->tg_trigger->tgnargs != 9 ||
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || (td->tg_trigger->tgnargs != 9 && td->tg_trigger->tgnargs != 10) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
-		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the 9 arguments "
+		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the arguments "
 		                         "counter.track gives it");
 	shard_fold(td);
 	return PointerGetDatum(nullptr);
@@ -1251,7 +1285,8 @@ void catalog_invalidate(Datum, Oid relid) {
 		}
 	if (name_cache != nullptr && name_cache->worker_rows && relid != InvalidOid)
 		for (auto &entry : name_cache->rows)
-			if (entry.second.inbox == relid) // a worker node's counter: its inbox changed (untrack drops it)
+			if (entry.second.described_by ==
+			    relid) // a worker node's counter: the table of its trigger changed (untrack drops it)
 				name_cache->stale = true;
 	if (relid == InvalidOid || relid == catalog_relid) {
 		ce::read_cache::forget();
@@ -1304,7 +1339,7 @@ Counter find_counter(FunctionCallInfo fcinfo) {
 	Counter c = load_counter(PG_GETARG_DATUM(0), false, name_cache->context);
 	if (!name_cache->stale) { // an invalidation while reading: do not keep what was read
 		name_cache->last = &*name_cache->rows.emplace(name, c).first;
-		name_cache->worker_rows = name_cache->worker_rows || OidIsValid(c.inbox);
+		name_cache->worker_rows = name_cache->worker_rows || OidIsValid(c.described_by);
 	}
 	return c;
 }

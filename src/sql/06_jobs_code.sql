@@ -480,6 +480,28 @@ BEGIN
 END
 $$;
 
+-- The arguments of a trigger (pg_trigger.tgargs: each ends with a zero
+-- byte, in the server's encoding), as text.
+CREATE OR REPLACE FUNCTION counter_internal.trigger_args(a bytea)
+RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r text[] := '{}';
+    p integer;
+BEGIN
+    LOOP
+        p := pg_catalog.position(a, '\x00'::bytea);
+        EXIT WHEN p OPERATOR(pg_catalog.=) 0;
+        r := r OPERATOR(pg_catalog.||) pg_catalog.convert_from(pg_catalog.substring(a, 1, p OPERATOR(pg_catalog.-) 1),
+                                                               pg_catalog.current_setting('server_encoding'));
+        a := pg_catalog.substring(a, p OPERATOR(pg_catalog.+) 1);
+    END LOOP;
+    RETURN r;
+END
+$$;
+
 -- The event trigger counter_citus_triggers (on CREATE TRIGGER; on every
 -- node, with Citus loaded): a trigger of counter_ext (a tracked counter's or
 -- a rollup's) made on a table that is not the source of its counter or
@@ -508,7 +530,8 @@ BEGIN
                     AND (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[2]
                         OPERATOR(pg_catalog.=) 'citus' AS citus,
                     pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1,
-                        pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS arg
+                        pg_catalog.position(t.tgargs, '\x00'::bytea) OPERATOR(pg_catalog.-) 1), 'UTF8') AS arg,
+                    counter_internal.trigger_args(t.tgargs) AS args
              FROM pg_catalog.pg_event_trigger_ddl_commands() d
              JOIN pg_catalog.pg_trigger t ON t.oid OPERATOR(pg_catalog.=) d.objid
              JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
@@ -546,14 +569,16 @@ BEGIN
                     -- on the coordinator, only the inbox of the counter its
                     -- arguments name (or a shard of it): on a worker node
                     -- counter.add finds a counter by its inbox trigger's
-                    -- arguments (src/tracked.cpp, worker_counter), so a
+                    -- arguments (src/tracked.cpp, worker_counters), so a
                     -- trigger naming another role's counter on a table of
-                    -- one's own would take that role's adds
+                    -- one's own, or giving its name on the inbox of a
+                    -- counter of one's own, would take that role's adds
                     registered := EXISTS (
                         SELECT FROM counter.tracked c
                         JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
                         WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
                           AND c.mode OPERATOR(pg_catalog.=) 'application'
+                          AND c.name OPERATOR(pg_catalog.=) g.args[5]
                           AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
                           AND g.relname OPERATOR(pg_catalog.~)
                               ('^counter_tracked_' OPERATOR(pg_catalog.||) c.counter_id OPERATOR(pg_catalog.||) '_inbox(_[0-9]+)?$'));
@@ -565,6 +590,25 @@ BEGIN
                     -- coordinator was checked there)
                     registered := registered OR g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$';
                 END IF;
+            ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_fold'
+                  AND pg_catalog.cardinality(g.args) OPERATOR(pg_catalog.>=) 10
+                  AND EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
+                -- (1.8) a trigger-mode counter's trigger that names it: on
+                -- a worker node counter.value finds the counter by it
+                -- (src/tracked.cpp, worker_counters); on the coordinator only
+                -- on the source of the counter it names (or a shard of it)
+                registered := registered AND EXISTS (
+                    SELECT FROM counter.tracked c
+                    JOIN pg_catalog.pg_class s ON s.oid OPERATOR(pg_catalog.=) c.source
+                    WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
+                      AND c.mode OPERATOR(pg_catalog.=) 'trigger'
+                      AND c.name OPERATOR(pg_catalog.=) g.args[10]
+                      AND s.relnamespace OPERATOR(pg_catalog.=) g.relnamespace
+                      AND (c.source::oid OPERATOR(pg_catalog.=) g.tgrelid
+                           OR (pg_catalog.left(g.relname::text, pg_catalog.length(s.relname::text) OPERATOR(pg_catalog.+) 1)
+                                   OPERATOR(pg_catalog.=) (s.relname::text OPERATOR(pg_catalog.||) '_')
+                               AND pg_catalog.substring(g.relname::text, pg_catalog.length(s.relname::text) OPERATOR(pg_catalog.+) 2)
+                                   OPERATOR(pg_catalog.~) '^[0-9]+$')));
             END IF;
         ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') THEN
             registered := false; -- only with a distributed counter's or rollup's arguments
@@ -621,14 +665,15 @@ BEGIN
                       DETAIL = 'It writes as the table''s owner.',
                       HINT = 'counter.track and counter.rollup_create make it.';
         END IF;
-        -- on a worker node, an application-mode counter's inbox trigger on
-        -- the node's metadata copy of a table is how counter.add finds the
-        -- counter there (src/tracked.cpp, worker_counter): only counter.track
+        -- on a worker node, an application-mode counter's inbox trigger and
+        -- a trigger-mode counter's trigger on the node's metadata copy of a
+        -- table are how counter.add and value find the counter there
+        -- (src/tracked.cpp, worker_counters): only counter.track
         -- makes it (its commands reach the workers as the extension's
         -- owner, a superuser; Citus's metadata sync to a new node too),
         -- never a role that turned Citus's DDL propagation off to make it on
         -- one node alone, on a table of its own, naming another role's counter
-        IF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add'
+        IF g.proname IN ('tracked_shard_add', 'tracked_shard_fold')
            AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
             EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.<>) 0)'
                     ' AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
@@ -636,7 +681,7 @@ BEGIN
             IF shell AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
                 RAISE EXCEPTION 'the trigger % of counter_ext on % is made on a Citus worker node by counter.track only', g.tgname, g.rel
                     USING ERRCODE = 'insufficient_privilege',
-                          DETAIL = 'On a worker node counter.add finds a counter by that trigger''s arguments.',
+                          DETAIL = 'On a worker node counter.add and value find a counter by that trigger''s arguments.',
                           HINT = 'counter.track makes it on the coordinator, and Citus on every node.';
             END IF;
         END IF;

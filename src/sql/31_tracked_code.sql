@@ -540,11 +540,14 @@ BEGIN
         -- arguments carry what the shard's trigger needs there
         -- (src/tracked.cpp, shard_fold)
         args := CASE WHEN t.distributed
-                     THEN format('%L, %L, %L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.key_column,
+                     THEN format('%L, %L, %L, %L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.key_column,
                                  t.time_column, pg_catalog.date_part('epoch', t.bucket_width), t.shards,
                                  coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid,
                                                                       t.owner, 'ce_new'), ''),
-                                 counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base'))
+                                 counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base'),
+                                 -- (1.8) its name: how a worker node finds the counter to read it
+                                 -- (src/tracked.cpp, worker_counters)
+                                 t.name)
                      ELSE format('%L', t.counter_id) END;
         FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, t.source) FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source

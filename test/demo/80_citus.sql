@@ -91,7 +91,7 @@ SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_app_clicks', a
 SELECT counter.value('citus_app_clicks', 7::bigint) AS link_7;
 SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;
 -- Read through the worker node as well: there counter.tracked_values lists
--- the application-mode counters whose state is beside their rows, with the
+-- the counters whose state is beside their rows (both of them), with the
 -- coordinator's numbers.
 \connect - - 127.0.0.1 :worker_1
 SELECT counter, key, value FROM counter.tracked_values WHERE key = '7';

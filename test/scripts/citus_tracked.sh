@@ -247,6 +247,26 @@ SQL
 ) && fail "another role attached an inbox trigger naming ev_n on worker 1: $out"
 grep -q "ERROR:  42501: the trigger counter_${n_id}_add of counter_ext on ct_xs.counter_tracked_${n_id}_inbox is made on a Citus worker node by counter.track only" <<<"$out" ||
     fail "another role's inbox trigger naming ev_n on worker 1: $out"
+# nor a second trigger on the inbox of a counter of its own (its id, its
+# table) that gives ct_app's counter's name: on a worker node the lookup of
+# ev_n would find it (the name must be the counter's)
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_x -d postgres -v ON_ERROR_STOP=1 -v VERBOSITY=verbose <<'SQL' 2>&1
+SET client_min_messages = warning;
+CREATE TABLE ct_xs.mine (k bigint NOT NULL, at timestamptz NOT NULL);
+SELECT create_distributed_table('ct_xs.mine', 'k', shard_count := 2);
+SELECT counter.track('x_mine', 'ct_xs.mine', 'k', 'at', mode => 'application');
+SET citus.enable_unsafe_triggers = on;
+DO $$
+DECLARE id integer := (SELECT counter_id FROM counter.tracked WHERE name = 'x_mine');
+BEGIN
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT ON ct_xs.%I FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L, %L, %L, %L, %L)',
+                   'counter_' || id || '_add2', 'counter_tracked_' || id || '_inbox', id, 'citus', 'ct_xs.mine',
+                   'ct_xs.counter_tracked_' || id || '_delta', 'ev_n', '300000000', '64', '0');
+END $$;
+SQL
+) && fail "another role attached a trigger naming ev_n to the inbox of its own counter: $out"
+grep -q "ERROR:  0A000: trigger counter_[0-9]*_add2 of counter_ext on ct_xs.counter_tracked_[0-9]*_inbox is refused" <<<"$out" ||
+    fail "another role's trigger naming ev_n on its own counter's inbox: $out"
 deliver_w1 9701 9800
 writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 9701 AND 9800 AND $B GROUP BY 1, 2" \
     -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null

@@ -168,6 +168,61 @@ SQL
 done
 echo "ok: counter.value and counter.values_of equal count(*)"
 
+# Through worker 1 (1.8): counter.value, values_of and tracked_values read
+# the trigger-mode counters there (the worker knows them by their INSERT
+# trigger's arguments) with the coordinator's numbers; a role that may not
+# read the table is refused (42501) and sees none of their rows; the
+# counters on one node are not there (0A000); counter.add is refused as on
+# the coordinator (55000: trigger mode)
+coord -q -c "CREATE ROLE ct_none LOGIN"
+none_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U ct_none -d postgres -v ON_ERROR_STOP=1 "$@"; }
+worker_reads() { # WHAT
+    local c q want got
+    for c in ev_f ev_n pev_f pev_n; do
+        for q in "SELECT string_agg(k || ':' || counter.value('$c', k), ',' ORDER BY k) FROM generate_series(0, 99::bigint) k" \
+            "SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('$c', ARRAY(SELECT generate_series(0, 99::bigint)))" \
+            "SELECT string_agg(key || ':' || value, ',' ORDER BY key::bigint) FROM counter.tracked_values WHERE counter = '$c'"; do
+            want=$(app -tA -c "$q")
+            got=$(app_w1 -tA -c "$q" 2>&1) || fail "$1: on worker 1 ($q): $got"
+            [ -n "$want" ] && [ "$got" = "$want" ] || fail "$1: on worker 1 ($q): $got, on the coordinator: $want"
+        done
+    done
+    got=$(app_w1 -tA -c "SELECT string_agg(DISTINCT counter, ',' ORDER BY counter) FROM counter.tracked_values")
+    [ "$got" = "ev_f,ev_n,pev_f,pev_n" ] || fail "$1: counter.tracked_values on worker 1 lists $got (expected ev_f,ev_n,pev_f,pev_n)"
+}
+worker_reads "written"
+out=$(none_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 3::bigint)" 2>&1) && fail "a role without rights read ev_n on worker 1: $out"
+grep -q "ERROR:  42501: permission denied to read tracked counter \"ev_n\"" <<<"$out" || fail "a read of ev_n by ct_none on worker 1: $out"
+got=$(none_w1 -tA -c "SELECT count(*) FROM counter.tracked_values")
+[ "$got" = 0 ] || fail "a role without SELECT on the tables read $got keys on worker 1"
+out=$(app_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_one_n', 3::bigint)" 2>&1) && fail "a read of a one-node counter on worker 1: $out"
+grep -q "ERROR:  0A000: tracked counter \"ev_one_n\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_one_n on worker 1: $out"
+out=$(app_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_n', 3::bigint)" 2>&1) && fail "an add to a trigger-mode counter on worker 1: $out"
+grep -q "ERROR:  55000: tracked counter \"ev_n\" is counted by triggers" <<<"$out" || fail "an add to ev_n on worker 1: $out"
+# another role's trigger naming the counter: refused on the coordinator
+# (0A000: only onto the source of the counter it names), and on a worker
+# node alone, with Citus's DDL propagation off (42501: counter.track only);
+# made, it would make ev_n's reads there ambiguous or answer them
+coord -q <<'SQL'
+CREATE SCHEMA cx AUTHORIZATION ct_none;
+SQL
+ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_none -d postgres -v ON_ERROR_STOP=1 -q \
+    -c "SET client_min_messages = warning" \
+    -c "CREATE TABLE cx.t (k bigint NOT NULL, at timestamptz NOT NULL)" -c "SELECT create_distributed_table('cx.t', 'k', shard_count := 2)"
+id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
+forge="CREATE TRIGGER counter_${id}_ins AFTER INSERT ON cx.t REFERENCING NEW TABLE AS ce_new FOR EACH STATEMENT
+       EXECUTE FUNCTION counter_internal.tracked_shard_fold('$id', 'citus', 'k', 'at', '3600', '64', '',
+                                                            'cx.counter_tracked_${id}_delta', 'cx.counter_tracked_${id}_base', 'ev_n')"
+out=$(ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U ct_none -d postgres -v ON_ERROR_STOP=1 -v VERBOSITY=verbose \
+    -c "SET citus.enable_unsafe_triggers = on" -c "$forge" 2>&1) && fail "another role's trigger naming ev_n was made: $out"
+grep -q "ERROR:  0A000: trigger counter_${id}_ins of counter_ext on cx.t is refused" <<<"$out" || fail "a forged trigger on the coordinator: $out"
+out=$(none_w1 -v VERBOSITY=verbose -c "SET citus.enable_ddl_propagation = off" -c "$forge" 2>&1) &&
+    fail "another role's trigger naming ev_n was made on worker 1 alone: $out"
+grep -q "ERROR:  42501: the trigger counter_${id}_ins of counter_ext on cx.t is made on a Citus worker node by counter.track only" <<<"$out" ||
+    fail "a forged trigger on worker 1: $out"
+worker_reads "after the forged triggers"
+echo "ok: through a worker node, counter.value, values_of and tracked_values read the trigger-mode counters with the coordinator's numbers; a role without SELECT is refused (42501) and sees no row; a one-node counter is not there (0A000), an add is refused (55000); another role's trigger naming a counter is refused on the coordinator (0A000) and on a worker alone (42501)"
+
 # In the writer's transaction: its rows are counted there (and read there:
 # Citus reads through the same connections), and gone with a rollback
 # (the value and count(*) in two statements: doc/citus.md; as the owner:
