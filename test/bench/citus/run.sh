@@ -45,7 +45,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcdefg (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
+# CE_BENCH_PARTS=abcdefgh (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
 # batch_size of the counters of (a)), CE_BENCH_ROUNDS=1 (interleaved rounds of (d)).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -59,7 +59,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcdefg}   # which of the workloads (a)-(g) to run
+PARTS=${CE_BENCH_PARTS:-abcdefgh}  # which of the workloads (a)-(h) to run
 BATCH=${CE_BENCH_BATCH:-1000}      # (a): the counters' batch_size (track's default 1000)
 ROUNDS=${CE_BENCH_ROUNDS:-1}       # (d): rounds of the ingest runs, interleaved
 LINKS=10000
@@ -572,6 +572,39 @@ part_g() {
     done
 }
 run_part g
+
+# ---------------------------------------------------------------- (h) reads through a worker node
+# counter.value of a trigger-mode counter keyed by the distribution column
+# (1.8: read on a worker node too, doc/citus.md), one random key of KEYS per
+# transaction, INGEST transactions over CLIENTS clients: on one node, on the
+# coordinator and on worker 1; beside it the read it replaces, count(*) of
+# the key's rows, on the same nodes.
+part_h() {
+    echo "== (h) reads of one key: counter.value against count(*), on the coordinator and on worker 1"
+    table rh "k bigint NOT NULL, at timestamptz NOT NULL" k
+    local n r l
+    for n in single citus_coord; do
+        q "$n" -q -c "CREATE INDEX ON rh (k)" -c "SET client_min_messages = warning" \
+            -c "SELECT counter.track('rh', 'rh', 'k', 'at')" \
+            -c "INSERT INTO rh SELECT 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
+                FROM generate_series(0, $((2 * KEYS - 1))) g" -c "ANALYZE rh" >/dev/null
+    done
+    [ "$(mismatches citus_coord rh k::text rh)" = 0 ] || fail "citus: rh differs from count(*)"
+    printf '%s\n%s\n' "\\set k random(1, $KEYS)" "SELECT counter.value('rh', :k::bigint);" >"$work/h_value.sql"
+    printf '%s\n%s\n' "\\set k random(1, $KEYS)" "SELECT count(*) FROM rh WHERE k = :k;" >"$work/h_count.sql"
+    for r in h_value h_count; do
+        for n in single citus_coord citus_w1; do
+            l=$(load)
+            ms[$n]=$(ingest "$n" "$r")
+            ms[$n.load]=$l
+        done
+        row "(h) $r on the coordinator, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "one node: one index probe (value: of base and delta)"
+        row "(h) $r on worker 1, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_w1]}" \
+            "${ms[single.load]} / ${ms[citus_w1.load]}" "every value = count(*) before the runs"
+    done
+}
+run_part h
 
 echo "[${SECONDS}s] done"
 echo
