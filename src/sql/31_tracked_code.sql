@@ -87,9 +87,10 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_add';
 
--- (1.8) On a Citus node, the application-mode counters whose inboxes'
--- triggers describe them there (src/tracked.cpp, worker_counters): what
--- counter.tracked_values reads on a worker node.
+-- (1.8) On a Citus node, the counters whose state is beside their rows as
+-- their triggers describe them there (an application-mode counter's inbox
+-- trigger, a trigger-mode counter's INSERT trigger; src/tracked.cpp,
+-- worker_counters): what counter.tracked_values reads on a worker node.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_worker_counters()
 RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name)
 LANGUAGE c STABLE
@@ -1033,8 +1034,8 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
 -- itself; the state is read through exec_as_owner. On a Citus worker node,
--- whose copy of counter.tracked is empty, the counters an inbox describes
--- (1.8; before, refused with 0A000).
+-- whose copy of counter.tracked is empty, the counters a trigger describes
+-- there (1.8; before, refused with 0A000).
 CREATE OR REPLACE FUNCTION counter_internal.tracked_all_values()
 RETURNS TABLE (counter text, key text, value bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1051,9 +1052,10 @@ BEGIN
             INTO on_worker;
     END IF;
     IF on_worker THEN
-        -- counter_ext's catalog is the coordinator's: here, the counters an
-        -- inbox describes (application mode, state beside the rows), as
-        -- counter.value reads them on a worker node
+        -- counter_ext's catalog is the coordinator's: here, the counters a
+        -- trigger describes (state beside the rows), as counter.value reads
+        -- them on a worker node (the same statement as the distributed
+        -- branch below)
         IF pg_catalog.current_setting('application_name') LIKE 'citus\_internal gpid=%' THEN
             -- a query Citus sent here runs on a shard, where Citus refuses
             -- a distributed query
@@ -1062,7 +1064,7 @@ BEGIN
                       HINT = 'Read it in a statement of its own (doc/citus.md).';
         END IF;
         IF EXISTS (SELECT FROM counter_internal.tracked_worker_counters() d GROUP BY d.name HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 1) THEN
-            RAISE EXCEPTION 'a tracked counter is named by two inboxes on this Citus worker node'
+            RAISE EXCEPTION 'a tracked counter is named by two triggers on this Citus worker node'
                 USING ERRCODE = 'duplicate_object', HINT = 'Read it on the coordinator.';
         END IF;
         FOR w IN SELECT x.* FROM counter_internal.tracked_worker_counters() x ORDER BY x.name LOOP
