@@ -1031,6 +1031,24 @@ LANGUAGE c STABLE
 AS 'MODULE_PATHNAME', 'counter_tracked_values_of';
 COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of a tracked counter';
 
+-- The statement that reads every key of a counter whose state Citus
+-- distributes (base and delta tables, qualified names): each key's amounts
+-- summed on its shard, in numeric, bounded to bigint; $1 is exec_as_owner's
+-- argument. tracked_all_values runs it on the coordinator and on a worker
+-- node.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT pg_catalog.format(
+    'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
+    ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
+    ' GROUP BY z.key)'
+    ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
+    ' FROM x WHERE $1 ORDER BY x.key', base, delta)
+$$;
+
 -- Every key with state of every tracked counter the caller may read (SELECT
 -- on the source), each read as its owner. It touches only counter.tracked
 -- itself; the state is read through exec_as_owner. On a Citus worker node,
@@ -1054,8 +1072,7 @@ BEGIN
     IF on_worker THEN
         -- counter_ext's catalog is the coordinator's: here, the counters a
         -- trigger describes (state beside the rows), as counter.value reads
-        -- them on a worker node (the same statement as the distributed
-        -- branch below)
+        -- them on a worker node
         IF pg_catalog.current_setting('application_name') LIKE 'citus\_internal gpid=%' THEN
             -- a query Citus sent here runs on a shard, where Citus refuses
             -- a distributed query
@@ -1069,14 +1086,10 @@ BEGIN
         END IF;
         FOR w IN SELECT x.* FROM counter_internal.tracked_worker_counters() x ORDER BY x.name LOOP
             CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, w.source, 'SELECT');
-            RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner, format(
-                'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
-                ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
-                ' GROUP BY z.key)'
-                ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
-                ' FROM x WHERE $1 ORDER BY x.key',
-                pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
-                pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id))),
+            RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner,
+                counter_internal.tracked_distributed_values_sql(
+                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
+                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id))),
                 true) AS v(key text, value bigint);
         END LOOP;
         RETURN;
@@ -1086,13 +1099,9 @@ BEGIN
         IF t.distributed THEN
             -- Citus: base and delta distributed colocated, read and summed
             -- per key on the shards (src/tracked.cpp, value_plan)
-            RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
-                'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
-                ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
-                ' GROUP BY z.key)'
-                ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
-                ' FROM x WHERE $1 ORDER BY x.key',
-                counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta')),
+            RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner,
+                counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
+                                                                counter_internal.tracked_table(t, 'delta')),
                 true) AS v(key text, value bigint);
             CONTINUE;
         END IF;
