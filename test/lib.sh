@@ -70,16 +70,21 @@ ce_require_packages() {
         ce_log "run as root:  apt-get update && apt-get install -y ${missing[*]}"
         return 1
     fi
-    ce_log "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; then
-        apt-get update -q >/dev/null 2>&1 || true
-        apt-get install -y -q "${missing[@]}" >&2 || return 1
-    fi
-    # Debian's postgresql-common starts a system cluster we do not use.
-    if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql/$CE_PG_MAJOR/main ]; then
-        pg_ctlcluster $CE_PG_MAJOR main stop >/dev/null 2>&1 || true
-    fi
+    # One installation at a time: scripts of the two lanes of test/run.sh
+    # may both install (apt-get fails at once on a held dpkg lock).
+    (
+        flock 9 || exit 1
+        ce_log "installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        if ! apt-get install -y -q "${missing[@]}" >/dev/null 2>&1; then
+            apt-get update -q >/dev/null 2>&1 || true
+            apt-get install -y -q "${missing[@]}" >&2 || exit 1
+        fi
+        # Debian's postgresql-common starts a system cluster we do not use.
+        if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql/$CE_PG_MAJOR/main ]; then
+            pg_ctlcluster $CE_PG_MAJOR main stop >/dev/null 2>&1 || true
+        fi
+    ) 9>>/var/cache/counter_ext-apt.lock  # root only here, in a directory only root writes
 }
 
 # As root the servers run as postgres, which must be able to reach the staged
@@ -199,16 +204,27 @@ ce_random_port() {
     return 1
 }
 
-# ce_cluster_start NAME [conf line ...]
-ce_cluster_start() {
-    local name=$1; shift
-    local dir port try
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/counter_ext.$name.XXXXXX") || return 1
+# ce_cluster_initdb NAME: prints a new directory holding a fresh cluster's
+# data directory (initdb), not started
+ce_cluster_initdb() {
+    local dir
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/counter_ext.$1.XXXXXX") || return 1
     chmod 755 "$dir"
     mkdir "$dir/data"
     ce_is_root && chown -R postgres: "$dir"
     ce_as_owner "$CE_PGBIN/initdb" -D "$dir/data" -A trust -U "$(ce_owner_name)" -E UTF8 --locale=C.UTF-8 \
-        --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
+        --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; return 1; }
+    echo "$dir"
+}
+
+# ce_cluster_start NAME [conf line ...]
+# (CE_CLUSTER_DIR=DIR: in DIR, which ce_cluster_initdb made, instead of a new one)
+ce_cluster_start() {
+    local name=$1; shift
+    local dir=${CE_CLUSTER_DIR:-} port try
+    if [ -z "$dir" ]; then
+        dir=$(ce_cluster_initdb "$name") || return 1
+    fi
     {
         echo "listen_addresses = '127.0.0.1'"
         echo "unix_socket_directories = '$dir'"

@@ -25,6 +25,7 @@ only=${CE_ONLY:-.}
 finish() {
     local rc=$?
     trap - EXIT INT TERM
+    if [ -n "${side_pid:-}" ]; then kill "$side_pid" 2>/dev/null; wait "$side_pid" 2>/dev/null; fi
     ce_cluster_stop_all
     if [ ${#failures[@]} -gt 0 ]; then
         echo "failed: ${failures[*]}"
@@ -182,28 +183,104 @@ if [ ${#citus_names[@]} -gt 0 ]; then
         fi
     fi
 fi
+# cpu_ticks: busy and total jiffies of the machine (/proc/stat);
+# cpu_busy BEFORE: the percentage of the machine busy since BEFORE. Written
+# to script-times.txt beside each script's seconds, to see which scripts
+# wait and which compute.
+cpu_ticks() { awk '/^cpu /{ print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat; }
+cpu_busy() {
+    local b0 t0 b1 t1
+    read -r b0 t0 <<<"$1"
+    read -r b1 t1 <<<"$(cpu_ticks)"
+    echo "$(((b1 - b0) * 100 / (t1 - t0 > 0 ? t1 - t0 : 1)))% busy"
+}
+# run_script FILE: one script test, under a 20-minute timeout; leaves its
+# output in script-NAME.txt, its exit status in script-NAME.status and its
+# seconds and the machine's busy share in script-times.txt.
+run_script() {
+    local f=$1 t st start cpu_before
+    t=$(basename "$f" .sh)
+    start=$SECONDS
+    cpu_before=$(cpu_ticks)
+    timeout --signal=TERM --kill-after=30 1200 bash ${CE_TRACE:+-x} "$f" >"$out/script-$t.txt" 2>&1
+    st=$?
+    echo "$t $((SECONDS - start)) $(cpu_busy "$cpu_before")" >>"$out/script-times.txt"
+    echo "$st $((SECONDS - start))" >"$out/script-$t.status"
+}
+# report FILE: prints and records the result run_script left.
+report() {
+    local f=$1 t st secs
+    t=$(basename "$f" .sh)
+    read -r st secs <"$out/script-$t.status"
+    rm -f "$out/script-$t.status"
+    # A script that runs nothing exits 77 and says why on "not run:"
+    # lines; a script that ran only part says so on the same lines.
+    if [ "$st" -eq 77 ]; then
+        echo "$f ... not run ($secs s)"
+        grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
+        return
+    elif [ "$st" -eq 0 ]; then
+        echo "$f ... ok ($secs s)"
+        grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
+    else
+        echo "$f ... FAILED (exit $st, $secs s)"
+        tail -40 "$out/script-$t.txt"
+    fi
+    record "script/$t" "$st"
+}
+# Scripts that mostly wait (on a job schedule, on pg_cron's minute, on apt)
+# and share nothing with the others (a cluster of their own, no staged
+# script; package installations take turns, ce_require_packages) say so on a
+# line "# lane: side" and run one after another beside the rest, which also
+# run one after another (CE_SCRIPT_LANES=1: all in one lane). Results are
+# printed as the scripts end.
+side_files=()
+main_files=()
+for f in "${script_files[@]}"; do
+    if [ "${CE_SCRIPT_LANES:-2}" != 1 ] && grep -qx '# lane: side' "$f"; then
+        side_files+=("$f")
+    else
+        main_files+=("$f")
+    fi
+done
+side_pid=
+# report_side: reports the side lane's scripts that have ended, in order.
+report_side() {
+    while [ ${#side_files[@]} -gt 0 ] && [ -e "$out/script-$(basename "${side_files[0]}" .sh).status" ]; do
+        report "${side_files[0]}"
+        side_files=("${side_files[@]:1}")
+    done
+}
 if [ ${#script_files[@]} -gt 0 ]; then
     echo "== scripts"
-    for f in "${script_files[@]}"; do
-        t=$(basename "$f" .sh)
-        start=$SECONDS
-        timeout --signal=TERM --kill-after=30 1200 bash ${CE_TRACE:+-x} "$f" >"$out/script-$t.txt" 2>&1
-        st=$?
-        # A script that runs nothing exits 77 and says why on "not run:"
-        # lines; a script that ran only part says so on the same lines.
-        if [ $st -eq 77 ]; then
-            echo "$f ... not run ($((SECONDS - start)) s)"
-            grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
-            continue
-        elif [ $st -eq 0 ]; then
-            echo "$f ... ok ($((SECONDS - start)) s)"
-            grep '^not run: ' "$out/script-$t.txt" | sed 's/^/    /'
-        else
-            echo "$f ... FAILED (exit $st, $((SECONDS - start)) s)"
-            tail -40 "$out/script-$t.txt"
-        fi
-        record "script/$t" $st
+    : >"$out/script-times.txt"
+    rm -f "$out"/script-*.status
+    if [ ${#side_files[@]} -gt 0 ]; then
+        (
+            child=
+            trap '[ -n "$child" ] && { pkill -TERM -P "$child"; wait "$child"; }; exit 130' TERM
+            for f in "${side_files[@]}"; do
+                run_script "$f" &
+                child=$!
+                wait "$child"
+            done
+        ) &
+        side_pid=$!
+    fi
+    for f in "${main_files[@]}"; do
+        run_script "$f"
+        report "$f"
+        report_side
     done
+    if [ -n "$side_pid" ]; then
+        wait "$side_pid"
+        side_pid=
+        report_side
+        for f in "${side_files[@]}"; do
+            echo "$f ... FAILED (it did not end)"
+            record "script/$(basename "$f" .sh)" 1
+        done
+    fi
 fi
 
 echo "== server log"

@@ -2,7 +2,7 @@
 # What an operator does to a growing Citus cluster, with counter_ext on it
 # and writers running: shard moves (Citus's default mode, logical
 # replication, and block_writes), shard splits (both modes), draining a
-# node and rebalancing. A plain and a partitioned distributed table
+# node (default mode) and rebalancing (block_writes). A plain and a partitioned distributed table
 # (colocated), each with a trigger-mode counter (one with a filter), two
 # deferred rollups, one grouped by the distribution column and one by
 # another column (one of each with a filter, the others with a distinct
@@ -95,8 +95,11 @@ COMMIT;
 SQL
 }
 # Two writers, through the coordinator and through worker 1, in batches of
-# 50 rows whose first 10 repeat the previous batch's last 10, until stopped
-# (a batch that fails is retried; failing 20 more times fails the test)
+# 50 rows whose first 10 repeat the previous batch's last 10, 0.2 s apart,
+# until stopped (a batch that fails is retried; failing 20 more times fails
+# the test; CE_WRITER_PAUSE sets the pause). Writing flat out, they took
+# the cores from the operations: the test ran 150-170 s, not 130, for 22-26
+# batches each during the moves and splits instead of 15-17.
 run_dir=$(mktemp -d)
 trap 'touch "$run_dir/stop"; wait; rm -rf "$run_dir"; [ -n "${CE_CITUS_KEEP:-}" ] || ce_cluster_stop_all' EXIT
 writer() { # writer NAME RUN FIRST_ID
@@ -117,6 +120,7 @@ writer() { # writer NAME RUN FIRST_ID
             done
         fi
         i=$((i + 1))
+        sleep "${CE_WRITER_PAUSE:-0.2}"
     done
     echo "$i" >"$run_dir/$1.batches"
 }
@@ -134,6 +138,7 @@ writers_stop() {
     for w in "coord$round" "w1_$round"; do
         [ ! -e "$run_dir/$w.failed" ] || fail "writer $w: $(wc -l <"$run_dir/$w.failed") batches failed: $(tail -3 "$run_dir/$w.err")"
         [ "$(cat "$run_dir/$w.batches")" -gt 2 ] || fail "writer $w wrote $(cat "$run_dir/$w.batches") batches"
+        echo "writer $w: $(cat "$run_dir/$w.batches") batches"
         if [ -e "$run_dir/$w.retried" ]; then
             echo "writer $w: $(wc -l <"$run_dir/$w.retried") batches failed and were retried:" \
                 "$(sort -u "$run_dir/$w.err" | grep ERROR | sed 's/[0-9][0-9]*/N/g' | sort -u | tr '\n' ' ')"
@@ -169,7 +174,7 @@ shard_triggers() {
     [ -z "$got" ] || fail "$1: inbox shards without their trigger: $got"
 }
 check() {
-    local what=$1 got
+    local what=$1 got t=$SECONDS
     got=$(ce_citus_mismatches owner evc sm.ev "kind <> 'bot'")
     [ "$got" = 0 ] || fail "$what: $got keys of evc differ from count(*) (before any reconciliation)"
     got=$(ce_citus_mismatches owner pevc sm.pev "true")
@@ -217,7 +222,7 @@ SQL
 )
     [ "${got%% *}" = 0 ] || fail "$what: rollups: $got (rows differing from GROUP BY, rollup rows, events)"
     shard_triggers "$what"
-    echo "ok: $what: no write lost; every counter equals count(*) with no reconciliation (which corrects nothing), every rollup row equals GROUP BY, sketch bytes too ($(cut -d' ' -f3 <<<"$got") events); every shard carries the triggers"
+    echo "ok: $what: no write lost; every counter equals count(*) with no reconciliation (which corrects nothing), every rollup row equals GROUP BY, sketch bytes too ($(cut -d' ' -f3 <<<"$got") events); every shard carries the triggers ($((SECONDS - t)) s)"
 }
 
 deliver app 1 3000
@@ -238,7 +243,7 @@ split_point() {
 shard_count() { coord -tA -c "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = 'sm.ev'::regclass"; }
 # operation WHAT SQL: runs SQL as the superuser on the coordinator, writers running
 operation() {
-    local out
+    local out t=$SECONDS
     out=$(coord -c "SET client_min_messages = warning" -c "SET statement_timeout = '300s'" -c "$2" 2>&1) ||
         fail "$1 failed: $out"
     # A move leaves the source shard behind until no transaction holds a
@@ -251,7 +256,7 @@ operation() {
     for i in $(seq 1 120); do
         coord -q -c "SET client_min_messages = warning" -c "CALL citus_cleanup_orphaned_resources()" >/dev/null 2>&1 || true
         if [ "$(coord -tA -c "SELECT count(*) FROM pg_dist_cleanup")" = 0 ]; then
-            [ "$i" = 1 ] || echo "$1: its leftovers were cleaned up after $i tries"
+            echo "$1: $((SECONDS - t)) s$([ "$i" = 1 ] || echo ", its leftovers cleaned up after $i tries")"
             return 0
         fi
         sleep 0.5
@@ -303,7 +308,9 @@ operation "draining worker 2" "SELECT citus_drain_node('127.0.0.1', $w2)"
 on_w2=$(coord -tA -c "SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $w2")
 [ "$on_w2" = 0 ] || fail "worker 2 still holds $on_w2 placements after the drain"
 operation "worker 2 taking shards again" "SELECT citus_set_node_property('127.0.0.1', $w2, 'shouldhaveshards', true)"
-operation "a rebalance" "SELECT rebalance_table_shards()"
+# (the drain moved shards in the default mode; the rebalance blocks writes,
+# the other mode, and a third of the time)
+operation "a rebalance (block_writes)" "SELECT rebalance_table_shards(shard_transfer_mode := 'block_writes')"
 writers_stop
 on_w2=$(coord -tA -c "SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
                       JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $w2 AND s.logicalrelid = 'sm.ev'::regclass")

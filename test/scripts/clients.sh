@@ -14,6 +14,7 @@
 # Go builds offline from Debian's packages in GOPATH mode (GO111MODULE=off,
 # GOPATH=/usr/share/gocode); node's pg is
 # Debian's node-pg or the npm registry's (below).
+# lane: side
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 fail() { echo "FAILED: $*"; exit 1; }

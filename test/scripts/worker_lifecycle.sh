@@ -10,6 +10,7 @@
 # any job is logged and retried later; CREATE EXTENSION in another database
 # gets its jobs run, DROP EXTENSION leaves it without workers; DROP DATABASE
 # and CREATE DATABASE ... TEMPLATE of a database with a busy worker succeed.
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

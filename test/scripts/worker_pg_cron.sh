@@ -5,6 +5,7 @@
 # (which is the superuser's), are recorded as runner 'session', and pg_cron
 # records its own run as succeeded. pg_cron 1.4 schedules by the minute, so this waits
 # for one minute boundary.
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT
