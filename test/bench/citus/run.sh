@@ -592,14 +592,31 @@ part_h() {
     [ "$(mismatches citus_coord rh k::text rh)" = 0 ] || fail "citus: rh differs from count(*)"
     printf '%s\n%s\n' "\\set k random(1, $KEYS)" "SELECT counter.value('rh', :k::bigint);" >"$work/h_value.sql"
     printf '%s\n%s\n' "\\set k random(1, $KEYS)" "SELECT count(*) FROM rh WHERE k = :k;" >"$work/h_count.sql"
-    for r in h_value h_count; do
+    # h_union: the statement counter.value runs, written out (state tables
+    # named on each node), to tell Citus's planning of it from the call
+    local base delta
+    for n in single citus_coord; do
+        # beside the source (counter_tracked_N_*), else counter_internal.tracked_N_*
+        read -r base delta < <(q "$n" -tA -F ' ' -c "
+            SELECT format('%I.%I', n.nspname, c.relname), format('%I.%I', n.nspname, replace(c.relname, '_base', '_delta'))
+            FROM counter.tracked t JOIN pg_class c
+              ON c.relname IN (format('counter_tracked_%s_base', t.counter_id), format('tracked_%s_base', t.counter_id))
+            JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.name = 'rh'") || true
+        [ -n "$delta" ] || fail "$n: the state tables of rh"
+        printf '%s\n%s\n' "\\set k random(1, $KEYS)" \
+            "SELECT coalesce(sum(z.v), 0) FROM (SELECT b.key, b.base::numeric AS v FROM $base b WHERE b.key = :k UNION ALL SELECT d.key, d.delta::numeric FROM $delta d WHERE d.key = :k) z;" \
+            >"$work/h_union_$n.sql"
+    done
+    cp "$work/h_union_citus_coord.sql" "$work/h_union_citus_w1.sql"
+    for r in h_value h_count h_union; do
         for n in single citus_coord citus_w1; do
+            [ "$r" != h_union ] || cp "$work/h_union_$n.sql" "$work/h_union.sql"
             l=$(load)
             ms[$n]=$(ingest "$n" "$r")
             ms[$n.load]=$l
         done
         row "(h) $r on the coordinator, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_coord]}" \
-            "${ms[single.load]} / ${ms[citus_coord.load]}" "one node: one index probe (value: of base and delta)"
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "one node: one index probe (value, h_union: of base and delta)"
         row "(h) $r on worker 1, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_w1]}" \
             "${ms[single.load]} / ${ms[citus_w1.load]}" "every value = count(*) before the runs"
     done
