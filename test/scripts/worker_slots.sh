@@ -11,6 +11,7 @@
 #   - a database without the extension is learned once (one short survey) and
 #     then left alone.
 # Prints the measured delays (due to start) per database.
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap 'kill $(jobs -p) 2>/dev/null || true; ce_cluster_stop_all' EXIT
