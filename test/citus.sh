@@ -132,45 +132,37 @@ ce_citus_prepare() {
 # coordinator. Extra postgresql.conf lines may be given.
 # CE_CITUS_COUNTER_VERSION: that version of counter_ext (default: the newest).
 ce_citus_cluster_start() {
-    local db=${CE_CITUS_DB:-postgres} n p i
-    local names=(citus_coord citus_w1 citus_w2) dirs=() pids=() work
+    local db=${CE_CITUS_DB:-postgres} names=(citus_coord citus_w1 citus_w2) pids=() work i p st=0
     # the three initdb at once, then the three servers, then the extensions
     # in the three at once (half the time of one after another)
     work=$(mktemp -d) || return 1
     for i in 0 1 2; do
         ce_cluster_initdb "${names[$i]}" >"$work/$i" &
-        pids+=($!)
+        pids[$i]=$!
     done
-    wait "${pids[@]}"
-    pids=()
+    for i in 0 1 2; do wait "${pids[$i]}" || st=1; done
     for i in 0 1 2; do
-        dirs[$i]=$(cat "$work/$i")
-        [ -n "${dirs[$i]}" ] || { rm -rf "$work"; return 1; }
+        [ $st = 0 ] || break
+        CE_CLUSTER_DIR=$(cat "$work/$i") ce_cluster_start "${names[$i]}" \
+            "shared_preload_libraries = 'citus,counter_ext'" "counter_ext.enabled = off" "max_connections = 200" \
+            "max_prepared_transactions = 200" "citus.shard_replication_factor = 1" \
+            "citus.enable_statistics_collection = off" "$@" || st=1
     done
+    rm -rf "$work"
+    [ $st = 0 ] || return 1
     for i in 0 1 2; do
-        CE_CLUSTER_DIR=${dirs[$i]} ce_cluster_start "${names[$i]}" "shared_preload_libraries = 'citus,counter_ext'" \
-            "counter_ext.enabled = off" "max_connections = 200" "max_prepared_transactions = 200" \
-            "citus.shard_replication_factor = 1" "citus.enable_statistics_collection = off" "$@" ||
-            { rm -rf "$work"; return 1; }
-    done
-    for n in "${names[@]}"; do
-        p="CE_${n}_PORT"
+        p="CE_${names[$i]}_PORT"
         (
             if [ "$db" != postgres ]; then
                 "$CE_PGBIN/createdb" -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" "$db" || exit 1
             fi
             ce_psql -h 127.0.0.1 -p "${!p}" -U "$(ce_owner_name)" -d "$db" \
-                -c "CREATE EXTENSION citus; CREATE EXTENSION counter_ext${CE_CITUS_COUNTER_VERSION:+ VERSION '$CE_CITUS_COUNTER_VERSION'};" ||
-                exit 1
-            touch "$work/$n.ok"
+                -c "CREATE EXTENSION citus; CREATE EXTENSION counter_ext${CE_CITUS_COUNTER_VERSION:+ VERSION '$CE_CITUS_COUNTER_VERSION'};"
         ) &
-        pids+=($!)
+        pids[$i]=$!
     done
-    wait "${pids[@]}"
-    for n in "${names[@]}"; do
-        [ -e "$work/$n.ok" ] || { rm -rf "$work"; return 1; }
-    done
-    rm -rf "$work"
+    for i in 0 1 2; do wait "${pids[$i]}" || st=1; done
+    [ $st = 0 ] || return 1
     ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U "$(ce_owner_name)" -d "$db" -c "
         SELECT pg_catalog.citus_set_coordinator_host('127.0.0.1', $CE_citus_coord_PORT);
         SELECT pg_catalog.citus_add_node('127.0.0.1', $CE_citus_w1_PORT);

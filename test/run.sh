@@ -198,14 +198,14 @@ cpu_busy() {
 # output in script-NAME.txt, its exit status in script-NAME.status and its
 # seconds and the machine's busy share in script-times.txt.
 run_script() {
-    local f=$1 t st start cpu_before
+    local f=$1 t st secs start=$SECONDS cpu_before
     t=$(basename "$f" .sh)
-    start=$SECONDS
     cpu_before=$(cpu_ticks)
     timeout --signal=TERM --kill-after=30 1200 bash ${CE_TRACE:+-x} "$f" >"$out/script-$t.txt" 2>&1
     st=$?
-    echo "$t $((SECONDS - start)) $(cpu_busy "$cpu_before")" >>"$out/script-times.txt"
-    echo "$st $((SECONDS - start))" >"$out/script-$t.status"
+    secs=$((SECONDS - start))
+    echo "$t $secs $(cpu_busy "$cpu_before")" >>"$out/script-times.txt"
+    echo "$st $secs" >"$out/script-$t.status"
 }
 # report FILE: prints and records the result run_script left.
 report() {

@@ -2,8 +2,8 @@
 # What an operator does to a growing Citus cluster, with counter_ext on it
 # and writers running: shard moves (Citus's default mode, logical
 # replication, and block_writes), shard splits (both modes), draining a
-# node (default mode) and rebalancing (block_writes). A plain and a partitioned distributed table
-# (colocated), each with a trigger-mode counter (one with a filter), two
+# node (default mode) and rebalancing (block_writes). A plain and a
+# partitioned distributed table (colocated), each with a trigger-mode counter (one with a filter), two
 # deferred rollups, one grouped by the distribution column and one by
 # another column (one of each with a filter, the others with a distinct
 # sketch), and a trigger-mode rollup (1.8; one with a filter), owned by

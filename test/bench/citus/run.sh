@@ -607,12 +607,11 @@ part_h() {
             "SELECT coalesce(sum(z.v), 0) FROM (SELECT b.key, b.base::numeric AS v FROM $base b WHERE b.key = :k UNION ALL SELECT d.key, d.delta::numeric FROM $delta d WHERE d.key = :k) z;" \
             >"$work/h_union_$n.sql"
     done
-    cp "$work/h_union_citus_coord.sql" "$work/h_union_citus_w1.sql"
     for r in h_value h_count h_union; do
         for n in single citus_coord citus_w1; do
-            [ "$r" != h_union ] || cp "$work/h_union_$n.sql" "$work/h_union.sql"
             l=$(load)
-            ms[$n]=$(ingest "$n" "$r")
+            # (worker 1 names the state tables as the coordinator does)
+            ms[$n]=$(ingest "$n" "$([ "$r" != h_union ] && echo "$r" || echo "h_union_${n/citus_w1/citus_coord}")")
             ms[$n.load]=$l
         done
         row "(h) $r on the coordinator, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_coord]}" \
