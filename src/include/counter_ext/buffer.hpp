@@ -38,9 +38,11 @@
 // key its backend found before (a per-backend cache of entries, checked by
 // the entry's gen) holds only its stripe's lock, shared; other adds take one
 // partition lock shared (exclusive to make an entry or a slot), publishing is
-// lock-free (atomics), a flush takes every partition and then every stripe
-// lock exclusive for its claim (removing entries), and giving a used slot to
-// another bucket takes every stripe lock under the partition's.
+// lock-free (atomics), a flush walks the table with every partition lock
+// shared and then claims one partition at a time, its lock exclusive (and
+// every stripe lock under it, to free slots and remove entries), and giving
+// a used slot to another bucket takes every stripe lock under the
+// partition's.
 #pragma once
 
 #include "counter_ext/pg.hpp"

@@ -24,6 +24,10 @@
 # each run's ratio to SELECT 1 and the load average beside it: on a shared
 # machine the absolute figures are loaded, the ratios less so. Afterwards
 # every add is checked counted once (value = committed pgbench transactions).
+# CE_BENCH_WAITS=1: meanwhile a psql samples pg_stat_activity every 20 ms,
+# and each run's line gives the share of pgbench's sessions' samples by wait
+# (cpu: running; LWLock:counter_ext buffer: a partition of the shared table,
+# ... stripes, ... shares; Client:ClientRead: waiting for pgbench).
 #   bash test/bench/tracked/hotkey.sh       (~12 minutes: 3 rounds x 3 client counts x 5 runs x 15 s)
 #   CE_BENCH_SECONDS=5 CE_BENCH_ROUNDS=1 bash test/bench/tracked/hotkey.sh   (a short check)
 set -uo pipefail
@@ -83,6 +87,11 @@ run() { # run NAME CLIENTS
     [ "$1" = value_tables ] && options="-c counter_ext.read_cache=off"
     [ "$1" = add_zipf_held ] && ce_psql -q -c "UPDATE counter.jobs SET enabled = false WHERE kind = 'flush'"
     since=$(ce_psql -At -c "SELECT pg_catalog.clock_timestamp()")
+    if [ -n "${CE_BENCH_WAITS:-}" ]; then
+        { echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') FROM pg_catalog.pg_stat_activity
+                WHERE application_name = 'pgbench' AND backend_type = 'client backend'"
+          echo '\watch 0.02'; } | timeout "$((seconds - 1))" "$CE_PGBIN/psql" -X -At >"$out.waits" 2>/dev/null &
+    fi
     PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
     case $1 in
         add_hot | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
@@ -101,6 +110,12 @@ run() { # run NAME CLIENTS
         add_zipf_ff100) expect_zipfp=$((expect_zipfp + ${n:-0})) ;;
     esac
     printf '  %-13s %3s clients %10s tps   load %s%s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)" "$flush"
+    if [ -n "${CE_BENCH_WAITS:-}" ]; then
+        wait
+        echo "                waits: $(grep . "$out.waits" | sort | uniq -c | sort -rn |
+            awk '{ n[NR] = $1; w[NR] = substr($0, index($0, $2)); s += $1 } END { for (i = 1; i <= NR && i <= 5; i++)
+                printf "%s %.1f%%%s", w[i], 100 * n[i] / s, (i < NR && i < 5) ? ", " : ""; printf " of %d samples", s }')"
+    fi
 }
 median() { sort -n "$work/$1.tps" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 ratio() { python3 -c "print('%.2fx' % ($1 / $2) if $2 else '-')"; }
