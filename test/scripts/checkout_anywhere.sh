@@ -31,10 +31,10 @@ runuser -u postgres -- test -x "$home" 2>/dev/null && { echo "postgres can enter
 mkdir "$copy" && tar -C "$CE_TOP" --exclude=./build -cf - . | tar -C "$copy" -xf - || exit 1
 
 # A fresh environment: nothing of the outer run's stage or cluster leaks in,
-# nor its make's variables (CI's `make test PG=all` reaches a sub-make
-# through MAKEFLAGS: the inner run would test every major again).
+# nor its make's variables (CI's `make test PG=all` puts PG=all in the
+# environment and in MAKEFLAGS: the inner run would test every major again).
 clean_env=(env -u CE_STAGE -u CE_PGBIN -u CE_TOP -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE
-    -u CE_ONLY -u CE_main_PORT -u CE_main_DIR -u CE_main_LOG -u MAKEFLAGS -u MFLAGS -u MAKELEVEL)
+    -u CE_ONLY -u CE_main_PORT -u CE_main_DIR -u CE_main_LOG -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u PG)
 
 out=$("${clean_env[@]}" CE_ONLY='^wall$' make -C "$copy" test 2>&1)
 st=$?
