@@ -756,7 +756,7 @@ struct Cached {
 	uint16 len;
 	char image[max_key_bytes];
 };
-constexpr uint32 cache_size = 4096; // a power of 2; 4096 recent keys
+constexpr uint32 cache_size = 256; // a power of 2; 256 recent keys
 Cached *cache = nullptr;
 
 Cached *cached(uint32 hash, int64 bucket) {
