@@ -175,7 +175,9 @@ RESET ROLE;
 SET ROLE buf_owner;
 SELECT counter.add('buf_calls', 'search'::text, 1, '2024-01-01 10:00+00');
 SELECT counter.untrack('buf_calls');
-SELECT counter, entries FROM counter.buffered ORDER BY counter;
+-- (how many entries an unflushed counter holds depends on when the last
+-- sweep ran: doc/reference/tracked.md, "Lists of changed entries")
+SELECT counter, entries > 0 AS holds_entries FROM counter.buffered ORDER BY counter;
 SELECT counter.value('buf_calls', 'search'::text);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;

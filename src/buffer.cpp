@@ -129,6 +129,12 @@ struct Entry {
 	// Which life of this memory the entry is (unique, never 0; 0 once it is
 	// removed): a backend's cached pointer to it is good while it matches.
 	pg_atomic_uint64 gen;
+	// On its counter's list of changed entries (see "Lists of changed
+	// entries" below): 1 while it is on a list or taken from one by a claim,
+	// and an entry is removed only while 0. next_listed is the list's link,
+	// written by whoever set 'listed'.
+	pg_atomic_uint32 listed;
+	Entry *next_listed;
 	Slot slots[bucket_slots];
 	char lane_space[(stripes + 1) * line_bytes]; // stripes lanes, line-aligned
 };
@@ -151,14 +157,16 @@ struct Shared {
 	TimestampTz epoch;
 	pg_atomic_uint64 overflows; // adds that found no share at all
 	pg_atomic_uint32 common_used;
-	pg_atomic_uint64 next_gen; // the next entry's gen
-	uint32 reserve;            // entries each share has for itself
-	uint32 common;             // entries beyond the reserves
-	uint32 cap;                // entries one share may hold
+	pg_atomic_uint64 next_gen;   // the next entry's gen
+	pg_atomic_uint64 last_sweep; // when a claim last swept (a TimestampTz)
+	uint32 reserve;              // entries each share has for itself
+	uint32 common;               // entries beyond the reserves
+	uint32 cap;                  // entries one share may hold
 	LWLockPadded *locks;
 	LWLockPadded *share_locks;
 	LWLockPadded *stripe_locks;
 	Share shares[owner_slots];
+	pg_atomic_uint64 lists[64]; // heads of the lists of changed entries (an Entry *)
 };
 
 Shared *shared = nullptr;
@@ -194,6 +202,9 @@ void shmem_startup() {
 		pg_atomic_init_u64(&shared->overflows, 0);
 		pg_atomic_init_u32(&shared->common_used, 0);
 		pg_atomic_init_u64(&shared->next_gen, 1);
+		pg_atomic_init_u64(&shared->last_sweep, 0);
+		for (pg_atomic_uint64 &head : shared->lists)
+			pg_atomic_init_u64(&head, 0);
 		auto n = static_cast<uint32>(ce::buffer::buffer_entries);
 		shared->reserve = n / (4 * owner_slots);
 		shared->common = n - shared->reserve * owner_slots;
@@ -250,6 +261,43 @@ void lock_stripes() {
 void unlock_stripes() {
 	for (int i = stripes - 1; i >= 0; i--)
 		LWLockRelease(stripe_lock(i));
+}
+
+// Lists of changed entries (doc/reference/tracked.md, "Lists of changed
+// entries"). A flush visits the entries that changed since the one before,
+// not the whole table: each counter's entries are on one of 'lists' lists
+// (by the counter's hash), from the moment an add publishes to one (or
+// makes it) until a claim has taken what it holds and its written marks
+// are old. Lock-free: a push is a compare-and-swap of the head; a claim
+// takes a whole list by one exchange. 'listed' says an entry is on a list
+// or in the hands of the claim that took it, so that it is pushed once, and
+// is never removed meanwhile. An adder publishes (a full barrier) and then
+// reads 'listed'; a claim clears it (a full barrier) and then reads the
+// amounts: whichever comes second sees the other's write, so no amount is
+// left on an entry that no list holds.
+constexpr uint32 lists = 64; // a power of 2
+static_assert(lists == sizeof(Shared::lists) / sizeof(Shared::lists[0]), "one head per list");
+
+uint32 list_of(Oid db, int32 counter) {
+	return (hash_bytes_uint32(static_cast<uint32>(counter)) ^ db) & (lists - 1);
+}
+
+// Puts e on its list; this backend set e->listed (or took e from a list).
+void push(Entry *e) noexcept {
+	pg_atomic_uint64 *head = &shared->lists[list_of(e->key.db, e->key.counter)];
+	uint64 old = pg_atomic_read_u64(head);
+	do {
+		e->next_listed = reinterpret_cast<Entry *>(old);
+	} while (!pg_atomic_compare_exchange_u64(head, &old, reinterpret_cast<uint64>(e)));
+}
+
+// Lists e unless it is listed (or taken by a claim). Never raises.
+void list(Entry *e) noexcept {
+	if (pg_atomic_read_u32(&e->listed) != 0)
+		return;
+	uint32 clear = 0;
+	if (pg_atomic_compare_exchange_u32(&e->listed, &clear, 1))
+		push(e);
 }
 
 // One more entry for share i, within its reserve, or within its cap and
@@ -586,6 +634,7 @@ void publish_all() noexcept {
 			Lane &l = lanes(a.entry)[a.stripe];
 			add_pending(&l.pending[a.slot], sum);
 			add_publishes(&l.publishes[a.slot], 1);
+			list(a.entry);
 		}
 		unpin(a);
 	}
@@ -619,6 +668,7 @@ void claim_committed(const Claim &c) noexcept {
 	s.inflight = 0;
 	s.inflight_publishes = 0;
 	s.inflight_xid = InvalidTransactionId;
+	list(c.entry); // its marks are trimmed by a later claim
 	LWLockRelease(lock);
 }
 
@@ -634,6 +684,7 @@ void claim_aborted(const Claim &c) noexcept {
 	s.inflight = 0;
 	s.inflight_publishes = 0;
 	s.inflight_xid = InvalidTransactionId;
+	list(c.entry);
 	LWLockRelease(lock);
 }
 
@@ -863,6 +914,7 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, int stripe, Entry **en
 		// No backend uses this memory now: a pointer cached from an earlier
 		// life sees its gen differ (0 since the removal) and touches nothing.
 		e->share = share;
+		pg_atomic_init_u32(&e->listed, 1); // listed when made: its adder may abort
 		for (Slot &s : e->slots) {
 			s.used = false;
 			s.bucket = no_bucket;
@@ -881,6 +933,7 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, int stripe, Entry **en
 			}
 		pg_write_barrier();
 		pg_atomic_write_u64(&e->gen, pg_atomic_fetch_add_u64(&shared->next_gen, 1));
+		push(e);
 	}
 	int chosen = -1;
 	for (int i = 0; i < bucket_slots && chosen < 0; i++)
@@ -1205,12 +1258,28 @@ bool may_let_go(Entry *e, TransactionId horizon) {
 	return true;
 }
 
-// An entry a claim found in its walk.
+// Whether this claim sweeps: takes every list, not its counter's only, and
+// walks the table for entries on no list that may be let go (the entries
+// of a counter dropped since, an entry pinned again while a claim let go of
+// it and whose adder then aborted). One claim of the cluster sweeps every
+// sweep_flushes intervals (counter_ext.flush_interval).
+constexpr int sweep_flushes = 8;
+
+bool sweep_due(TimestampTz now) {
+	uint64 last = pg_atomic_read_u64(&shared->last_sweep);
+	if (now - static_cast<TimestampTz>(last) < int64{sweep_flushes} * ce::buffer::flush_interval_ms * 1000)
+		return false;
+	return pg_atomic_compare_exchange_u64(&shared->last_sweep, &last, static_cast<uint64>(now));
+}
+
+// An entry a claim visits: taken from a list (it holds e->listed), or found
+// by a sweep on no list (then with its gen).
 struct Found {
 	Entry *entry;
 	uint64 gen;
 	uint32 hash;
-	bool mine;
+	bool taken;
+	bool go; // to let go
 };
 
 // Claims slot i of entry e for transaction xid (its partition locked
@@ -1245,15 +1314,16 @@ void claim_slot(Entry *e, int i, uint32 hash, TransactionId xid, int level, std:
 	}
 }
 
-// Frees the empty slots of the entries [from, to) (their partition locked
-// exclusive; nullptr: gone since) and removes those left with none, under
-// every stripe lock: no adder of a remembered entry pins meanwhile, and
-// emptiness is checked again under them. Never raises.
+// Frees the empty slots of the entries of [from, to) marked 'go' (their
+// partition locked exclusive, on no list) and removes those left with
+// none, under every stripe lock: no adder of a remembered entry pins
+// meanwhile, and emptiness is checked again under them (an entry pinned
+// since stays: its adder lists it when it publishes). Never raises.
 void let_go(Found *from, Found *to) noexcept {
 	lock_stripes();
 	for (Found *f = from; f < to; f++) {
 		Entry *e = f->entry;
-		if (e == nullptr)
+		if (e == nullptr || !f->go)
 			continue;
 		bool in_use = false;
 		for (int i = 0; i < bucket_slots; i++) {
@@ -1276,60 +1346,87 @@ void let_go(Found *from, Found *to) noexcept {
 	unlock_stripes();
 }
 
-// Claims the amounts of counter's entries for the current transaction, and
-// lets go of entries (of any counter) that hold nothing. In two steps, so
-// that no lock is held long over the whole table (one flush of 100,000 zipf
-// keys held every lock for 8-12 ms, and every adder of every counter waited;
-// doc/bench/tracked.md, "1.8: where 100,000 zipf keys' adds wait"):
-//   1. every partition locked shared (adders of existing entries go on; only
-//      the making of new entries waits): the walk notes the counter's
-//      entries and the entries that could be let go, with their gen;
-//   2. one partition at a time, locked exclusive: each noted entry whose
-//      gen is unchanged (the same life) is claimed and its old written
-//      marks forgotten; slots left empty are freed and entries left unused
-//      removed with the stripe locks held too (adders of cached entries pin
-//      under them), checking emptiness again under them.
-// An entry made after step 1 holds adds published after the flush began:
-// the next flush claims them.
+// Takes list i whole into 'found' (what finds no room goes back on its
+// list, for the next claim). Never raises.
+void take_list(uint32 i, std::vector<Found> *found) noexcept {
+	auto *e = reinterpret_cast<Entry *>(pg_atomic_exchange_u64(&shared->lists[i], 0));
+	while (e != nullptr) {
+		Entry *next = e->next_listed;
+		if (found->size() < found->capacity())
+			found->push_back(Found{e, 0, get_hash_value(table, &e->key), true, false});
+		else
+			push(e);
+		e = next;
+	}
+}
+
+// Claims the amounts of counter's changed entries for the current
+// transaction and lets go of entries that hold nothing:
+//   1. takes the counter's list (a sweep: every list, and walks the table
+//      with the partition locks shared for entries on no list that may be
+//      let go, with their gen);
+//   2. one partition at a time, locked exclusive: each entry taken is put
+//      off the list (before its amounts are read), its old written marks
+//      forgotten and, if it is the counter's, its amounts claimed; then an
+//      entry that still holds something is listed again and an empty one
+//      let go, with the stripe locks held too (adders of cached entries pin
+//      under them). An entry a sweep found is let go if its gen is
+//      unchanged (the same life) and it is still on no list.
+// Adds published after an entry was put off its list list it again: the
+// next flush claims them.
 std::vector<Amount> claim(int32 counter, size_t limit) {
 	std::vector<Amount> out;
 	if (!available())
 		return out;
-	// room for every entry (the count is read without a lock: an entry made
-	// meanwhile beyond it is walked by the next claim)
-	size_t entries = static_cast<size_t>(hash_get_num_entries(table)) + 16;
+	// room for every entry before any is taken (the count is read without a
+	// lock: what finds no room stays on its list for the next claim)
 	std::vector<Found> found;
-	found.reserve(entries);
+	found.reserve(static_cast<size_t>(hash_get_num_entries(table)) + 1024);
 	TransactionId horizon = pg_guard([] { return GetOldestNonRemovableTransactionId(nullptr); });
-	bool any = false;
-	// Nothing may throw or raise while a lock is held (below: no allocation
-	// under one, and every claim is recorded).
-	lock_all(LW_SHARED);
-	HASH_SEQ_STATUS scan;
-	hash_seq_init(&scan, table);
-	Entry *e;
-	while ((e = static_cast<Entry *>(hash_seq_search(&scan))) != nullptr) {
-		bool mine = e->key.db == MyDatabaseId && e->key.counter == counter;
-		if ((mine || may_let_go(e, horizon)) && found.size() < found.capacity()) {
-			found.push_back(Found{e, pg_atomic_read_u64(&e->gen), get_hash_value(table, &e->key), mine});
-			any = any || mine;
-		}
+	bool sweep = sweep_due(GetCurrentTimestamp());
+	// Nothing may throw or raise from here while an entry is taken and not
+	// put back, or while a lock is held (below: no allocation, every claim is
+	// recorded), but in the try block, which puts every entry back.
+	if (sweep) {
+		for (uint32 i = 0; i < lists; i++)
+			take_list(i, &found);
+		lock_all(LW_SHARED);
+		HASH_SEQ_STATUS scan;
+		hash_seq_init(&scan, table);
+		Entry *e;
+		while ((e = static_cast<Entry *>(hash_seq_search(&scan))) != nullptr)
+			if (pg_atomic_read_u32(&e->listed) == 0 && may_let_go(e, horizon) && found.size() < found.capacity())
+				found.push_back(Found{e, pg_atomic_read_u64(&e->gen), get_hash_value(table, &e->key), false, false});
+		unlock_all();
+	} else {
+		take_list(list_of(MyDatabaseId, counter), &found);
 	}
-	unlock_all();
 	if (found.empty())
 		return out;
+	auto is_mine = [counter](const Entry *e) { return e->key.db == MyDatabaseId && e->key.counter == counter; };
+	size_t mine = 0;
+	for (const Found &f : found)
+		if (f.taken && is_mine(f.entry))
+			mine++;
 	// an idle counter (no entry) costs no transaction id, so no commit record
 	TransactionId xid = InvalidTransactionId;
 	size_t n = 0;
-	if (any) {
-		if (claims == nullptr)
-			claims = new std::vector<Claim>();
-		n = found.size() * bucket_slots;
-		if (n > limit)
-			n = limit;
-		out.reserve(n);
-		claims->reserve(claims->size() + n);
-		xid = pg_guard([] { return GetTopTransactionId(); });
+	if (mine > 0) {
+		try {
+			if (claims == nullptr)
+				claims = new std::vector<Claim>();
+			n = mine * bucket_slots;
+			if (n > limit)
+				n = limit;
+			out.reserve(n);
+			claims->reserve(claims->size() + n);
+			xid = pg_guard([] { return GetTopTransactionId(); });
+		} catch (...) {
+			for (const Found &f : found)
+				if (f.taken)
+					push(f.entry); // still listed: back on its list
+			throw;
+		}
 	}
 	int level = GetCurrentTransactionNestLevel();
 	std::sort(found.begin(), found.end(),
@@ -1341,27 +1438,41 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 			to++;
 		LWLock *lock = &shared->locks[partition].lock;
 		LWLockAcquire(lock, LW_EXCLUSIVE);
-		bool emptied = false;
+		bool any_go = false;
 		for (size_t f = from; f < to; f++) {
-			e = found[f].entry;
-			if (pg_atomic_read_u64(&e->gen) != found[f].gen) { // let go and made again since
-				found[f].entry = nullptr;
+			Entry *e = found[f].entry;
+			if (found[f].taken) {
+				pg_atomic_exchange_u32(&e->listed, 0); // a full barrier, before the amounts are read
+			} else if (pg_atomic_read_u64(&e->gen) != found[f].gen || pg_atomic_read_u32(&e->listed) != 0) {
+				found[f].entry = nullptr; // let go (and made again) or listed since
 				continue;
 			}
-			bool used = false;
+			bool claimable = found[f].taken && is_mine(e);
+			bool pinned = false;
+			bool holds = false;
 			for (int i = 0; i < bucket_slots; i++) {
 				Slot &s = e->slots[i];
 				if (!s.used)
 					continue;
-				used = true;
 				trim_written(s, horizon);
-				if (found[f].mine && !s.inflight_active && out.size() < n && claims->size() < claims->capacity())
+				if (claimable && !s.inflight_active && out.size() < n && claims->size() < claims->capacity())
 					claim_slot(e, i, found[f].hash, xid, level, &out);
-				emptied = emptied || slot_empty(e, i);
+				// pins first: an add that has unpinned has published
+				pinned = pinned || pins_of(e, i) != 0;
+				pg_read_barrier();
+				holds = holds || publishes_of(e, i) != 0 || pending_of(e, i) != 0 || s.inflight_active ||
+				        s.written[0].active || s.written[1].active;
 			}
-			emptied = emptied || !used; // made, and no slot was free for its add
+			// An entry that holds amounts (not claimed, or claimed: its marks
+			// to trim) is visited again. One only pinned is listed by its adder
+			// when it publishes (or swept, if the adder aborts). An empty one
+			// goes.
+			if (holds)
+				list(e);
+			else if (!pinned)
+				found[f].go = any_go = true;
 		}
-		if (emptied)
+		if (any_go)
 			let_go(found.data() + from, found.data() + to);
 		LWLockRelease(lock);
 		from = to;
