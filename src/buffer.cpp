@@ -52,7 +52,8 @@ using ce::buffer::bucket_slots;
 using ce::buffer::Image;
 using ce::buffer::max_key_bytes;
 
-constexpr int partitions = 64; // a power of 2 (dynahash partitions)
+constexpr int partitions = 64;    // a power of 2 (dynahash partitions)
+constexpr uint32 list_count = 64; // a power of 2 (lists of changed entries)
 
 // Shares of the table (doc/reference/tracked.md, "Shares of the shared
 // table"). Every entry counts against the (database, owner of its counter)
@@ -166,7 +167,7 @@ struct Shared {
 	LWLockPadded *share_locks;
 	LWLockPadded *stripe_locks;
 	Share shares[owner_slots];
-	pg_atomic_uint64 lists[64]; // heads of the lists of changed entries (an Entry *)
+	pg_atomic_uint64 lists[list_count]; // heads of the lists of changed entries (an Entry *)
 };
 
 Shared *shared = nullptr;
@@ -265,7 +266,7 @@ void unlock_stripes() {
 
 // Lists of changed entries (doc/reference/tracked.md, "Lists of changed
 // entries"). A flush visits the entries that changed since the one before,
-// not the whole table: each counter's entries are on one of 'lists' lists
+// not the whole table: each counter's entries are on one of list_count lists
 // (by the counter's hash), from the moment an add publishes to one (or
 // makes it) until a claim has taken what it holds and its written marks
 // are old. Lock-free: a push is a compare-and-swap of the head; a claim
@@ -275,11 +276,8 @@ void unlock_stripes() {
 // reads 'listed'; a claim clears it (a full barrier) and then reads the
 // amounts: whichever comes second sees the other's write, so no amount is
 // left on an entry that no list holds.
-constexpr uint32 lists = 64; // a power of 2
-static_assert(lists == sizeof(Shared::lists) / sizeof(Shared::lists[0]), "one head per list");
-
 uint32 list_of(Oid db, int32 counter) {
-	return (hash_bytes_uint32(static_cast<uint32>(counter)) ^ db) & (lists - 1);
+	return (hash_bytes_uint32(static_cast<uint32>(counter)) ^ db) & (list_count - 1);
 }
 
 // Puts e on its list; this backend set e->listed (or took e from a list).
@@ -432,14 +430,20 @@ void add_publishes(pg_atomic_uint32 *p, uint64 n) noexcept {
 	}
 }
 
+// Whether a slot holds anything but pins: published amounts, a claim in
+// flight, written marks. Read its pins before (and a read barrier).
+bool slot_holds(Entry *e, int slot) {
+	Slot &s = e->slots[slot];
+	return publishes_of(e, slot) != 0 || pending_of(e, slot) != 0 || s.inflight_active || s.written[0].active ||
+	       s.written[1].active;
+}
+
 // pins first: an add that has unpinned has published
 bool slot_empty(Entry *e, int slot) {
-	Slot &s = e->slots[slot];
 	if (pins_of(e, slot) != 0)
 		return false;
 	pg_read_barrier();
-	return publishes_of(e, slot) == 0 && pending_of(e, slot) == 0 && !s.inflight_active && !s.written[0].active &&
-	       !s.written[1].active;
+	return !slot_holds(e, slot);
 }
 
 // Whether a table read with 'snapshot' sees what transaction xid wrote.
@@ -1388,7 +1392,7 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 	// put back, or while a lock is held (below: no allocation, every claim is
 	// recorded), but in the try block, which puts every entry back.
 	if (sweep) {
-		for (uint32 i = 0; i < lists; i++)
+		for (uint32 i = 0; i < list_count; i++)
 			take_list(i, &found);
 		lock_all(LW_SHARED);
 		HASH_SEQ_STATUS scan;
@@ -1460,8 +1464,7 @@ std::vector<Amount> claim(int32 counter, size_t limit) {
 				// pins first: an add that has unpinned has published
 				pinned = pinned || pins_of(e, i) != 0;
 				pg_read_barrier();
-				holds = holds || publishes_of(e, i) != 0 || pending_of(e, i) != 0 || s.inflight_active ||
-				        s.written[0].active || s.written[1].active;
+				holds = holds || slot_holds(e, i);
 			}
 			// An entry that holds amounts (not claimed, or claimed: its marks
 			// to trim) is visited again. One only pinned is listed by its adder
