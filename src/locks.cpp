@@ -3,16 +3,25 @@
 // counter_internal.lock_classes(); counter_internal.lock_class(name) only
 // for 1.4's SQL until the update.
 #include "counter_ext/wall.hpp"
+#include "counter_ext/citus.hpp"
 #include "counter_ext/locks.hpp"
 #include "counter_ext/rollup_pending.hpp"
 
 extern "C" {
+#include "access/heapam.h"
+#include "access/tableam.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
@@ -117,4 +126,58 @@ CE_FUNCTION(counter_lock_class) {
 			return Int32GetDatum(c.key);
 	throw ce::Error(ce::sqlstate::invalid_parameter_value, ce::format("unknown advisory-lock class \"%s\"", name), "",
 	                "Run ALTER EXTENSION counter_ext UPDATE: 1.5 takes no advisory lock.");
+}
+
+// counter_internal.row_lock_skip(rel regclass, row_id tid) -> boolean (1.8):
+// locks the newest version of row row_id of table rel for update, for this
+// transaction, as SELECT ... FOR UPDATE SKIP LOCKED does, but never waits:
+// false when another transaction holds or is changing it, or when it is gone.
+// SKIP LOCKED itself can wait: when the transaction that was updating the
+// version it read ends just before it locks, heap_lock_tuple follows the
+// update chain (heap_lock_updated_tuple, asked for by
+// TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS, which SELECT ... FOR UPDATE
+// always sets) and waits, whatever the wait policy, for whoever changes the
+// next version. A reconciliation holding a batch's other rows then closed a
+// cycle with that writer (tracked_no_deadlock.sh, once, on PostgreSQL 18).
+// Here the newest version is found by heapam_tuple_lock's own walk
+// (TUPLE_LOCK_FLAG_FIND_LAST_VERSION), whose waits all follow the policy.
+// PUBLIC may execute it: the reconciliation's statement runs it as the
+// counter's owner on every node (Citus: on each shard), where counter_ext has
+// no catalog; the caller must have the rights of the table's owner (42501),
+// so a role locks only rows it could lock with SELECT ... FOR UPDATE. A row_id
+// that names no row of the table (past its end, an unused line pointer) is
+// false: the row is read first (SnapshotAny, which checks the line pointer)
+// and its buffer stays pinned while it is locked, so no pruning frees it.
+CE_FUNCTION(counter_row_lock_skip) {
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		throw ce::Error(ce::sqlstate::null_value_not_allowed, "rel and row_id of row_lock_skip must not be NULL");
+	Oid relid = PG_GETARG_OID(0);
+	ItemPointerData tid = *reinterpret_cast<ItemPointer>(PG_GETARG_POINTER(1));
+	Oid owner = ce::pg_guard([relid] { return ce::citus::relation_owner(relid); });
+	if (!OidIsValid(owner) || !ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); }))
+		throw ce::Error(ce::sqlstate::insufficient_privilege, "only the owner of a table may lock its rows here", "",
+		                "A tracked counter's reconciliation calls it as the counter's owner.");
+	bool locked = ce::pg_guard([relid, &tid] {
+		Relation rel = table_open(relid, RowShareLock);
+		if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_tableam != GetHeapamTableAmRoutine())
+			ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			                errmsg("\"%s\" is not a heap table", RelationGetRelationName(rel))));
+		bool ok = false;
+		if (ItemPointerIsValid(&tid) && ItemPointerGetBlockNumber(&tid) < RelationGetNumberOfBlocks(rel)) {
+			TupleTableSlot *seen = table_slot_create(rel, nullptr);
+			if (table_tuple_fetch_row_version(rel, &tid, SnapshotAny, seen)) {
+				TupleTableSlot *slot = table_slot_create(rel, nullptr);
+				TM_FailureData tmfd;
+				TM_Result r =
+				    table_tuple_lock(rel, &tid, GetActiveSnapshot(), slot, GetCurrentCommandId(true),
+				                     LockTupleExclusive, LockWaitSkip, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+				ok = r == TM_Ok;
+				ExecDropSingleTupleTableSlot(slot);
+			}
+			ExecDropSingleTupleTableSlot(seen);
+		}
+		table_close(rel, NoLock);
+		return ok;
+	});
+	PG_RETURN_BOOL(locked);
 }

@@ -190,9 +190,9 @@ $$;
 -- chosen by one distributed query; then each shard's
 -- keys are taken with two statements Citus sends whole to that shard (the
 -- keys are its distribution column's values): (1) the delta rows before the
--- watermark are locked, skipping those a writer holds (FOR UPDATE SKIP
--- LOCKED: it never waits for a writer, so a writer is never a deadlock's
--- victim); (2) one statement reads the shard's rows before the watermark
+-- watermark are locked, skipping those a writer holds or is changing
+-- (counter_internal.row_lock_skip on the shard: it never waits for a writer,
+-- so a writer is never a deadlock's victim); (2) one statement reads the shard's rows before the watermark
 -- (with the filter, printed from its stored tree: f), base rows and delta
 -- rows of those keys in one snapshot (a row and its delta are written in
 -- one shard transaction: the snapshot sees both or neither) and, for each
@@ -253,10 +253,10 @@ BEGIN
                     FROM pg_catalog.unnest(ce_keys) AS k(k)) g
                 GROUP BY g.sid LOOP
         -- (1) the rows no writer holds, locked
-        SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
+        SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket), pg_catalog.array_agg(d.shard)
         INTO ce_lk, ce_lb, ce_ls
-        FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND %10$s
-              FOR UPDATE SKIP LOCKED) l;
+        FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND %10$s
+          AND counter_internal.row_lock_skip(d.tableoid::pg_catalog.regclass, d.ctid);
         -- (2) rows, base and deltas of the shard's keys, one snapshot, and
         -- the repair of the keys no writer holds: one statement
         WITH l AS MATERIALIZED (
@@ -384,10 +384,12 @@ $fn$;
 -- One reconciliation batch: the next ce_limit keys after ce_after (keys
 -- with deltas before the watermark, keys with source rows whose event
 -- time is in [ce_from, ce_w), and with ce_all every key with a base),
--- compared and repaired. It never waits for a writer: delta rows locked
--- by a writer are skipped, and so is every key with a delta row it did
--- not lock (busy; it stays dirty and the next run takes it), so the rows
--- it folds are exactly the rows it locked.
+-- compared and repaired. It never waits for a writer: delta rows a writer
+-- holds or is changing are skipped (counter_internal.row_lock_skip, not
+-- FOR UPDATE SKIP LOCKED, which can wait on a row's update chain:
+-- src/locks.cpp), and so is every key with a delta row it did not lock
+-- (busy; it stays dirty and the next run takes it), so the rows it folds
+-- are exactly the rows it locked.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_batch_sql(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -437,10 +439,10 @@ BEGIN
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
-    SELECT pg_catalog.array_agg(l.key), pg_catalog.array_agg(l.bucket), pg_catalog.array_agg(l.shard)
+    SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket), pg_catalog.array_agg(d.shard)
     INTO ce_lk, ce_lb, ce_ls
-    FROM (SELECT d.key, d.bucket, d.shard FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND %11$s
-          FOR UPDATE SKIP LOCKED) l;
+    FROM %7$s d WHERE d.key %8$s ANY (ce_keys) AND %11$s
+      AND counter_internal.row_lock_skip(d.tableoid::pg_catalog.regclass, d.ctid);
 
     RETURN QUERY
     WITH locked AS MATERIALIZED (

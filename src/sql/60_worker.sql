@@ -101,6 +101,19 @@ RETURNS SETOF record
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'counter_lock_classes';
 
+-- A row lock that never waits (src/locks.cpp): the newest version of row
+-- row_id of table rel, locked for update for this transaction, or false when
+-- another transaction holds or is changing it (or it is gone). SELECT ... FOR
+-- UPDATE SKIP LOCKED can still wait, on the update chain of a row whose
+-- updater just ended; a reconciliation locks the delta rows of its batch with
+-- this instead (31_tracked_code.sql). PUBLIC may execute it (99_internal.sql):
+-- it locks only rows of a table whose owner's rights the caller has. Its cost
+-- puts it after every other condition of the scan that calls it.
+CREATE OR REPLACE FUNCTION counter_internal.row_lock_skip(rel regclass, row_id tid)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE COST 10000
+AS 'MODULE_PATHNAME', 'counter_row_lock_skip';
+
 -- Progress of running work: a job's code calls counter.job_progress(phase,
 -- done, total) between its steps; its worker's pg_stat_activity.query says it
 -- at once, and counter.running_jobs shows it with the rate and time left.

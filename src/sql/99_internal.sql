@@ -28,3 +28,7 @@ GRANT EXECUTE ON FUNCTION counter_internal.rollup_shard_mark() TO PUBLIC;
 -- And the function a trigger-mode rollup's recompute runs on every node as
 -- the rollup's owner: it holds only the hours of a table its caller owns.
 GRANT EXECUTE ON FUNCTION counter_internal.rollup_node_hold(regclass, timestamptz, timestamptz, timestamptz[]) TO PUBLIC;
+-- The row lock a reconciliation batch takes on each delta row it folds, run
+-- as the counter's owner on this node or, on Citus, on each shard: it locks
+-- only rows of a table whose owner's rights its caller has (src/locks.cpp).
+GRANT EXECUTE ON FUNCTION counter_internal.row_lock_skip(regclass, tid) TO PUBLIC;

@@ -24,15 +24,18 @@ $$, 'every function of the extension is in schema counter or counter_internal');
 -- the view counter.rollup_state calls (a view's functions are checked as its
 -- reader; it is counter_entry, which notes its caller), and the triggers of
 -- counters and rollups on Citus shards (Citus makes them again on a moved
--- shard as the table's owner; only that owner may attach them).
+-- shard as the table's owner; only that owner may attach them), and the two
+-- functions a counter's or rollup's work runs as its owner on every node,
+-- which act only on tables whose owner's rights the caller has.
 SELECT set_eq($$
     SELECT p.oid::regprocedure::text FROM pg_proc p
     WHERE p.pronamespace = 'counter_internal'::regnamespace
       AND has_function_privilege('public', p.oid, 'EXECUTE')
 $$, $$ VALUES ('counter_internal.rollup_newest_hour(integer)'), ('counter_internal.tracked_shard_fold()'),
               ('counter_internal.rollup_shard_mark()'), ('counter_internal.tracked_shard_add()'),
-              ('counter_internal.rollup_node_hold(regclass,timestamp with time zone,timestamp with time zone,timestamp with time zone[])') $$,
-   'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state and the Citus shard triggers');
+              ('counter_internal.rollup_node_hold(regclass,timestamp with time zone,timestamp with time zone,timestamp with time zone[])'),
+              ('counter_internal.row_lock_skip(regclass,tid)') $$,
+   'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state, the Citus shard triggers and the owner-checked node helpers');
 
 -- Every SECURITY DEFINER function pins its search_path.
 SELECT is_empty($$

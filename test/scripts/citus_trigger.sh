@@ -405,7 +405,7 @@ done
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
 out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
     -c "SELECT outcome FROM counter.reconcile('ev_n', '2026-07-06', all_keys => true)" 2>&1)
-locks=$(grep -c "issuing .*tracked_${id}_delta_[0-9]* d .*FOR UPDATE OF d SKIP LOCKED" <<<"$out" || true)
+locks=$(grep -c "issuing .*tracked_${id}_delta_[0-9]* d .*counter_internal.row_lock_skip(" <<<"$out" || true)
 cmps=$(grep -c "issuing WITH .*ev_[0-9]* .*tracked_${id}_base_[0-9]* .*tracked_${id}_delta_[0-9]* " <<<"$out" || true)
 all=$(grep "issuing " <<<"$out" | grep -cv "issuing \(BEGIN\|COMMIT\|PREPARE\|ROLLBACK\)" || true)
 [ "$locks $cmps" = "8 8" ] && [ "$all" -le $((8 * 8)) ] ||
