@@ -24,7 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ce_cluster_start deadlock "counter_ext.naptime = 1" "deadlock_timeout = 100ms" \
+ce_cluster_start deadlock "counter_ext.naptime = 1" "deadlock_timeout = 100ms" "log_lock_waits = on" \
     || { echo "cannot start the cluster"; exit 1; }
 ce_cluster_use deadlock
 "$CE_PGBIN/createdb" dl
@@ -96,6 +96,8 @@ writers=$(grep -c "deadlock detected" "$CE_deadlock_LOG" || true)
 echo "deadlocks in the server log: $writers, of which with reconciliation: $involved"
 if [ "$involved" -ne 0 ]; then
     awk '/deadlock detected/ { n = 8 } n > 0 { print; n-- }' "$CE_deadlock_LOG" | head -24
+    # where each side waited (log_lock_waits: the statement inside the function)
+    grep -B1 -A6 "still waiting for" "$CE_deadlock_LOG" | grep -B3 -A4 "reconcile" | head -40
     echo "a deadlock involved reconciliation"
     failures=1
 fi
