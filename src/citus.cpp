@@ -21,6 +21,8 @@ extern "C" {
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
@@ -198,6 +200,13 @@ Oid ce::citus::relation_owner(Oid rel) {
 	Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
 	return owner;
+}
+
+bool ce::citus::caller_has_owner_rights(Oid rel) {
+	return ce::pg_guard([rel] {
+		Oid owner = relation_owner(rel);
+		return OidIsValid(owner) && has_privs_of_role(GetUserId(), owner);
+	});
 }
 
 void ce::install_citus_hook() {

@@ -17,7 +17,6 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -153,8 +152,7 @@ CE_FUNCTION(counter_row_lock_skip) {
 		throw ce::Error(ce::sqlstate::null_value_not_allowed, "rel and row_id of row_lock_skip must not be NULL");
 	Oid relid = PG_GETARG_OID(0);
 	ItemPointerData tid = *reinterpret_cast<ItemPointer>(PG_GETARG_POINTER(1));
-	Oid owner = ce::pg_guard([relid] { return ce::citus::relation_owner(relid); });
-	if (!OidIsValid(owner) || !ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); }))
+	if (!ce::citus::caller_has_owner_rights(relid))
 		throw ce::Error(ce::sqlstate::insufficient_privilege, "only the owner of a table may lock its rows here", "",
 		                "A tracked counter's reconciliation calls it as the counter's owner.");
 	bool locked = ce::pg_guard([relid, &tid] {

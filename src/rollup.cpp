@@ -1104,8 +1104,7 @@ CE_FUNCTION(counter_rollup_node_hold) {
 	Oid table = PG_GETARG_OID(0);
 	TimestampTz from = PG_GETARG_TIMESTAMPTZ(1);
 	TimestampTz to = PG_GETARG_TIMESTAMPTZ(2);
-	Oid owner = ce::pg_guard([table] { return ce::citus::relation_owner(table); });
-	if (!OidIsValid(owner) || !ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); }))
+	if (!ce::citus::caller_has_owner_rights(table))
 		throw ce::Error(ce::sqlstate::insufficient_privilege, "only the owner of a rollup's table may hold its hours",
 		                "", "counter.rollup_recompute and the refresh job call it as the rollup's owner.");
 	if (TIMESTAMP_NOT_FINITE(from) || TIMESTAMP_NOT_FINITE(to) || to <= from || to - from > USECS_PER_DAY)

@@ -64,6 +64,11 @@ Oid relation_named(const char *name);
 // The owner of relation rel (InvalidOid: none). Owns nothing C++.
 Oid relation_owner(Oid rel);
 
+// Whether relation rel exists and the current user has the rights of its
+// owner: what the functions PUBLIC may execute on every node ask
+// (rollup_node_hold, row_lock_skip). Wraps its PostgreSQL calls.
+bool caller_has_owner_rights(Oid rel);
+
 } // namespace citus
 
 } // namespace ce
