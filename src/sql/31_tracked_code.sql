@@ -187,7 +187,8 @@ $$;
 -- application mode: doc/citus.md).
 -- A batch is a key range of every shard: the next ce_limit keys in key
 -- order (batch_size per shard: counter_internal.tracked_batch_keys),
--- chosen by one distributed query; then each shard's
+-- chosen by one distributed query (source rows looked for only when
+-- [ce_from, ce_w) is not empty, as on one node); then each shard's
 -- keys are taken with two statements Citus sends whole to that shard (the
 -- keys are its distribution column's values): (1) the delta rows before the
 -- watermark are locked, skipping those a writer holds or is changing
@@ -241,7 +242,7 @@ BEGIN
             UNION ALL
             (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
              WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
-               AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+               AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
              ORDER BY 1 LIMIT ce_limit)
         ) u ORDER BY 1 LIMIT ce_limit) s;
     IF ce_keys IS NULL THEN
@@ -384,7 +385,12 @@ $fn$;
 -- One reconciliation batch: the next ce_limit keys after ce_after (keys
 -- with deltas before the watermark, keys with source rows whose event
 -- time is in [ce_from, ce_w), and with ce_all every key with a base),
--- compared and repaired. It never waits for a writer: delta rows a writer
+-- compared and repaired. The source rows are looked for only when that
+-- range is not empty (ce_from < ce_w, decided before any row is read): a
+-- run whose watermark did not move since the last one, the usual scheduled
+-- run between two bucket boundaries, reads no source row beside its dirty
+-- keys' (with no index on the event time it would scan the whole source
+-- once per batch). It never waits for a writer: delta rows a writer
 -- holds or is changing are skipped (counter_internal.row_lock_skip, not
 -- FOR UPDATE SKIP LOCKED, which can wait on a row's update chain:
 -- src/locks.cpp), and so is every key with a delta row it did not lock
@@ -420,7 +426,8 @@ BEGIN
                 (SELECT DISTINCT d.key FROM %7$s d WHERE %11$s ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
                 (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s IS NOT NULL AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 WHERE ce_new.%2$s IS NOT NULL AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w
+                   AND %4$s
                  ORDER BY 1 LIMIT ce_limit)
             ) u ORDER BY 1 LIMIT ce_limit) s;
     ELSE
@@ -432,7 +439,8 @@ BEGIN
                  ORDER BY 1 LIMIT ce_limit)
                 UNION ALL
                 (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s %9$s ce_after_key AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+                 WHERE ce_new.%2$s %9$s ce_after_key AND ce_from < ce_w AND ce_new.%3$s >= ce_from
+                   AND ce_new.%3$s < ce_w AND %4$s
                  ORDER BY 1 LIMIT ce_limit)
             ) u ORDER BY 1 LIMIT ce_limit) s;
     END IF;
