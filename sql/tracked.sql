@@ -503,6 +503,17 @@ SELECT x.seq_tup_read + coalesce(x.idx_tup_fetch, 0) - r.n < 100 AS read_only_di
 FROM pg_stat_xact_user_tables x, scan_reads r WHERE x.relid = 'tt.scan'::regclass;
 COMMIT;
 SELECT counter.value('scan', 7::bigint) = 5 AND counter.value('scan', 9::bigint) = 4 AS exact;
+-- A run that finds nothing to correct writes nothing: every key checked,
+-- no base row rewritten (1.7 rewrote the base of every key it checked)
+BEGIN;
+CREATE TEMP TABLE scan_writes ON COMMIT DROP AS
+SELECT x.n_tup_ins + x.n_tup_upd + x.n_tup_del AS n FROM pg_stat_xact_user_tables x
+WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'base')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+SELECT keys_checked, keys_corrected FROM counter.reconcile('scan', '2024-01-01 02:00+00', all_keys => true);
+SELECT x.n_tup_ins + x.n_tup_upd + x.n_tup_del - w.n AS base_rows_written
+FROM pg_stat_xact_user_tables x, scan_writes w
+WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'base')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+COMMIT;
 SELECT counter.untrack('scan');
 DROP TABLE tt.scan;
 

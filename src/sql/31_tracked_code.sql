@@ -474,7 +474,7 @@ BEGIN
     ), cmp AS MATERIALIZED (
         -- numeric, then bounded: no sum of deltas makes the batch fail
         SELECT k.key, LEAST(GREATEST(coalesce(b.base, 0)::numeric + coalesce(sd.s, 0), -9223372036854775807),
-                            9223372036854775807)::bigint AS cached, coalesce(t.n, 0) AS truth
+                            9223372036854775807)::bigint AS cached, coalesce(t.n, 0) AS truth, b.base
         FROM keys k
         LEFT JOIN %6$s b ON b.key %8$s k.key
         LEFT JOIN (SELECT seen.key, pg_catalog.sum(seen.delta) AS s FROM seen GROUP BY 1) sd
@@ -487,7 +487,11 @@ BEGIN
           AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
         RETURNING 1
     ), installed AS (
-        INSERT INTO %6$s AS b (key, base) SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0
+        -- only the bases that change: a key whose base is its truth keeps
+        -- its row as it is (an all-keys run or a verification slice rewrote
+        -- every base it checked)
+        INSERT INTO %6$s AS b (key, base)
+        SELECT cmp.key, cmp.truth FROM cmp WHERE cmp.truth <> 0 AND cmp.base IS DISTINCT FROM cmp.truth
         ON CONFLICT (key) DO UPDATE SET base = excluded.base
         RETURNING 1
     ), emptied AS (
