@@ -142,14 +142,23 @@ VACUUM ANALYZE rsrc;
 INSERT INTO rsrc SELECT g * 100, '2024-01-01 05:00+00' FROM generate_series(1, $keys / 100) g;
 SELECT format('VACUUM ANALYZE counter_internal.tracked_%s_delta', counter_id) FROM counter.tracked WHERE name = 'rsrc' \gexec
 SQL
+# run_once LABEL [ARGS]: one reconciliation in a transaction rolled back
+# (every run starts from the same state): keys, WAL written, seconds
+run_once() {
+    ce_psql -qAt <<SQL
+BEGIN;
+SELECT pg_current_wal_insert_lsn() AS l0 \gset
+SELECT '$1: ' || keys_checked || ' checked, ' || keys_corrected || ' corrected, WAL '
+    || pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :'l0')) || ', '
+    || extract(epoch FROM duration) || ' s' FROM counter.reconcile('rsrc', '2024-01-02'${2:-});
+ROLLBACK;
+SQL
+}
 for run in 1 2 3; do
-    ce_psql -At -c "BEGIN" -c "SELECT 'dirty keys: ' || keys_checked || ' checked, ' || keys_corrected || ' corrected, '
-        || extract(epoch FROM duration) || ' s' FROM counter.reconcile('rsrc', '2024-01-02')" -c "ROLLBACK"
+    run_once "dirty keys"
 done | tee "$work/dirty.txt"
 for run in 1 2; do
-    ce_psql -At -c "BEGIN" -c "SELECT 'all keys: ' || keys_checked || ' checked, ' || keys_corrected || ' corrected, '
-        || extract(epoch FROM duration) || ' s' FROM counter.reconcile('rsrc', '2024-01-02', all_keys => true)" \
-        -c "ROLLBACK"
+    run_once "all keys" ", all_keys => true"
 done | tee "$work/all.txt"
 python3 - "$work/dirty.txt" "$work/all.txt" <<'PY'
 import re, statistics, sys
