@@ -3,7 +3,9 @@
 -- tracked_build_batch: compiling took most of a batch of 10,000 keys), and
 -- trigger-mode counters on distributed tables reconcile a key range of every
 -- shard per batch, with two statements per shard (issue 21, item 4;
--- tracked_citus_batch: a new body).
+-- tracked_citus_batch: a new body); on one node a batch locks its delta
+-- rows with row_lock_skip, looks for source rows newly past the watermark
+-- only when that range is not empty, and writes only the bases that change.
 DO $upd$
 DECLARE
     t counter.tracked;
