@@ -495,12 +495,19 @@ SELECT keys_checked FROM counter.reconcile('scan', '2024-01-01 02:00+00');
 INSERT INTO tt.scan VALUES (7, '2024-01-01 00:30+00'), (7, '2024-01-01 00:40+00'), (9, '2024-01-01 00:50+00');
 -- (pg_stat_xact_user_tables also holds counts of earlier transactions not
 -- yet reported: the run's reads are the difference, in one transaction)
+-- Its folded delta rows are deleted, not first updated to 0.
 BEGIN;
 CREATE TEMP TABLE scan_reads ON COMMIT DROP AS
 SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_xact_user_tables WHERE relid = 'tt.scan'::regclass;
+CREATE TEMP TABLE scan_deltas ON COMMIT DROP AS
+SELECT x.n_tup_upd AS u, x.n_tup_del AS d FROM pg_stat_xact_user_tables x
+WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'delta')::regclass FROM counter.tracked t WHERE t.name = 'scan');
 SELECT keys_checked, keys_corrected FROM counter.reconcile('scan', '2024-01-01 02:00+00');
 SELECT x.seq_tup_read + coalesce(x.idx_tup_fetch, 0) - r.n < 100 AS read_only_dirty_rows
 FROM pg_stat_xact_user_tables x, scan_reads r WHERE x.relid = 'tt.scan'::regclass;
+SELECT x.n_tup_upd - w.u AS delta_rows_updated, x.n_tup_del - w.d AS delta_rows_deleted
+FROM pg_stat_xact_user_tables x, scan_deltas w
+WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'delta')::regclass FROM counter.tracked t WHERE t.name = 'scan');
 COMMIT;
 SELECT counter.value('scan', 7::bigint) = 5 AND counter.value('scan', 9::bigint) = 4 AS exact;
 -- A run that finds nothing to correct writes nothing: every key checked,

@@ -482,9 +482,18 @@ BEGIN
         LEFT JOIN truth t ON t.key %8$s k.key
         WHERE NOT k.busy
     ), absorbed AS (
+        -- the compared keys' rows it holds: one whose amount is the amount
+        -- it saw (every one: it holds them) is deleted, one written since
+        -- keeps the rest (a write and a delete in place of an update and
+        -- then the delete of a row at 0)
         UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
         WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
-          AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
+          AND d.delta <> seen.delta AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
+        RETURNING 1
+    ), folded AS (
+        DELETE FROM %7$s d USING seen
+        WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
+          AND d.delta = seen.delta AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
         RETURNING 1
     ), installed AS (
         -- only the bases that change: a key whose base is its truth keeps
