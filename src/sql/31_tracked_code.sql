@@ -482,10 +482,10 @@ BEGIN
         LEFT JOIN truth t ON t.key %8$s k.key
         WHERE NOT k.busy
     ), absorbed AS (
-        -- the compared keys' rows it holds: one whose amount is the amount
-        -- it saw (every one: it holds them) is deleted, one written since
-        -- keeps the rest (a write and a delete in place of an update and
-        -- then the delete of a row at 0)
+        -- the compared keys' rows it holds: a row whose amount is the
+        -- amount it saw (every one: it holds them) is deleted in one write,
+        -- not updated to 0 and deleted after; a row written since keeps the
+        -- rest
         UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
         WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
           AND d.delta <> seen.delta AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
