@@ -493,21 +493,21 @@ ANALYZE tt.scan;
 SELECT FROM counter.track('scan', 'tt.scan', 'k', 'at', bucket_width => '1 hour');
 SELECT keys_checked FROM counter.reconcile('scan', '2024-01-01 02:00+00');
 INSERT INTO tt.scan VALUES (7, '2024-01-01 00:30+00'), (7, '2024-01-01 00:40+00'), (9, '2024-01-01 00:50+00');
--- (pg_stat_xact_user_tables also holds counts of earlier transactions not
--- yet reported: the run's reads are the difference, in one transaction)
--- Its folded delta rows are deleted, not first updated to 0.
+SELECT counter_internal.tracked_table(t, 'delta') AS scan_delta, counter_internal.tracked_table(t, 'base') AS scan_base
+FROM counter.tracked t WHERE t.name = 'scan' \gset
+-- What a run read and wrote is a difference of pg_stat_xact_user_tables
+-- taken in one transaction (the view also holds counts of earlier
+-- transactions not yet reported). The dirty run reads only its keys' rows,
+-- and deletes its folded delta rows without first updating them to 0.
 BEGIN;
-CREATE TEMP TABLE scan_reads ON COMMIT DROP AS
-SELECT seq_tup_read + coalesce(idx_tup_fetch, 0) AS n FROM pg_stat_xact_user_tables WHERE relid = 'tt.scan'::regclass;
-CREATE TEMP TABLE scan_deltas ON COMMIT DROP AS
-SELECT x.n_tup_upd AS u, x.n_tup_del AS d FROM pg_stat_xact_user_tables x
-WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'delta')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+CREATE TEMP TABLE scan_before ON COMMIT DROP AS
+SELECT x.relid, x.seq_tup_read + coalesce(x.idx_tup_fetch, 0) AS r, x.n_tup_upd AS u, x.n_tup_del AS d
+FROM pg_stat_xact_user_tables x WHERE x.relid IN ('tt.scan'::regclass, :'scan_delta'::regclass);
 SELECT keys_checked, keys_corrected FROM counter.reconcile('scan', '2024-01-01 02:00+00');
-SELECT x.seq_tup_read + coalesce(x.idx_tup_fetch, 0) - r.n < 100 AS read_only_dirty_rows
-FROM pg_stat_xact_user_tables x, scan_reads r WHERE x.relid = 'tt.scan'::regclass;
-SELECT x.n_tup_upd - w.u AS delta_rows_updated, x.n_tup_del - w.d AS delta_rows_deleted
-FROM pg_stat_xact_user_tables x, scan_deltas w
-WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'delta')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+SELECT x.seq_tup_read + coalesce(x.idx_tup_fetch, 0) - b.r < 100 AS read_only_dirty_rows
+FROM pg_stat_xact_user_tables x JOIN scan_before b USING (relid) WHERE x.relid = 'tt.scan'::regclass;
+SELECT x.n_tup_upd - b.u AS delta_rows_updated, x.n_tup_del - b.d AS delta_rows_deleted
+FROM pg_stat_xact_user_tables x JOIN scan_before b USING (relid) WHERE x.relid = :'scan_delta'::regclass;
 COMMIT;
 SELECT counter.value('scan', 7::bigint) = 5 AND counter.value('scan', 9::bigint) = 4 AS exact;
 -- A run that finds nothing to correct writes nothing: every key checked,
@@ -515,11 +515,10 @@ SELECT counter.value('scan', 7::bigint) = 5 AND counter.value('scan', 9::bigint)
 BEGIN;
 CREATE TEMP TABLE scan_writes ON COMMIT DROP AS
 SELECT x.n_tup_ins + x.n_tup_upd + x.n_tup_del AS n FROM pg_stat_xact_user_tables x
-WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'base')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+WHERE x.relid = :'scan_base'::regclass;
 SELECT keys_checked, keys_corrected FROM counter.reconcile('scan', '2024-01-01 02:00+00', all_keys => true);
 SELECT x.n_tup_ins + x.n_tup_upd + x.n_tup_del - w.n AS base_rows_written
-FROM pg_stat_xact_user_tables x, scan_writes w
-WHERE x.relid = (SELECT counter_internal.tracked_table(t, 'base')::regclass FROM counter.tracked t WHERE t.name = 'scan');
+FROM pg_stat_xact_user_tables x, scan_writes w WHERE x.relid = :'scan_base'::regclass;
 COMMIT;
 SELECT counter.untrack('scan');
 DROP TABLE tt.scan;

@@ -483,9 +483,10 @@ BEGIN
         WHERE NOT k.busy
     ), absorbed AS (
         -- the compared keys' rows it holds: a row whose amount is the
-        -- amount it saw (every one: it holds them) is deleted in one write,
-        -- not updated to 0 and deleted after; a row written since keeps the
-        -- rest
+        -- amount it saw is deleted in one write, not updated to 0 and
+        -- deleted after. That is every row (it holds them, and reads and
+        -- writes them in one snapshot); the update keeps the batch exact if
+        -- one ever were not
         UPDATE %7$s d SET delta = d.delta - seen.delta FROM seen
         WHERE d.key %8$s seen.key AND d.bucket = seen.bucket AND d.shard = seen.shard
           AND d.delta <> seen.delta AND EXISTS (SELECT FROM cmp WHERE cmp.key %8$s seen.key)
