@@ -2,7 +2,8 @@
 # What an operator does to a growing Citus cluster, with counter_ext on it
 # and writers running: shard moves (Citus's default mode, logical
 # replication, and block_writes), shard splits (both modes), draining a
-# node (default mode) and rebalancing (block_writes). A plain and a
+# node and rebalancing (both block_writes: the default mode's logical
+# replication is the first move's, with the same writers). A plain and a
 # partitioned distributed table (colocated), each with a trigger-mode counter (one with a filter), two
 # deferred rollups, one grouped by the distribution column and one by
 # another column (one of each with a filter, the others with a distinct
@@ -304,12 +305,10 @@ operation "a split (default mode)" \
 check "a move in each mode and a block_writes split with writers through the coordinator and a worker, a split in the default mode"
 
 writers_start
-operation "draining worker 2" "SELECT citus_drain_node('127.0.0.1', $w2)"
+operation "draining worker 2 (block_writes)" "SELECT citus_drain_node('127.0.0.1', $w2, shard_transfer_mode := 'block_writes')"
 on_w2=$(coord -tA -c "SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $w2")
 [ "$on_w2" = 0 ] || fail "worker 2 still holds $on_w2 placements after the drain"
 operation "worker 2 taking shards again" "SELECT citus_set_node_property('127.0.0.1', $w2, 'shouldhaveshards', true)"
-# (the drain moved shards in the default mode; the rebalance blocks writes,
-# the other mode, and a third of the time)
 operation "a rebalance (block_writes)" "SELECT rebalance_table_shards(shard_transfer_mode := 'block_writes')"
 writers_stop
 on_w2=$(coord -tA -c "SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
