@@ -20,7 +20,9 @@ sessions_end() { pkill -f "tail -f $work/" 2>/dev/null || true; }
 trap 'sessions_end; ce_cluster_stop_all; rm -rf "$work"' EXIT
 fail() { echo "$*"; exit 1; }
 
-ce_cluster_start rowlock || { echo "cannot start the cluster"; exit 1; }
+# (no worker: its scheduled reconciliation would make the one below skip,
+# "being reconciled by another session": seen once in CI)
+ce_cluster_start rowlock "counter_ext.enabled = off" || { echo "cannot start the cluster"; exit 1; }
 ce_cluster_use rowlock
 ce_psql -c "CREATE EXTENSION counter_ext" -c "CREATE TABLE t (id integer PRIMARY KEY, n integer NOT NULL)"
 
@@ -114,7 +116,6 @@ SQL
 src=$(ce_psql -At -c "SELECT prosrc FROM pg_proc WHERE proname = (SELECT format('tracked_%s_batch', counter_id) FROM counter.tracked)")
 grep -q "counter_internal.row_lock_skip(d.tableoid" <<<"$src" && ! grep -qi "SKIP LOCKED" <<<"$src" ||
     fail "the batch function does not lock with row_lock_skip"
-# (every key: the worker may have reconciled the counter already)
 out=$(ce_psql -At -c "SELECT keys_checked, outcome FROM counter.reconcile('ev', all_keys => true)")
 [ "$out" = "5|ok" ] || fail "a reconciliation: $out"
 [ "$(ce_psql -At -c "SELECT count(*) FROM (SELECT k, count(*) n FROM ev GROUP BY k) x WHERE counter.value('ev', k) <> n")" = 0 ] ||
