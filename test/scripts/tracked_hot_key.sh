@@ -30,7 +30,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ce_cluster_start hot "counter_ext.enabled = off" "max_connections = 120" || { echo "cannot start the cluster"; exit 1; }
+# (autovacuum off: an ANALYZE of the loaded table holds a transaction id,
+# which holds back the horizon a flush lets go of written slots by; the
+# second load's adds then found the key's slots full, seen once under load)
+ce_cluster_start hot "counter_ext.enabled = off" "max_connections = 120" "autovacuum = off" ||
+    { echo "cannot start the cluster"; exit 1; }
 ce_cluster_use hot
 "$CE_PGBIN/createdb" hotdb
 export PGDATABASE=hotdb
