@@ -213,6 +213,36 @@ SELECT counter.flush('buf_calls2') AS entries;
 SELECT counter.value('buf_calls2', 'm1'::text) AS m1_flushed;
 RESET ROLE;
 
+-- ---------------------------------------------------------------- what a flush writes
+-- one row per (key, bucket): equal keys with different images (numeric 1.0,
+-- 1.00 and 1) are one key, their amounts summed; in (key, bucket) order
+SET ROLE buf_owner;
+CREATE TABLE buf_s.prices (p numeric NOT NULL, at timestamptz NOT NULL);
+CREATE INDEX ON buf_s.prices (at);
+SELECT counter.track('buf_prices', 'buf_s.prices', 'p', 'at', mode => 'application', buffered => true) > 0 AS ok;
+SELECT counter.add('buf_prices', 1.0, 1, '2024-01-01 10:00+00'), counter.add('buf_prices', 1.00, 2, '2024-01-01 10:00+00'),
+       counter.add('buf_prices', 1, 4, '2024-01-01 10:00+00'), counter.add('buf_prices', 2, 8, '2024-01-01 10:00+00'),
+       counter.add('buf_prices', 1, 16, '2024-01-01 11:00+00'), counter.add('buf_prices', 0.5, -32, '2024-01-01 10:00+00');
+SELECT counter.flush('buf_prices') > 0 AS flushed;
+RESET ROLE;
+SELECT key::numeric = 1 AS one, bucket, delta FROM counter_internal.tracked_5_delta ORDER BY key, bucket;
+SET ROLE buf_owner;
+SELECT counter.value('buf_prices', 1.000) AS one, counter.value('buf_prices', 2) AS two,
+       counter.value('buf_prices', 0.50) AS half;
+-- a row's delta plus a flushed amount is bounded to +-(2^63 - 1), never refused
+RESET ROLE;
+UPDATE counter_internal.tracked_5_delta SET delta = CASE WHEN key = 2 THEN 9223372036854775000 ELSE -9223372036854775000 END
+WHERE key IN (2, 0.5);
+SET ROLE buf_owner;
+SELECT counter.add('buf_prices', 2, 1000, '2024-01-01 10:00+00'), counter.add('buf_prices', 0.5, -1000, '2024-01-01 10:00+00');
+SELECT counter.flush('buf_prices') AS entries;
+SELECT counter.value('buf_prices', 2) AS two, counter.value('buf_prices', 0.5) AS half;
+SELECT counter.add('buf_prices', 2, -7, '2024-01-01 10:00+00'), counter.add('buf_prices', 0.5, 7, '2024-01-01 10:00+00');
+SELECT counter.flush('buf_prices') AS entries;
+SELECT counter.value('buf_prices', 2) AS two, counter.value('buf_prices', 0.5) AS half;
+SELECT counter.untrack('buf_prices');
+RESET ROLE;
+
 DROP EXTENSION counter_ext CASCADE;
 DROP SCHEMA buf_s CASCADE;
 DROP OWNED BY buf_owner, buf_other, buf_reader;

@@ -727,9 +727,10 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 		types[1] = TIMESTAMPTZOID;
 		types[3] = INT8OID;
 	} else {
-		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta) SELECT u.k, u.b, $3, u.v"
-		               " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4))"
-		               " WITH ORDINALITY AS u(k, b, v, o) ORDER BY u.o"
+		// the arrays' order (write_deltas sorted them), unnested in the
+		// select list: no table function's tuplestore
+		sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta)"
+		               " SELECT pg_catalog.unnest($1), pg_catalog.unnest($2), $3, pg_catalog.unnest($4)"
 		               " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
 		               " excluded.delta",
 		               c->delta_table);
@@ -1648,9 +1649,23 @@ void notice_unpreloaded(const char *name) {
 	});
 }
 
+// One row a flush writes: a key (in the key type's btree order and
+// equality), its bucket, and the sum of its amounts.
+struct FlushRow {
+	Datum key;
+	int64 bucket;
+	int128 sum;
+};
+
 // Owns nothing C++: as the counter's owner, writes amounts to its delta
-// table, one row per (key, bucket) (equal keys with different images are
-// merged by the GROUP BY), in one statement.
+// table in one statement, one row per (key, bucket) in (key, bucket) order.
+// The rows are sorted and merged here (equal keys with different images,
+// numeric 1.0 and 1.00 say, are one key: the key type's btree comparison), so
+// that the statement only unnests its arrays: no table function's tuplestore,
+// no sort, no GROUP BY, and no numeric (the sums are bounded here, the row's
+// new delta by integer comparisons). Bounded, not refused: a flush never
+// fails on what adds summed to (reconciliation repairs a key that reached a
+// bound).
 void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 	if (n == 0)
 		return;
@@ -1663,31 +1678,55 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 		Oid array_type = get_array_type(c.key_type);
 		if (!OidIsValid(array_type))
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
-		if (SPI_connect() != SPI_OK_CONNECT)
+		TypeCacheEntry *type = lookup_type_cache(c.key_type, TYPECACHE_CMP_PROC_FINFO);
+		if (!OidIsValid(type->cmp_proc))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+			                errmsg("tracked key type %s has no btree comparison", format_type_be(c.key_type))));
+		if (SPI_connect() != SPI_OK_CONNECT) // what is palloc'd below goes with SPI_finish
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		FlushRow *rows = static_cast<FlushRow *>(palloc(sizeof(FlushRow) * n));
+		for (size_t i = 0; i < n; i++)
+			rows[i] = FlushRow{ce::buffer::datum_of(a[i].key, len, byval), a[i].bucket, a[i].amount};
+		FmgrInfo *cmp = &type->cmp_proc_finfo;
+		Oid collation = type->typcollation;
+		auto order = [cmp, collation](const FlushRow &x, const FlushRow &y) {
+			int32 o = DatumGetInt32(FunctionCall2Coll(cmp, collation, x.key, y.key));
+			return o != 0 ? o : (x.bucket < y.bucket ? -1 : x.bucket > y.bucket ? 1 : 0);
+		};
+		std::sort(rows, rows + n, [&order](const FlushRow &x, const FlushRow &y) { return order(x, y) < 0; });
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (kept > 0 && order(rows[kept - 1], rows[i]) == 0)
+				rows[kept - 1].sum += rows[i].sum; // 128 bits: no overflow from int64 amounts
+			else
+				rows[kept++] = rows[i];
+		}
+		Datum *keys = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
+		Datum *buckets = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
+		Datum *deltas = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
+		constexpr int128 bound = PG_INT64_MAX;
+		for (size_t i = 0; i < kept; i++) {
+			keys[i] = rows[i].key;
+			buckets[i] = TimestampTzGetDatum(rows[i].bucket);
+			deltas[i] = Int64GetDatum(static_cast<int64>(std::max(-bound, std::min(bound, rows[i].sum))));
+		}
 		if (plans->flush == nullptr) {
-			char *sql = psprintf(
-			    "INSERT INTO %s AS d (key, bucket, shard, delta)"
-			    " SELECT u.k, u.b, $3, %spg_catalog.sum(u.v)%s"
-			    " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($4)) AS u(k, b, v)"
-			    " GROUP BY u.k, u.b ORDER BY u.k, u.b"
-			    // bounded, not refused: a flush never fails on what adds summed to
-			    // (reconciliation repairs a key that reached a bound)
-			    " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = %sd.delta::pg_catalog.numeric"
-			    " OPERATOR(pg_catalog.+) excluded.delta%s",
-			    state_table(c, "delta"), bounded_open, bounded_close, bounded_open, bounded_close);
+			// the row's delta plus the amount, bounded to +-(2^63 - 1)
+			// without leaving bigint: the amount is inside the bounds
+			char *sql =
+			    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta)"
+			             " SELECT pg_catalog.unnest($1), pg_catalog.unnest($2), $3, pg_catalog.unnest($4)"
+			             " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = CASE"
+			             " WHEN excluded.delta OPERATOR(pg_catalog.>) 0 AND d.delta OPERATOR(pg_catalog.>)"
+			             " (9223372036854775807 OPERATOR(pg_catalog.-) excluded.delta) THEN 9223372036854775807"
+			             " WHEN excluded.delta OPERATOR(pg_catalog.<) 0 AND d.delta OPERATOR(pg_catalog.<)"
+			             " ((-9223372036854775807) OPERATOR(pg_catalog.-) excluded.delta) THEN -9223372036854775807"
+			             " ELSE d.delta OPERATOR(pg_catalog.+) excluded.delta END",
+			             state_table(c, "delta"));
 			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
 			plans->flush = ce::prepare_kept(sql, 4, types);
 		}
-		Datum *keys = static_cast<Datum *>(palloc(sizeof(Datum) * n));
-		Datum *buckets = static_cast<Datum *>(palloc(sizeof(Datum) * n));
-		Datum *deltas = static_cast<Datum *>(palloc(sizeof(Datum) * n));
-		for (size_t i = 0; i < n; i++) {
-			keys[i] = ce::buffer::datum_of(a[i].key, len, byval);
-			buckets[i] = TimestampTzGetDatum(a[i].bucket);
-			deltas[i] = Int64GetDatum(a[i].amount);
-		}
-		int count = static_cast<int>(n);
+		int count = static_cast<int>(kept);
 		Datum values[4] = {
 		    PointerGetDatum(construct_array(keys, count, c.key_type, len, byval, align)),
 		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),

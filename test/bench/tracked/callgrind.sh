@@ -6,8 +6,10 @@
 # table; then `postgres --single` runs a prepared statement 1,000 and 3,000
 # times, each in its own transaction, under callgrind. Per execution: the
 # difference of the two totals divided by 2,000. Also an unbuffered add, an
-# INSERT into a table with a trigger-mode rollup, a read of a buffered
-# key and, for scale, a primary-key SELECT of one row. On demand, not in CI:
+# INSERT into a table with a trigger-mode rollup, an INSERT of 100 keys
+# with and without a trigger-mode counter (its fold's statement of many
+# rows), a read of a buffered key and, for scale, a primary-key SELECT of
+# one row. On demand, not in CI:
 #   bash test/bench/tracked/callgrind.sh [REF]
 set -euo pipefail
 source "$(dirname "$0")/../../lib.sh"
@@ -22,6 +24,8 @@ statements=(
     "INSERT INTO trig (k) VALUES (1)"
     "INSERT INTO rev (k) VALUES (1)"
     "INSERT INTO plain (k) VALUES (1)"
+    "INSERT INTO trig (k) SELECT g FROM generate_series(1, 100) g"
+    "INSERT INTO plain (k) SELECT g FROM generate_series(1, 100) g"
     "SELECT counter.value('appb', 1::bigint)"
     "SELECT n FROM hot WHERE id = 1"
 )
@@ -94,3 +98,7 @@ printf '%-45s %12s %12s\n' "trigger-mode rollup INSERT beyond a plain INSERT" \
 printf '%-45s %12s %12s\n' "trigger-mode INSERT beyond a plain INSERT" \
     "$((${per["ref|INSERT INTO trig (k) VALUES (1)"]} - ${per["ref|INSERT INTO plain (k) VALUES (1)"]}))" \
     "$((${per["this|INSERT INTO trig (k) VALUES (1)"]} - ${per["this|INSERT INTO plain (k) VALUES (1)"]}))"
+many_t="INSERT INTO trig (k) SELECT g FROM generate_series(1, 100) g"
+many_p="INSERT INTO plain (k) SELECT g FROM generate_series(1, 100) g"
+printf '%-45s %12s %12s\n' "trigger-mode INSERT of 100 keys beyond plain" \
+    "$((${per["ref|$many_t"]} - ${per["ref|$many_p"]}))" "$((${per["this|$many_t"]} - ${per["this|$many_p"]}))"
