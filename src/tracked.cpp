@@ -742,26 +742,38 @@ SPIPlanPtr prepare_upsert(FoldCache *c, bool many) {
 	return ce::prepare_kept(sql, 4, types);
 }
 
+// Sorts rows in (key, bucket) order, the key by the key type's btree
+// comparison (cmp, with collation), and merges the rows of one (key,
+// bucket) into the first with merge(first, other): equal keys with
+// different images (numeric 1.0 and 1.00) become one row. Returns how many
+// rows are kept, at the front. Owns nothing C++: the comparison may throw
+// PostgreSQL's error, inside pg_guard.
+template <typename Row, typename KeyOf, typename Merge>
+size_t sort_merge(Row *rows, size_t n, FmgrInfo *cmp, Oid collation, KeyOf key_of, Merge merge) {
+	auto order = [cmp, collation, &key_of](const Row &a, const Row &b) {
+		int32 o = DatumGetInt32(FunctionCall2Coll(cmp, collation, key_of(a), key_of(b)));
+		return o != 0 ? o : (a.bucket < b.bucket ? -1 : a.bucket > b.bucket ? 1 : 0);
+	};
+	std::sort(rows, rows + n, [&order](const Row &a, const Row &b) { return order(a, b) < 0; });
+	size_t kept = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (kept > 0 && order(rows[kept - 1], rows[i]) == 0)
+			merge(rows[kept - 1], rows[i]);
+		else
+			rows[kept++] = rows[i];
+	}
+	return kept;
+}
+
 // Owns nothing C++: inside pg_guard. Sorts the deltas in (key, bucket) order
 // (the key type's btree order), merges equal keys with different images, and
 // writes them on this backend's shard in that order, in one statement.
 void write_deltas(FoldCache *c, ce::tracked::FoldEntry *entries, size_t n) {
-	FmgrInfo *cmp = &c->key_type->cmp_proc_finfo;
-	Oid collation = c->key_collation;
-	auto order = [cmp, collation](const ce::tracked::FoldEntry &a, const ce::tracked::FoldEntry &b) {
-		int32 o = DatumGetInt32(
-		    FunctionCall2Coll(cmp, collation, static_cast<Datum>(a.key.datum), static_cast<Datum>(b.key.datum)));
-		return o != 0 ? o : (a.bucket < b.bucket ? -1 : a.bucket > b.bucket ? 1 : 0);
-	};
-	std::sort(entries, entries + n,
-	          [&order](const ce::tracked::FoldEntry &a, const ce::tracked::FoldEntry &b) { return order(a, b) < 0; });
-	size_t kept = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (kept > 0 && order(entries[kept - 1], entries[i]) == 0)
-			entries[kept - 1].delta += entries[i].delta;
-		else
-			entries[kept++] = entries[i];
-	}
+	using ce::tracked::FoldEntry;
+	size_t kept = sort_merge(
+	    entries, n, &c->key_type->cmp_proc_finfo, c->key_collation,
+	    [](const FoldEntry &e) { return static_cast<Datum>(e.key.datum); },
+	    [](FoldEntry &into, const FoldEntry &e) { into.delta += e.delta; });
 	n = 0;
 	for (size_t i = 0; i < kept; i++)
 		if (entries[i].delta != 0)
@@ -1687,20 +1699,9 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 		FlushRow *rows = static_cast<FlushRow *>(palloc(sizeof(FlushRow) * n));
 		for (size_t i = 0; i < n; i++)
 			rows[i] = FlushRow{ce::buffer::datum_of(a[i].key, len, byval), a[i].bucket, a[i].amount};
-		FmgrInfo *cmp = &type->cmp_proc_finfo;
-		Oid collation = type->typcollation;
-		auto order = [cmp, collation](const FlushRow &x, const FlushRow &y) {
-			int32 o = DatumGetInt32(FunctionCall2Coll(cmp, collation, x.key, y.key));
-			return o != 0 ? o : (x.bucket < y.bucket ? -1 : x.bucket > y.bucket ? 1 : 0);
-		};
-		std::sort(rows, rows + n, [&order](const FlushRow &x, const FlushRow &y) { return order(x, y) < 0; });
-		size_t kept = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (kept > 0 && order(rows[kept - 1], rows[i]) == 0)
-				rows[kept - 1].sum += rows[i].sum; // 128 bits: no overflow from int64 amounts
-			else
-				rows[kept++] = rows[i];
-		}
+		size_t kept = sort_merge(
+		    rows, n, &type->cmp_proc_finfo, type->typcollation, [](const FlushRow &r) { return r.key; },
+		    [](FlushRow &into, const FlushRow &r) { into.sum += r.sum; }); // 128 bits: no overflow from int64 amounts
 		Datum *keys = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
 		Datum *buckets = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
 		Datum *deltas = static_cast<Datum *>(palloc(sizeof(Datum) * kept));
