@@ -174,7 +174,9 @@ ce::citus::Place ce::citus::shard_trigger_fill(ShardTrigger *t, Relation rel, co
 	t->context = AllocSetContextCreate(CacheMemoryContext, "counter_ext shard trigger", ALLOCSET_SMALL_SIZES);
 	t->relid = RelationGetRelid(rel);
 	t->owner = rel->rd_rel->relowner;
-	char *shards[2] = {nullptr, nullptr};
+	char *shards[3] = {nullptr, nullptr, nullptr};
+	if (n > 3)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("a shard trigger finds at most 3 colocated shards")));
 	Place place = colocated_shards(rel, tables, n, shards);
 	t->shell = place == Place::shell;
 	if (place == Place::shard)

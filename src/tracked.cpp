@@ -124,10 +124,11 @@ struct Counter {
 	bool buffered;
 	int16 key_len; // of key_type (a type's length and passing never change)
 	bool key_byval;
-	int64 max_future;   // microseconds: counter.add refuses event times later than now + this
-	bool distributed;   // on Citus: the state tables are distributed, colocated with the source
-	char *state_schema; // on Citus since 1.8: the state tables' schema (the source's), or nullptr: counter_internal
-	Oid described_by;   // on a Citus worker node: the table whose trigger described the counter (worker_counters)
+	int64 max_future;    // microseconds: counter.add refuses event times later than now + this
+	bool distributed;    // on Citus: the state tables are distributed, colocated with the source
+	char *state_schema;  // on Citus since 1.8: the state tables' schema (the source's), or nullptr: counter_internal
+	char *anchor_column; // on Citus since 1.8: the distribution column its state is anchored by (keyed by another)
+	Oid described_by;    // on a Citus worker node: the table whose trigger described the counter (worker_counters)
 };
 
 SPIPlanPtr lookup_plans[2] = {nullptr, nullptr}; // by name, by id
@@ -196,7 +197,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 8)"
 	                "  OR (t.tgfoid OPERATOR(pg_catalog.=)"
 	                "   'counter_internal.tracked_shard_fold()'::pg_catalog.regprocedure"
-	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 10)"
+	                "   AND t.tgnargs IN (10, 12))"
 	                " ORDER BY t.tgrelid",
 	                true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
@@ -237,11 +238,13 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.source = source;
 				w.name = MemoryContextStrdup(keep, g->tgargs[4]);
 				w.max_future = pg_strtoint64(g->tgargs[7]);
-			} else if (strcmp(fn, "tracked_shard_fold") == 0 && g->tgnargs == 10) {
+			} else if (strcmp(fn, "tracked_shard_fold") == 0 && (g->tgnargs == 10 || g->tgnargs == 12)) {
 				// a trigger-mode counter's INSERT trigger on its source,
 				// its state beside the source under the names track gives
 				// it (id, 'citus', key column, time column, width, slots,
-				// filter, delta, base, name)
+				// filter, delta, base, name; keyed by another column than
+				// the distribution column, the column its state is
+				// anchored by and its anchors)
 				AttrNumber key = get_attnum(RelationGetRelid(rel), g->tgargs[2]);
 				const char *nsp = get_namespace_name(schema);
 				if ((name != nullptr && strcmp(g->tgargs[9], name) != 0) ||
@@ -250,6 +253,13 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				        0 ||
 				    strcmp(g->tgargs[8], quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_base", id))) != 0)
 					continue;
+				if (g->tgnargs == 12) {
+					if (get_attnum(RelationGetRelid(rel), g->tgargs[10]) == InvalidAttrNumber ||
+					    strcmp(g->tgargs[11],
+					           quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_anchor", id))) != 0)
+						continue;
+					w.anchor_column = MemoryContextStrdup(keep, g->tgargs[10]);
+				}
 				w.key_type = get_atttype(RelationGetRelid(rel), key);
 				w.application = false;
 				w.shards = pg_strtoint32(g->tgargs[5]);
@@ -305,7 +315,8 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
 			            // (1.7's column: read so that 1.6's catalog, before ALTER EXTENSION UPDATE, still serves)
 			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true',"
-			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema'" // (1.8's, likewise)
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema'," // (1.8's, likewise)
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'anchor_column'"
 			            " FROM counter.tracked t"
 			            " WHERE t.counter_id OPERATOR(pg_catalog.=) $1"
 			          : "SELECT t.counter_id, t.key_type::oid, t.mode OPERATOR(pg_catalog.=) 'application', t.shards,"
@@ -313,7 +324,8 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 			            " t.filter_tree, t.filter_relid, t.buffered,"
 			            " (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,"
 			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'distributed' IS NOT DISTINCT FROM 'true',"
-			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema'"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'state_schema',"
+			            " pg_catalog.to_jsonb(t) OPERATOR(pg_catalog.->>) 'anchor_column'"
 			            " FROM counter.tracked t"
 			            " WHERE t.name OPERATOR(pg_catalog.=) $1",
 			    1, types);
@@ -371,6 +383,7 @@ Counter load_counter(Datum key, bool by_id, MemoryContext keep) {
 		c.max_future = DatumGetInt64(SPI_getbinval(tuple, desc, 15, &isnull));
 		c.distributed = DatumGetBool(SPI_getbinval(tuple, desc, 16, &isnull));
 		c.state_schema = copy_value(tuple, desc, 17, keep);
+		c.anchor_column = copy_value(tuple, desc, 18, keep);
 		c.described_by = InvalidOid;
 		get_typlenbyval(c.key_type, &c.key_len, &c.key_byval);
 		SPI_finish();
@@ -860,8 +873,13 @@ void truncate_state(FoldCache *c) {
 using ShardFold = ce::citus::ShardTrigger; // state[0]: the delta shard, state[1]: the base shard
 
 // The delta and base tables of counter id: named by the trigger (1.8:
-// beside the source), or 1.7's in counter_internal.
-void shard_fold_tables(TriggerData *td, int32 id, const char *tables[2]) {
+// beside the source), or 1.7's in counter_internal; and its anchors when
+// it is keyed by another column than the distribution column (tables[2],
+// else nullptr). How many: 2 or 3.
+int shard_fold_tables(TriggerData *td, int32 id, const char *tables[3]) {
+	tables[2] = nullptr;
+	if (td->tg_trigger->tgnargs == 12)
+		tables[2] = td->tg_trigger->tgargs[11];
 	if (td->tg_trigger->tgnargs >= 9) {
 		tables[0] = td->tg_trigger->tgargs[7];
 		tables[1] = td->tg_trigger->tgargs[8];
@@ -869,15 +887,24 @@ void shard_fold_tables(TriggerData *td, int32 id, const char *tables[2]) {
 		tables[0] = psprintf("counter_internal.tracked_%d_delta", id);
 		tables[1] = psprintf("counter_internal.tracked_%d_base", id);
 	}
+	return tables[2] != nullptr ? 3 : 2;
 }
 
 // Owns nothing C++: as the table's owner, between SPI_connect and
-// SPI_finish. Finds what trigger td's table is in Citus's metadata.
-void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
+// SPI_finish. Finds what trigger td's table is in Citus's metadata; false
+// for a TRUNCATE trigger left on a shard by a counter that is gone.
+bool shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 	Relation rel = td->tg_relation;
-	const char *tables[2];
-	shard_fold_tables(td, id, tables);
-	ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, 2);
+	const char *tables[3];
+	int n = shard_fold_tables(td, id, tables);
+	ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, n);
+	// a TRUNCATE trigger on a shard whose counter is gone: Citus copies the
+	// distributed table's TRUNCATE trigger to the shards a move or split
+	// makes, and the DROP TRIGGER of untrack does not reach those copies;
+	// the distributed table's own trigger empties the state (below), so
+	// such a copy does nothing, and never makes a TRUNCATE fail
+	if (place == ce::citus::Place::missing && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event))
+		return false;
 	if (place == ce::citus::Place::no_citus)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 		                errmsg("the trigger %s on %s belongs to tracked counter %d on Citus, which is not installed "
@@ -895,6 +922,66 @@ void shard_fold_fill(ShardFold *f, TriggerData *td, int32 id) {
 		                   tables[0]),
 		         errhint("The counter was untracked, or its state was moved apart from the table: drop the trigger "
 		                 "(on the coordinator, with citus.enable_unsafe_triggers on), then counter.track again.")));
+	return true;
+}
+
+// The type of the column a counter keyed by another column than the
+// distribution column anchors its state by (trigger argument 10). Owns
+// nothing C++.
+Oid anchor_type(TriggerData *td) {
+	Oid relid = RelationGetRelid(td->tg_relation);
+	AttrNumber att = get_attnum(relid, td->tg_trigger->tgargs[10]);
+	if (att == InvalidAttrNumber)
+		ereport(ERROR,
+		        (errcode(ERRCODE_UNDEFINED_COLUMN),
+		         errmsg("column \"%s\" of %s, which the trigger %s anchors its counter by, does not exist",
+		                td->tg_trigger->tgargs[10], RelationGetRelationName(td->tg_relation), td->tg_trigger->tgname)));
+	return get_atttype(relid, att);
+}
+
+// Owns nothing C++: inside SPI, as the table's owner, with the trigger's
+// transition tables registered. The anchor of this shard for a counter
+// keyed by another column than the distribution column (doc/citus.md,
+// "Keyed by another column"): the least value of its anchors' shard
+// (state[2]), kept by this backend for the shard (a value Citus placed on
+// it stays on it: a split makes other shards, and this entry is made
+// again). A shard without one (a split made it since the last
+// reconciliation) takes the distribution column of a row this statement
+// counts, which is on this shard, and adds it. False when there is none
+// (the statement changed no row).
+bool shard_anchor(ShardFold *f, TriggerData *td, int kind) {
+	if (f->has_anchor)
+		return true;
+	if (SPI_execute(psprintf("SELECT a.anchor FROM %s a ORDER BY a.anchor LIMIT 1", f->state[2]), true, 1) !=
+	    SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter's anchors failed")));
+	bool isnull = true;
+	Datum anchor = (Datum)0;
+	if (SPI_processed == 1)
+		anchor = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull) {
+		const char *column = quote_identifier(td->tg_trigger->tgargs[10]);
+		if (SPI_execute(psprintf("SELECT x.%s FROM %s x WHERE x.%s IS NOT NULL LIMIT 1", column,
+		                         kind == 1 ? "ce_old" : "ce_new", column),
+		                true, 1) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a transition table failed")));
+		if (SPI_processed == 0)
+			return false;
+		anchor = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		Oid types[1] = {anchor_type(td)};
+		Datum args[1] = {anchor};
+		if (SPI_execute_with_args(psprintf("INSERT INTO %s (anchor) VALUES ($1) ON CONFLICT DO NOTHING", f->state[2]),
+		                          1, types, args, nullptr, false, 0) != SPI_OK_INSERT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("adding a tracked counter's anchor failed")));
+	}
+	int16 len;
+	bool byval;
+	get_typlenbyval(anchor_type(td), &len, &byval);
+	MemoryContext old = MemoryContextSwitchTo(f->context);
+	f->anchor = datumCopy(anchor, byval, len);
+	MemoryContextSwitchTo(old);
+	f->has_anchor = true;
+	return true;
 }
 
 // The statement of one event kind (0 INSERT, 1 DELETE, 2 UPDATE): the
@@ -925,14 +1012,18 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 		rows = leg("ce_old", -1);
 	else
 		rows = psprintf("%s UNION ALL %s", leg("ce_new", 1), leg("ce_old", -1));
-	char *sql = psprintf("INSERT INTO %s AS d (key, bucket, shard, delta)"
-	                     " SELECT x.k, x.b, $1, pg_catalog.sum(x.s) FROM (%s) x GROUP BY x.k, x.b"
-	                     " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0 ORDER BY x.k, x.b"
-	                     " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
-	                     " excluded.delta",
-	                     f->state[0], rows);
-	Oid types[1] = {INT2OID};
-	f->plans[kind] = ce::prepare_kept(sql, 1, types);
+	// keyed by another column than the distribution column: every row
+	// anchored to this shard's anchor ($2, shard_anchor)
+	bool anchored = td->tg_trigger->tgnargs == 12;
+	char *sql =
+	    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta%s)"
+	             " SELECT x.k, x.b, $1, pg_catalog.sum(x.s)%s FROM (%s) x GROUP BY x.k, x.b"
+	             " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0 ORDER BY x.k, x.b"
+	             " ON CONFLICT (key, bucket, shard%s) DO UPDATE SET delta = d.delta OPERATOR(pg_catalog.+)"
+	             " excluded.delta",
+	             f->state[0], anchored ? ", anchor" : "", anchored ? ", $2" : "", rows, anchored ? ", anchor" : "");
+	Oid types[2] = {INT2OID, anchored ? anchor_type(td) : InvalidOid};
+	f->plans[kind] = ce::prepare_kept(sql, anchored ? 2 : 1, types);
 	return f->plans[kind];
 }
 
@@ -940,13 +1031,15 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	if (!f->valid)
-		shard_fold_fill(f, td, id);
+	if (!f->valid && !shard_fold_fill(f, td, id)) {
+		SPI_finish();
+		return;
+	}
 	if (f->shell && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		// Citus copies no TRUNCATE trigger to the shards: the distributed
 		// table's own empties the state, on every shard (distributed DELETEs)
 		if (f->plans[3] == nullptr) {
-			const char *tables[2];
+			const char *tables[3];
 			shard_fold_tables(td, id, tables);
 			f->plans[3] = ce::prepare_kept(
 			    psprintf("WITH d AS (DELETE FROM %s RETURNING 1) DELETE FROM %s", tables[0], tables[1]), 0, nullptr);
@@ -973,7 +1066,11 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
 	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
-	Datum args[1] = {Int16GetDatum(shard_of(shards))};
+	if (td->tg_trigger->tgnargs == 12 && !shard_anchor(f, td, kind)) {
+		SPI_finish(); // no row changed: nothing to count
+		return;
+	}
+	Datum args[2] = {Int16GetDatum(shard_of(shards)), f->anchor};
 	int rc = SPI_execute_plan(shard_fold_plan(f, td, kind), args, nullptr, false, 0);
 	if (rc != SPI_OK_INSERT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -986,10 +1083,11 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 // 1.8 the delta and base tables).
 void shard_fold(TriggerData *td) {
 	int nargs = td->tg_trigger->tgnargs;
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (nargs != 7 && nargs != 9 && nargs != 10))
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 12))
 		throw ce::Error("39P01",
-		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments (7 "
-		                "made by 1.7, 9 by 1.8 before the counter's name)");
+		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments, 12 "
+		                "when its key is not the distribution column (7 made by 1.7, 9 by 1.8 before the counter's "
+		                "name)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
@@ -1097,6 +1195,196 @@ CE_FUNCTION(counter_tracked_shard_add) {
 	return PointerGetDatum(nullptr); // the row is not kept
 }
 
+// Citus (doc/citus.md, "Keyed by another column"): a trigger-mode counter
+// keyed by another column than the distribution column of its source
+// keeps its state on every shard, anchored there, and reconciles a batch
+// of keys on every shard at once through its run table, colocated with the
+// source: the batch function (counter_internal.tracked_anchored_batch)
+// inserts a row per shard (an anchor of the shard, the watermark, the
+// keys), and on the shard this BEFORE INSERT row trigger compares and
+// repairs those keys there, as the table's owner, and writes what it found
+// into the row (found_keys, cached, truth, busy), which the insert returns
+// to the batch. Arguments: counter id, 'citus', the source, its key
+// column, time column, the filter as SQL over ce_new (or ''), the delta
+// and base tables.
+
+// Owns nothing C++: inside SPI, as the table's owner. The statements of a
+// shard's part of a batch: 0 locks the delta rows of the keys ($1) before
+// the watermark ($2) that no writer holds (counter_internal.row_lock_skip:
+// it never waits); 1 reads the rows, base and deltas of those keys in one
+// snapshot and repairs every key none of whose delta rows another holds
+// (busy): its delta rows held ($3-$6) deleted when their amount is the one
+// seen, and only when all of them went, the shard's truth put as its base
+// at the row's anchor ($7) and every other anchor's base of the key deleted.
+SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid key_type, Oid anchor_type) {
+	if (f->plans[which] != nullptr)
+		return f->plans[which];
+	char **a = td->tg_trigger->tgargs;
+	char *eq = ce::keys::qualified_operator(key_type, BTEqualStrategyNumber);
+	char *anchor_eq = ce::keys::qualified_operator(anchor_type, BTEqualStrategyNumber);
+	Oid key_array = get_array_type(key_type);
+	Oid anchor_array = get_array_type(anchor_type);
+	if (!OidIsValid(key_array) || !OidIsValid(anchor_array))
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+	if (which == 0) {
+		char *sql = psprintf("SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket),"
+		                     " pg_catalog.array_agg(d.shard), pg_catalog.array_agg(d.anchor) FROM %s d"
+		                     " WHERE d.key %s ANY ($1) AND d.bucket OPERATOR(pg_catalog.<) $2"
+		                     " AND counter_internal.row_lock_skip(d.tableoid::pg_catalog.regclass, d.ctid)",
+		                     f->state[1], eq);
+		Oid types[2] = {key_array, TIMESTAMPTZOID};
+		f->plans[0] = ce::prepare_kept(sql, 2, types);
+		return f->plans[0];
+	}
+	const char *filter = a[5][0] == '\0' ? "true" : psprintf("(%s)", a[5]);
+	char *sql = psprintf(
+	    "WITH l AS MATERIALIZED ("
+	    " SELECT * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
+	    " pg_catalog.unnest($6)) AS l(k, b, h, a)"
+	    "), z AS MATERIALIZED ("
+	    " SELECT r.key, NULL::pg_catalog.int8 AS b, r.n, NULL::pg_catalog.timestamptz AS bucket,"
+	    " NULL::pg_catalog.int2 AS shard, NULL::%6$s AS anchor, NULL::pg_catalog.int8 AS delta, false AS held"
+	    " FROM (SELECT ce_new.%4$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new"
+	    "  WHERE ce_new.%4$s %7$s ANY ($1) AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %9$s GROUP BY 1) r"
+	    " UNION ALL"
+	    " SELECT b.key, b.base, 0, NULL, NULL, b.anchor, NULL, false FROM %3$s b WHERE b.key %7$s ANY ($1)"
+	    " UNION ALL"
+	    " SELECT d.key, NULL, 0, d.bucket, d.shard, d.anchor, d.delta, l.k IS NOT NULL FROM %2$s d"
+	    " LEFT JOIN l ON l.k %7$s d.key AND l.b OPERATOR(pg_catalog.=) d.bucket AND l.h OPERATOR(pg_catalog.=) d.shard"
+	    "  AND l.a %8$s d.anchor"
+	    " WHERE d.key %7$s ANY ($1) AND d.bucket OPERATOR(pg_catalog.<) $2"
+	    "), s AS MATERIALIZED ("
+	    // numeric, then bounded: no sum of deltas makes the batch fail
+	    " SELECT z.key, LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) OPERATOR(pg_catalog.+)"
+	    " coalesce(pg_catalog.sum(z.delta), 0), -9223372036854775807), 9223372036854775807)::pg_catalog.int8 AS cached,"
+	    " pg_catalog.sum(z.n)::pg_catalog.int8 AS truth, pg_catalog.count(*) FILTER (WHERE z.held) AS held,"
+	    " coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false) AS busy"
+	    " FROM z GROUP BY z.key"
+	    "), absorbed AS ("
+	    " DELETE FROM %2$s d USING z, s"
+	    " WHERE d.key %7$s ANY ($1) AND z.held AND s.key %7$s z.key AND NOT s.busy AND d.key %7$s z.key"
+	    "  AND d.bucket OPERATOR(pg_catalog.=) z.bucket AND d.shard OPERATOR(pg_catalog.=) z.shard"
+	    "  AND d.anchor %8$s z.anchor AND d.delta OPERATOR(pg_catalog.=) z.delta"
+	    " RETURNING d.key"
+	    "), ok AS MATERIALIZED ("
+	    " SELECT s.key, s.truth FROM s"
+	    " LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %7$s s.key"
+	    " WHERE NOT s.busy AND s.held OPERATOR(pg_catalog.=) coalesce(a.n, 0)"
+	    "), gone AS ("
+	    " DELETE FROM %3$s b USING ok WHERE b.key %7$s ANY ($1) AND b.key %7$s ok.key"
+	    "  AND (ok.truth OPERATOR(pg_catalog.=) 0 OR NOT b.anchor %8$s $7)"
+	    " RETURNING 1"
+	    "), put AS ("
+	    " INSERT INTO %3$s AS b (key, anchor, base) SELECT ok.key, $7, ok.truth FROM ok"
+	    " WHERE ok.truth OPERATOR(pg_catalog.<>) 0"
+	    " ON CONFLICT (key, anchor) DO UPDATE SET base = excluded.base"
+	    " WHERE b.base OPERATOR(pg_catalog.<>) excluded.base"
+	    " RETURNING 1"
+	    ")"
+	    " SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),"
+	    " pg_catalog.array_agg(ok.key IS NULL) FROM s LEFT JOIN ok ON ok.key %7$s s.key",
+	    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]),
+	    format_type_be_qualified(anchor_type), eq, anchor_eq, filter);
+	Oid types[7] = {key_array, TIMESTAMPTZOID, key_array, TIMESTAMPTZARRAYOID, INT2ARRAYOID, anchor_array, anchor_type};
+	f->plans[1] = ce::prepare_kept(sql, 7, types);
+	return f->plans[1];
+}
+
+// Owns nothing C++: as the table's owner. The row 'row' of the run table,
+// with what this shard's part of the batch found.
+HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
+	Relation rel = td->tg_relation;
+	TupleDesc desc = RelationGetDescr(rel);
+	static const char *const names[7] = {"anchor", "w", "keys", "found_keys", "cached", "truth", "busy"};
+	int att[7];
+	for (int i = 0; i < 7; i++) {
+		att[i] = SPI_fnumber(desc, names[i]);
+		if (att[i] <= 0)
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+			                errmsg("the run table %s of tracked counter %d has no column \"%s\"",
+			                       RelationGetRelationName(rel), id, names[i])));
+	}
+	bool isnull[3];
+	Datum anchor = heap_getattr(td->tg_trigtuple, att[0], desc, &isnull[0]);
+	Datum w = heap_getattr(td->tg_trigtuple, att[1], desc, &isnull[1]);
+	Datum keys = heap_getattr(td->tg_trigtuple, att[2], desc, &isnull[2]);
+	if (isnull[0] || isnull[1] || isnull[2])
+		ereport(ERROR,
+		        (errcode(ERRCODE_NOT_NULL_VIOLATION),
+		         errmsg("a row of the run table of tracked counter %d needs its anchor, watermark and keys", id)));
+	Oid anchor_type = TupleDescAttr(desc, att[0] - 1)->atttypid;
+	Oid key_type = get_element_type(TupleDescAttr(desc, att[2] - 1)->atttypid);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if (!f->valid) {
+		const char *tables[3] = {td->tg_trigger->tgargs[2], td->tg_trigger->tgargs[6], td->tg_trigger->tgargs[7]};
+		ce::citus::Place place = ce::citus::shard_trigger_fill(f, rel, tables, 3);
+		if (place == ce::citus::Place::no_citus || place == ce::citus::Place::missing)
+			ereport(ERROR,
+			        (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			         errmsg("the trigger %s on %s belongs to tracked counter %d, whose table or state has no "
+			                "shard on this node colocated with %s",
+			                td->tg_trigger->tgname, RelationGetRelationName(rel), id, RelationGetRelationName(rel)),
+			         errhint("The counter was untracked, or its state was moved apart from its table: untrack "
+			                 "it and track it again.")));
+	}
+	if (f->shell)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		                errmsg("the run table %s of tracked counter %d is written on its shards only",
+		                       RelationGetRelationName(rel), id),
+		                errdetail("Its reconciliation inserts a row for each shard through Citus.")));
+	Datum lock_args[2] = {keys, w};
+	if (SPI_execute_plan(shard_reconcile_plan(f, td, 0, key_type, anchor_type), lock_args, nullptr, false, 1) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("locking a tracked counter's deltas failed")));
+	Datum args[7] = {keys, w, 0, 0, 0, 0, anchor};
+	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	for (int i = 0; i < 4; i++) {
+		bool n;
+		args[2 + i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &n);
+		nulls[2 + i] = n ? 'n' : ' ';
+	}
+	if (SPI_execute_plan(shard_reconcile_plan(f, td, 1, key_type, anchor_type), args, nulls, false, 0) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reconciling a tracked counter's shard failed")));
+	int cols[4] = {att[3], att[4], att[5], att[6]};
+	Datum values[4];
+	bool found_null[4];
+	for (int i = 0; i < 4; i++) {
+		Datum v = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &found_null[i]);
+		values[i] = found_null[i] ? (Datum)0 : SPI_datumTransfer(v, false, -1);
+	}
+	SPI_finish();
+	return heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 4, cols, values, found_null);
+}
+
+// counter_internal.tracked_shard_reconcile() (1.8): see above. PUBLIC may
+// execute it (Citus makes it again on a moved or split shard as the table's
+// owner); it runs as the table's owner for a caller with that owner's
+// rights only (the batch function, as the owner), and
+// counter_internal.citus_trigger_creator refuses it to anyone but the
+// table's owner.
+CE_FUNCTION(counter_tracked_shard_reconcile) {
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		throw ce::Error("39P01", "counter_internal.tracked_shard_reconcile must be called as a trigger");
+	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || td->tg_trigger->tgnargs != 8 ||
+	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
+		throw ce::Error("39P01", "counter_internal.tracked_shard_reconcile must be a BEFORE INSERT row trigger with "
+		                         "the 8 arguments counter.track gives it");
+	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
+	if (!ce::citus::caller_has_owner_rights(RelationGetRelid(td->tg_relation)))
+		throw ce::Error("42501", ce::format("only the owner of tracked counter %d reconciles it", id), "",
+		                "counter.reconcile runs it, as the counter's owner.");
+	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
+	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
+	HeapTuple row = ce::as_owner(owner, [f, td, id] { return shard_reconcile_run(f, td, id); });
+	return PointerGetDatum(row);
+}
+
 // counter_internal.tracked_fold(counter id): see above.
 // counter_internal.tracked_shard_fold() (1.8): the trigger of a counter on
 // a table Citus distributes (the shard path above, alone). PUBLIC may
@@ -1110,7 +1398,8 @@ CE_FUNCTION(counter_tracked_shard_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || (td->tg_trigger->tgnargs != 9 && td->tg_trigger->tgnargs != 10) ||
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) ||
+	    (td->tg_trigger->tgnargs != 9 && td->tg_trigger->tgnargs != 10 && td->tg_trigger->tgnargs != 12) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the arguments "
 		                         "counter.track gives it");
@@ -1378,9 +1667,10 @@ CE_FUNCTION(counter_tracked_worker_counters) {
 			worker_counters(nullptr, CurrentMemoryContext, [rsinfo](const Counter &w) {
 				NameData schema;
 				namestrcpy(&schema, w.state_schema);
-				Datum values[5] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id), ObjectIdGetDatum(w.source),
-				                   ObjectIdGetDatum(w.owner), NameGetDatum(&schema)};
-				bool nulls[5] = {false, false, false, false, false};
+				Datum values[6] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id),
+				                   ObjectIdGetDatum(w.source),  ObjectIdGetDatum(w.owner),
+				                   NameGetDatum(&schema),       BoolGetDatum(w.anchor_column != nullptr)};
+				bool nulls[6] = {false, false, false, false, false, false};
 				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 			});
 		SPI_finish();
@@ -1458,9 +1748,13 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
 		}
 		char *cond = many ? psprintf("%s ANY ($1)", eq) : psprintf("%s $1", eq);
-		char *state = psprintf("SELECT b.key, b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
-		                       " UNION ALL SELECT d.key, d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s",
-		                       base, cond, delta, cond);
+		// (anchored by the distribution column, keyed by another: the
+		// union names the anchor, so that Citus pushes it down whole to
+		// every shard, where each key has a base and deltas)
+		bool anchored = c.anchor_column != nullptr;
+		char *state = psprintf("SELECT b.key, %s b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
+		                       " UNION ALL SELECT d.key, %s d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s",
+		                       anchored ? "b.anchor," : "", base, cond, anchored ? "d.anchor," : "", delta, cond);
 		if (!many)
 			sql =
 			    psprintf("SELECT %scoalesce(pg_catalog.sum(z.v), 0)%s FROM (%s) z", bounded_open, bounded_close, state);

@@ -228,12 +228,15 @@ $$;
 
 -- A trigger-mode tracked counter on a table Citus distributes (doc/citus.md,
 -- "Trigger-mode counters on a distributed table"): true when source is a
--- hash-distributed table (not a partition of one) whose distribution column
--- is key_column, and every node has Citus's metadata (the shard triggers
--- find their counter's colocated state there): then the counter's state is
--- distributed colocated with it and its triggers run on the shards. False
--- when Citus does not distribute source. Any other layout is refused
--- (0A000), before anything is made.
+-- hash-distributed table (not a partition of one) and every node has
+-- Citus's metadata (the shard triggers find their counter's colocated state
+-- there): then the counter's state is distributed colocated with it and its
+-- triggers run on the shards. Keyed by the distribution column, its state
+-- is keyed by it; keyed by another column (1.8), each state row is anchored
+-- to a value of the distribution column on its shard, which the
+-- distribution column's type must be able to give
+-- (counter_internal.citus_anchor_sql). False when Citus does not distribute
+-- source. Any other layout is refused (0A000), before anything is made.
 CREATE OR REPLACE FUNCTION counter_internal.citus_tracked_check(source regclass, key_column name, buffered boolean,
     replicated boolean)
 RETURNS boolean
@@ -241,25 +244,70 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    p record;
     why text;
 BEGIN
     IF NOT counter_internal.citus_distributed(source) THEN
         RETURN false;
     END IF;
-    why := counter_internal.citus_colocation_why(source, key_column);
+    p := counter_internal.citus_layout(source);
+    why := p.why;
     IF why IS NOT NULL THEN
         NULL;
     ELSIF buffered THEN
         why := 'A buffered trigger-mode counter is not supported there (its buffer is in the shared memory of the node that writes).';
     ELSIF replicated THEN
         why := 'replicated => true is not supported there.';
+    ELSIF p.col IS DISTINCT FROM key_column
+          AND counter_internal.citus_anchor_sql((counter_internal.column_of(source, p.col)).atttypid::regtype) IS NULL THEN
+        why := pg_catalog.format('Keyed by another column than the distribution column (%s), the counter anchors its state to values of that column, whose type (%s) is not one of smallint, integer, bigint, numeric, text, varchar and uuid.',
+                                 p.col, (counter_internal.column_of(source, p.col)).atttypid::regtype);
     END IF;
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a trigger-mode tracked counter on %, a table Citus distributes, is not supported yet in this form', source
             USING ERRCODE = 'feature_not_supported', DETAIL = why,
-                  HINT = 'On a hash-distributed table, key the counter by the distribution column; otherwise use an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a hash-distributed table, use a trigger-mode counter that is not buffered, or an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN true;
+END
+$$;
+
+-- The distribution column of source, a table Citus distributes, when a
+-- trigger-mode counter keyed by key_column anchors its state to it (the key
+-- is another column: doc/citus.md, "Keyed by another column"); NULL when
+-- the key is the distribution column.
+CREATE OR REPLACE FUNCTION counter_internal.citus_anchor_column(source regclass, key_column name)
+RETURNS name
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    col name := (counter_internal.citus_layout(source)).col;
+BEGIN
+    RETURN CASE WHEN col IS DISTINCT FROM key_column THEN col END;
+END
+$$;
+
+-- An expression of type typ over ce_i (a bigint from 0 up) that gives a
+-- different value for each ce_i: the values the batch function
+-- (counter_internal.tracked_anchored_batch) tries, in order, to find one that Citus places on each shard (0, 1, -1,
+-- 2, -2, ... for numbers; '0', '1', ... for text; the uuid whose low bits
+-- are ce_i). NULL when typ is none of those.
+CREATE OR REPLACE FUNCTION counter_internal.citus_anchor_sql(typ regtype)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE
+    WHEN typ IN ('pg_catalog.int2'::regtype, 'pg_catalog.int4'::regtype, 'pg_catalog.int8'::regtype,
+                 'pg_catalog.numeric'::regtype)
+        THEN pg_catalog.format('(CASE WHEN ce_i OPERATOR(pg_catalog.%%) 2 OPERATOR(pg_catalog.=) 1'
+                               ' THEN (ce_i OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog./) 2'
+                               ' ELSE OPERATOR(pg_catalog.-) (ce_i OPERATOR(pg_catalog./) 2) END)::%s', typ)
+    WHEN typ IN ('pg_catalog.text'::regtype, 'pg_catalog.varchar'::regtype)
+        THEN pg_catalog.format('ce_i::pg_catalog.text::%s', typ)
+    WHEN typ OPERATOR(pg_catalog.=) 'pg_catalog.uuid'::regtype
+        THEN 'pg_catalog.lpad(pg_catalog.to_hex(ce_i), 32, ''0'')::pg_catalog.uuid'
 END
 $$;
 
@@ -539,7 +587,7 @@ BEGIN
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
                AND p.proname IN ('tracked_fold', 'rollup_trigger', 'tracked_shard_fold', 'rollup_shard_mark',
-                                 'tracked_shard_add')
+                                 'tracked_shard_add', 'tracked_shard_reconcile')
                AND t.tgnargs OPERATOR(pg_catalog.>=) 1 LOOP
         IF g.citus THEN
             -- a distributed counter's or rollup's trigger (src/tracked.cpp,
@@ -590,6 +638,24 @@ BEGIN
                     -- coordinator was checked there)
                     registered := registered OR g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$';
                 END IF;
+            ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_reconcile' THEN
+                -- (1.8) only on the run table of the counter it names (a
+                -- trigger-mode counter keyed by another column:
+                -- tracked_make_run), or a shard of it; on a worker node, whose
+                -- metadata may not name the shard yet, by its name
+                IF EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
+                    registered := EXISTS (
+                        SELECT FROM counter.tracked c
+                        JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
+                        WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
+                          AND c.anchor_column IS NOT NULL
+                          AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
+                          AND g.relname OPERATOR(pg_catalog.~)
+                              ('^counter_tracked_' OPERATOR(pg_catalog.||) c.counter_id OPERATOR(pg_catalog.||) '_run(_[0-9]+)?$'));
+                ELSE
+                    registered := registered OR g.relname OPERATOR(pg_catalog.~)
+                        ('^counter_tracked_' OPERATOR(pg_catalog.||) g.arg OPERATOR(pg_catalog.||) '_run(_[0-9]+)?$');
+                END IF;
             ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_fold'
                   AND pg_catalog.cardinality(g.args) OPERATOR(pg_catalog.>=) 10
                   AND EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
@@ -610,7 +676,7 @@ BEGIN
                                AND pg_catalog.substring(g.relname::text, pg_catalog.length(s.relname::text) OPERATOR(pg_catalog.+) 2)
                                    OPERATOR(pg_catalog.~) '^[0-9]+$')));
             END IF;
-        ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') THEN
+        ELSIF g.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add', 'tracked_shard_reconcile') THEN
             registered := false; -- only with a distributed counter's or rollup's arguments
         ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_fold' THEN
             registered := EXISTS (SELECT FROM counter.tracked c
@@ -624,7 +690,8 @@ BEGIN
         IF NOT registered THEN
             RAISE EXCEPTION 'trigger % of counter_ext on % is refused: % is not the source of its %',
                     g.tgname, g.rel, g.rel,
-                    CASE WHEN g.proname IN ('tracked_fold', 'tracked_shard_fold', 'tracked_shard_add') THEN 'tracked counter' ELSE 'rollup' END
+                    CASE WHEN g.proname IN ('tracked_fold', 'tracked_shard_fold', 'tracked_shard_add', 'tracked_shard_reconcile')
+                         THEN 'tracked counter' ELSE 'rollup' END
                 USING ERRCODE = 'feature_not_supported',
                       DETAIL = 'Citus copies a table''s triggers to its shards (create_distributed_table, create_reference_table) and to the table it makes again (undistribute_table, alter_distributed_table); counter_ext''s catalog does not name the copy, so every write to it would fail.',
                       HINT = 'Untrack the trigger-mode counter (counter.untrack) or drop the rollup (counter.rollup_drop) before the call, and make it again after if it is supported there (doc/citus.md).';
@@ -658,7 +725,7 @@ BEGIN
              JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.tgrelid
              WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_trigger'::pg_catalog.regclass
                AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
-               AND p.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add') LOOP
+               AND p.proname IN ('tracked_shard_fold', 'rollup_shard_mark', 'tracked_shard_add', 'tracked_shard_reconcile') LOOP
         IF NOT pg_catalog.pg_has_role(g.relowner, 'USAGE') THEN
             RAISE EXCEPTION 'only the owner of % may attach the trigger % of counter_ext', g.rel, g.tgname
                 USING ERRCODE = 'insufficient_privilege',
@@ -708,9 +775,8 @@ DECLARE
     x record;
 BEGIN
     FOR x IN SELECT 'counter' AS what, c.name, c.source, c.state_schema,
-                    ARRAY[counter_internal.tracked_table(c, 'base'), counter_internal.tracked_table(c, 'delta')]
-                    || CASE WHEN c.mode OPERATOR(pg_catalog.=) 'application' THEN ARRAY[counter_internal.tracked_table(c, 'inbox')]
-                            ELSE '{}'::text[] END AS tabs,
+                    ARRAY(SELECT counter_internal.tracked_table(c, p.p)
+                          FROM pg_catalog.unnest(counter_internal.tracked_state_parts(c)) AS p(p)) AS tabs,
                     -- a table whose trigger (once made) names a table: the table, the trigger, the name
                     CASE WHEN c.mode OPERATOR(pg_catalog.=) 'application' THEN counter_internal.tracked_table(c, 'inbox') END AS on_table,
                     pg_catalog.format('counter_%s_add', c.counter_id) AS trg, c.source::text AS named

@@ -87,12 +87,22 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_add';
 
+-- (1.8) The trigger on the shards of the run table of a trigger-mode counter
+-- on Citus keyed by another column than the distribution column: one
+-- shard's part of a reconciliation batch (counter_internal.tracked_make_run;
+-- src/tracked.cpp, shard_reconcile). EXECUTE is revoked from PUBLIC
+-- (99_internal.sql).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_reconcile()
+RETURNS trigger
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'counter_tracked_shard_reconcile';
+
 -- (1.8) On a Citus node, the counters whose state is beside their rows as
 -- their triggers describe them there (an application-mode counter's inbox
 -- trigger, a trigger-mode counter's INSERT trigger; src/tracked.cpp,
 -- worker_counters): what counter.tracked_values reads on a worker node.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_worker_counters()
-RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name)
+RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name, anchored boolean)
 LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_tracked_worker_counters';
@@ -332,6 +342,131 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
 END
 $fn$;
 
+-- The body of the batch function of a counter keyed by another column than
+-- the distribution column of its source (t.anchor_column: doc/citus.md,
+-- "Keyed by another column"), whose state is anchored on every shard.
+-- A batch is the next ce_limit keys in key order, chosen by one distributed
+-- query as for a counter keyed by the distribution column; each key's rows
+-- are on every shard. Before a run's first batch every shard is given an
+-- anchor (a split's new shard has none until its trigger counts a row).
+-- Then one INSERT puts a row per shard into the run table (an anchor of the
+-- shard, the watermark, the keys: Citus sends each shard its row, the
+-- shards of a node one after another, the nodes at once), and on each
+-- shard the row's trigger (src/tracked.cpp, shard_reconcile) does what
+-- tracked_citus_batch's two statements do on a key's shard, for the keys'
+-- rows, base and deltas there: locks the delta rows before the watermark
+-- that no writer holds, reads rows, base and deltas in one snapshot,
+-- repairs each key no writer holds there (its delta rows it holds deleted,
+-- the shard's truth installed as its base at the row's anchor, every other
+-- anchor's base of the key deleted), and returns what it found. A key's
+-- cached value and truth are the sums over the shards; it is busy when a
+-- writer holds it on any shard. A shard keeps every count of the rows it
+-- had when Citus split it: the shard that keeps the anchor holds them
+-- after, and each shard's truth put back as its base moves them where
+-- their rows are (the sums over the shards stay right). All in the
+-- caller's distributed transaction (two-phase commit over the nodes).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_anchored_batch(t counter.tracked)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    ops text[] := counter_internal.key_operators(t.key_type);
+    f text := CASE WHEN t.filter IS NULL THEN 'true'
+                   ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
+                                                           'ce_new') || ')' END;
+BEGIN
+    RETURN format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %5$s[];
+    ce_after_key %5$s := ce_after::%5$s;
+    ce_have bigint[];
+    ce_missing bigint[];
+    ce_tries bigint := 1024;
+    ce_anchors %10$s[];
+    ce_r record;
+    ce_rk %5$s[] := '{}';
+    ce_rc bigint[] := '{}';
+    ce_rt bigint[] := '{}';
+    ce_rb boolean[] := '{}';
+BEGIN
+    IF ce_after IS NULL THEN
+        -- every shard an anchor (counter_internal.citus_anchor_sql's values)
+        LOOP
+            SELECT pg_catalog.array_agg(pg_catalog.get_shard_id_for_distribution_column(%12$L, a.anchor))
+            INTO ce_have FROM %8$s a;
+            SELECT pg_catalog.array_agg(s.shardid) INTO ce_missing FROM pg_catalog.pg_dist_shard s
+            WHERE s.logicalrelid OPERATOR(pg_catalog.=) %12$L::pg_catalog.regclass
+              AND s.shardid OPERATOR(pg_catalog.<>) ALL (coalesce(ce_have, '{}'));
+            EXIT WHEN ce_missing IS NULL;
+            IF ce_tries OPERATOR(pg_catalog.>) 16777216 THEN
+                RAISE EXCEPTION 'no value of the distribution column of %% falls on %% of its shards', %13$L,
+                    pg_catalog.cardinality(ce_missing) USING ERRCODE = 'internal_error';
+            END IF;
+            INSERT INTO %8$s (anchor)
+            SELECT DISTINCT ON (x.s) x.v FROM (
+                SELECT %11$s AS v, ce_i, pg_catalog.get_shard_id_for_distribution_column(%12$L, %11$s) AS s
+                FROM pg_catalog.generate_series(0::bigint, ce_tries) AS ce_i) x
+            WHERE x.s OPERATOR(pg_catalog.=) ANY (ce_missing) ORDER BY x.s, x.ce_i
+            ON CONFLICT DO NOTHING;
+            ce_tries := ce_tries OPERATOR(pg_catalog.*) 16;
+        END LOOP;
+    END IF;
+
+    SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+        SELECT DISTINCT u.k FROM (
+            (SELECT DISTINCT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
+             ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
+             ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
+             WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
+               AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
+             ORDER BY 1 LIMIT ce_limit)
+        ) u ORDER BY 1 LIMIT ce_limit) s;
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- an anchor of each shard: its row of the run table lands there
+    -- (the least of each shard's, chosen here: Citus does not push down an
+    -- ordered aggregate grouped by another column)
+    SELECT pg_catalog.array_agg(a.anchor) INTO ce_anchors FROM %8$s a;
+    SELECT pg_catalog.array_agg(x.a) INTO ce_anchors FROM (
+        SELECT DISTINCT ON (pg_catalog.get_shard_id_for_distribution_column(%12$L, u.a)) u.a
+        FROM pg_catalog.unnest(ce_anchors) AS u(a)
+        ORDER BY pg_catalog.get_shard_id_for_distribution_column(%12$L, u.a), u.a) x;
+    FOR ce_r IN INSERT INTO %14$s AS r (anchor, w, keys)
+                SELECT a.anchor, ce_w, ce_keys FROM %8$s a WHERE a.anchor OPERATOR(pg_catalog.=) ANY (ce_anchors)
+                RETURNING r.found_keys, r.cached, r.truth, r.busy LOOP
+        ce_rk := ce_rk || ce_r.found_keys;
+        ce_rc := ce_rc || ce_r.cached;
+        ce_rt := ce_rt || ce_r.truth;
+        ce_rb := ce_rb || ce_r.busy;
+    END LOOP;
+    DELETE FROM %14$s r WHERE r.anchor OPERATOR(pg_catalog.=) ANY (ce_anchors);
+
+    RETURN QUERY
+    SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), coalesce(c.busy, false), k.o
+    FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
+    LEFT JOIN (SELECT x.key,
+                      LEAST(GREATEST(pg_catalog.sum(x.cached), -9223372036854775807), 9223372036854775807)::bigint AS cached,
+                      pg_catalog.sum(x.truth)::bigint AS truth, pg_catalog.bool_or(x.busy) AS busy
+               FROM ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt),
+                               pg_catalog.unnest(ce_rb)) AS x(key, cached, truth, busy)
+               GROUP BY x.key) c ON c.key %15$s k.key;
+END
+$b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
+        counter_internal.tracked_table(t, 'anchor'), ops[3], counter_internal.tracked_anchor_type(t)::text,
+        counter_internal.citus_anchor_sql(counter_internal.tracked_anchor_type(t)),
+        counter_internal.tracked_table(t, 'anchor'), t.source::text, counter_internal.tracked_table(t, 'run'), ops[1]);
+END
+$fn$;
+
 -- (Re)creates counter t's batch function (below); tracked_build calls it, and
 -- so does the update to 1.5 for every counter.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_build_batch(t counter.tracked)
@@ -350,7 +485,8 @@ BEGIN
     f := CASE WHEN t.filter IS NULL THEN 'true'
               ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
                                                       'ce_new') || ')' END;
-    body := CASE WHEN t.distributed THEN counter_internal.tracked_citus_batch(t, f)
+    body := CASE WHEN t.anchor_column IS NOT NULL THEN counter_internal.tracked_anchored_batch(t)
+                 WHEN t.distributed THEN counter_internal.tracked_citus_batch(t, f)
                  ELSE counter_internal.tracked_batch_sql(t, f) END;
     -- on this node only (Citus: not propagated to the workers; it runs here)
     IF pg_catalog.to_regprocedure(fn_batch || '(timestamptz, timestamptz, text, boolean, integer)') IS NOT NULL THEN
@@ -573,6 +709,11 @@ BEGIN
                                  -- (1.8) its name: how a worker node finds the counter to read it
                                  -- (src/tracked.cpp, worker_counters)
                                  t.name)
+                          -- (1.8) keyed by another column: the column its
+                          -- state is anchored by, and its anchors
+                          || CASE WHEN t.anchor_column IS NOT NULL
+                                  THEN format(', %L, %L', t.anchor_column, counter_internal.tracked_table(t, 'anchor'))
+                                  ELSE '' END
                      ELSE format('%L', t.counter_id) END;
         FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, t.source) FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) t.source
@@ -735,11 +876,42 @@ BEGIN
 END
 $$;
 
+-- The parts of counter t's state, by the names counter_internal.tracked_table
+-- gives them: base and delta; on Citus the inbox of an application-mode
+-- counter (tracked_make_inbox), and the anchors and run table of a counter
+-- keyed by another column than the distribution column (tracked_make_run).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_state_parts(t counter.tracked)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT ARRAY['base', 'delta']
+       OPERATOR(pg_catalog.||) CASE WHEN t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application'
+                                    THEN ARRAY['inbox'] ELSE '{}'::text[] END
+       OPERATOR(pg_catalog.||) CASE WHEN t.anchor_column IS NOT NULL THEN ARRAY['anchor', 'run'] ELSE '{}'::text[] END
+$$;
+
+-- The type of the column counter t's state is anchored by (its source's
+-- distribution column: counter.tracked.anchor_column), or NULL.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_anchor_type(t counter.tracked)
+RETURNS regtype
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT CASE WHEN t.anchor_column IS NOT NULL
+            THEN (counter_internal.column_of(t.source, t.anchor_column)).atttypid::pg_catalog.regtype END
+$$;
+
 -- The state tables of a new counter t (counter_internal.track): base (a
 -- value per key) and delta (per key, bucket and shard), the owner's, no
 -- right for PUBLIC; on Citus colocated with the source (its shards'
 -- triggers write their own shard), else with the triggers that count their
 -- writers (reads keep values while none is in flight: src/read_cache.cpp).
+-- Keyed by another column than the distribution column (t.anchor_column,
+-- doc/citus.md, "Keyed by another column"), each row of base and delta also
+-- holds an anchor, a value of the distribution column that Citus places on
+-- the shard whose rows it counts, and is distributed by it: a key has a
+-- base and deltas on every shard that has its rows.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_make_state(t counter.tracked)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -748,28 +920,95 @@ AS $$
 DECLARE
     base_t text := counter_internal.tracked_table(t, 'base');
     delta_t text := counter_internal.tracked_table(t, 'delta');
+    anchor_type regtype := counter_internal.tracked_anchor_type(t);
+    part text;
 BEGIN
-    EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, t.key_type);
-    -- fillfactor (1.7): a delta row is updated in place by every flush and
-    -- every fold that touches its key; room on its page keeps the update HOT
-    -- (no new index entry, no index bloat for the next upsert's probe)
-    EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
-                   ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard)) WITH (fillfactor = 60)',
-                   delta_t, t.key_type);
+    IF anchor_type IS NULL THEN
+        EXECUTE format('CREATE TABLE %s (key %s PRIMARY KEY, base bigint NOT NULL)', base_t, t.key_type);
+        -- fillfactor (1.7): a delta row is updated in place by every flush and
+        -- every fold that touches its key; room on its page keeps the update HOT
+        -- (no new index entry, no index bloat for the next upsert's probe)
+        EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                       ' delta bigint NOT NULL, PRIMARY KEY (key, bucket, shard)) WITH (fillfactor = 60)',
+                       delta_t, t.key_type);
+    ELSE
+        EXECUTE format('CREATE TABLE %s (key %s NOT NULL, anchor %s NOT NULL, base bigint NOT NULL,'
+                       ' PRIMARY KEY (key, anchor))', base_t, t.key_type, anchor_type);
+        EXECUTE format('CREATE TABLE %s (key %s NOT NULL, bucket timestamptz NOT NULL, shard smallint NOT NULL,'
+                       ' delta bigint NOT NULL, anchor %s NOT NULL, PRIMARY KEY (key, bucket, shard, anchor))'
+                       ' WITH (fillfactor = 60)', delta_t, t.key_type, anchor_type);
+    END IF;
     IF t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application' THEN
         -- first: the event trigger counter_citus_state wants every state
         -- table of the counter there at each ALTER TABLE
         PERFORM counter_internal.tracked_make_inbox(t);
     END IF;
+    IF anchor_type IS NOT NULL THEN
+        PERFORM counter_internal.tracked_make_run(t, anchor_type);
+    END IF;
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, t.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, t.owner);
     EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', base_t, delta_t);
     IF t.distributed THEN
-        PERFORM counter_internal.citus_colocate(base_t::regclass, t.source);
-        PERFORM counter_internal.citus_colocate(delta_t::regclass, t.source);
+        FOREACH part IN ARRAY ARRAY['base', 'delta'] LOOP
+            PERFORM counter_internal.citus_colocate(counter_internal.tracked_table(t, part)::regclass, t.source,
+                                                    coalesce(CASE WHEN anchor_type IS NOT NULL THEN 'anchor' END, 'key'));
+        END LOOP;
     ELSE
         PERFORM counter_internal.tracked_state_triggers(t);
     END IF;
+END
+$$;
+
+-- The anchors and the run table of counter t, keyed by another column than
+-- the distribution column of its source (doc/citus.md, "Keyed by another
+-- column"), both the owner's, no right for PUBLIC, distributed colocated
+-- with the source by their column anchor (of anchor_type, the distribution
+-- column's):
+-- - anchor: a value of the distribution column for each shard (or a few).
+--   A shard's trigger anchors what it counts to the least one in the
+--   shard's (src/tracked.cpp, shard_fold; it adds the distribution column
+--   of a row it counts when the shard has none, as after a split), and
+--   the batch function gives every shard one before each reconciliation
+--   (tracked_anchored_batch).
+-- - run: the reconciliation's way to each shard. The batch function
+--   inserts a row per shard (an anchor of it, the watermark, the batch's
+--   keys); on the shard this BEFORE INSERT trigger
+--   (counter_internal.tracked_shard_reconcile) compares and repairs those
+--   keys there, in one snapshot, as the table's owner, and writes what it
+--   found into the row, which the insert returns; the batch then deletes
+--   the rows. Every shard's part is in the batch's distributed
+--   transaction.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_make_run(t counter.tracked, anchor_type regtype)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    anchor_t text := counter_internal.tracked_table(t, 'anchor');
+    run_t text := counter_internal.tracked_table(t, 'run');
+BEGIN
+    EXECUTE format('CREATE TABLE %s (anchor %s PRIMARY KEY)', anchor_t, anchor_type);
+    EXECUTE format('CREATE TABLE %s (anchor %s NOT NULL, w timestamptz NOT NULL, keys %s[] NOT NULL,'
+                   ' found_keys %s[], cached bigint[], truth bigint[], busy boolean[])',
+                   run_t, anchor_type, t.key_type, t.key_type);
+    -- moved and split with the source's shards by logical replication: a
+    -- replica identity (it holds a row only within a batch)
+    EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', run_t);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', anchor_t, t.owner);
+    EXECUTE format('ALTER TABLE %s OWNER TO %s', run_t, t.owner);
+    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', anchor_t, run_t);
+    PERFORM counter_internal.citus_colocate(anchor_t::regclass, t.source, 'anchor');
+    PERFORM counter_internal.citus_colocate(run_t::regclass, t.source, 'anchor');
+    -- the arguments: counter id, 'citus', the source, its key column, time
+    -- column, the filter as SQL printed from its stored tree (or ''), the
+    -- delta and base tables (none changes after track)
+    PERFORM counter_internal.citus_trigger_ddl(format(
+        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_reconcile(%L, %L, %L, %L, %L, %L, %L, %L)',
+        format('counter_%s_run', t.counter_id), run_t, t.counter_id, 'citus', t.source::text, t.key_column,
+        t.time_column,
+        coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner, 'ce_new'), ''),
+        counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base')));
 END
 $$;
 
@@ -869,14 +1108,19 @@ DECLARE
     t counter.tracked;
     compiled text[];
     distributed boolean := false;
+    anchor_column name;
 BEGIN
     PERFORM counter_internal.track_check_args(name, source, key_column, time_column, mode, watermark_lag,
         bucket_width, shards, batch_size, drift_log_threshold, alert_threshold, reconcile_every, verify_every,
         replicated, buffered, max_future);
     IF mode OPERATOR(pg_catalog.=) 'trigger' THEN
-        -- on Citus: a hash-distributed source keyed by its distribution
-        -- column, or refused (0A000)
+        -- on Citus: a hash-distributed source, its state anchored to the
+        -- distribution column when the key is another column, or refused
+        -- (0A000)
         distributed := counter_internal.citus_tracked_check(source, key_column, buffered, replicated);
+        IF distributed THEN
+            anchor_column := counter_internal.citus_anchor_column(source, key_column);
+        END IF;
     ELSIF NOT buffered THEN
         -- on Citus: the state beside the rows when the source is
         -- hash-distributed by the key, else the coordinator's
@@ -898,18 +1142,18 @@ BEGIN
 
     INSERT INTO counter.tracked AS c (name, source, key_column, key_type, time_column, filter, filter_tree,
         filter_relid, mode, watermark_lag, bucket_width, shards, batch_size, drift_log_threshold, alert_threshold,
-        reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future, distributed)
+        reconcile_every, owner, verify_every, source_relid, replicated, buffered, max_future, distributed,
+        anchor_column)
     VALUES (name, source, key_column, src.key_type, time_column, compiled[1], compiled[2],
         CASE WHEN compiled IS NOT NULL THEN source::oid END, mode, watermark_lag, bucket_width, shards,
         batch_size, drift_log_threshold, alert_threshold, reconcile_every, src.owner, verify_every, source::oid,
-        replicated, buffered, max_future, distributed)
+        replicated, buffered, max_future, distributed, anchor_column)
     RETURNING * INTO t;
     IF distributed THEN
         -- beside the source, so that Citus can move its shards with the source's
         t.state_schema := counter_internal.citus_state_schema('counter', source, src.owner,
-            ARRAY[format('counter_tracked_%s_base', t.counter_id), format('counter_tracked_%s_delta', t.counter_id)]
-            || CASE WHEN mode OPERATOR(pg_catalog.=) 'application' THEN ARRAY[format('counter_tracked_%s_inbox', t.counter_id)]
-                    ELSE '{}'::text[] END);
+            ARRAY(SELECT format('counter_tracked_%s_%s', t.counter_id, p.p)
+                  FROM pg_catalog.unnest(counter_internal.tracked_state_parts(t)) AS p(p)));
         UPDATE counter.tracked c SET state_schema = t.state_schema WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
     END IF;
     PERFORM counter_internal.tracked_make_state(t);
@@ -1001,10 +1245,9 @@ BEGIN
                    format('tracked_%s_batch', t.counter_id)));
     IF t.distributed AND pg_catalog.to_regclass(counter_internal.tracked_table(t, 'base')) IS NOT NULL THEN
         -- distributed: dropped on every node, as the owner (above)
-        PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TABLE IF EXISTS %s, %s%s',
-            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
-            CASE WHEN t.mode OPERATOR(pg_catalog.=) 'application'
-                 THEN ', ' || counter_internal.tracked_table(t, 'inbox') ELSE '' END), true);
+        PERFORM counter_internal.exec_as_owner_cmd(t.owner, 'DROP TABLE IF EXISTS ' || pg_catalog.array_to_string(
+            ARRAY(SELECT counter_internal.tracked_table(t, p.p)
+                  FROM pg_catalog.unnest(counter_internal.tracked_state_parts(t)) AS p(p)), ', '), true);
     ELSE
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', counter_internal.tracked_table(t, 'base'),
                        counter_internal.tracked_table(t, 'delta'));
@@ -1060,17 +1303,21 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- summed on its shard, in numeric, bounded to bigint; $1 is exec_as_owner's
 -- argument. tracked_all_values runs it on the coordinator and on a worker
 -- node.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text, anchored boolean)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+-- (anchored: a counter keyed by another column than the distribution
+-- column, whose state is distributed by its column anchor: the union names
+-- it, so that Citus pushes the union down to the shards)
 SELECT pg_catalog.format(
     'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
-    ' SELECT b.key, b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, d.delta::numeric FROM %2$s d) z'
+    ' SELECT b.key, %3$s b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, %4$s d.delta::numeric FROM %2$s d) z'
     ' GROUP BY z.key)'
     ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
-    ' FROM x WHERE $1 ORDER BY x.key', base, delta)
+    ' FROM x WHERE $1 ORDER BY x.key', base, delta, CASE WHEN anchored THEN 'b.anchor,' ELSE '' END,
+    CASE WHEN anchored THEN 'd.anchor,' ELSE '' END)
 $$;
 
 -- Every key with state of every tracked counter the caller may read (SELECT
@@ -1113,7 +1360,8 @@ BEGIN
             RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner,
                 counter_internal.tracked_distributed_values_sql(
                     pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
-                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id))),
+                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
+                    w.anchored),
                 true) AS v(key text, value bigint);
         END LOOP;
         RETURN;
@@ -1125,7 +1373,8 @@ BEGIN
             -- per key on the shards (src/tracked.cpp, value_plan)
             RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner,
                 counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
-                                                                counter_internal.tracked_table(t, 'delta')),
+                                                                counter_internal.tracked_table(t, 'delta'),
+                                                                t.anchor_column IS NOT NULL),
                 true) AS v(key text, value bigint);
             CONTINUE;
         END IF;
@@ -1187,7 +1436,9 @@ AS $fn$
 DECLARE
     shards bigint;
 BEGIN
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+    -- (a counter keyed by another column than the distribution column: a
+    -- batch's keys go to every shard, in one statement: batch_size)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL OR t.anchor_column IS NOT NULL THEN
         RETURN t.batch_size;
     END IF;
     EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1'

@@ -14,3 +14,10 @@ ALTER TABLE counter.tracked ADD COLUMN distributed boolean NOT NULL DEFAULT fals
 -- (doc/citus.md, "Shard moves, splits and rebalancing";
 -- counter_internal.citus_state_schema, tracked_table).
 ALTER TABLE counter.tracked ADD COLUMN state_schema name;
+-- (1.8) A trigger-mode counter on a hash-distributed table keyed by another
+-- column than its distribution column: that column's name (NULL for every
+-- other counter). Its state is distributed colocated with the source as
+-- above, each row of it anchored to a value of the distribution column that
+-- lives on the shard that counted it (doc/citus.md, "Keyed by another
+-- column"; counter_internal.tracked_anchored_batch, src/tracked.cpp).
+ALTER TABLE counter.tracked ADD COLUMN anchor_column name;

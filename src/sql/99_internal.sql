@@ -24,6 +24,7 @@ GRANT EXECUTE ON FUNCTION counter_internal.rollup_newest_hour(integer) TO PUBLIC
 -- (counter_internal.citus_trigger_creator; doc/security.md).
 GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_fold() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_add() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_reconcile() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION counter_internal.rollup_shard_mark() TO PUBLIC;
 -- And the function a trigger-mode rollup's recompute runs on every node as
 -- the rollup's owner: it holds only the hours of a table its caller owns.

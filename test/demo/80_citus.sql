@@ -22,6 +22,10 @@ SELECT create_distributed_table('demo.clicks', 'link_id', shard_count => 8);
 -- rollup with unique visitors: both keyed by the distribution column, so their
 -- triggers write only to the shard beside the rows, in the writer's transaction.
 SELECT counter.track('citus_clicks_per_link', 'demo.clicks', 'link_id', 'occurred_at', filter => $$kind <> 'bot'$$);
+-- Clicks per visitor: keyed by another column than the distribution column, so a
+-- visitor's clicks are on every shard; each shard counts its own, in the writer's
+-- transaction, anchored to a link value of that shard (doc/citus.md).
+SELECT counter.track('citus_clicks_per_visitor', 'demo.clicks', 'visitor_id', 'occurred_at');
 SELECT counter.rollup_create('clicks_live', 'demo.clicks', 'occurred_at', '{link_id}', distinct_on => '{visitor_id}');
 -- A deferred rollup by kind: a group has rows on every shard, so it is refreshed
 -- from partial sums the shards compute.
@@ -46,6 +50,10 @@ CREATE TEMP TABLE truth AS SELECT link_id, count(*) AS n FROM demo.clicks WHERE 
 SELECT count(*) AS links, count(*) FILTER (WHERE v.value = t.n) AS exact
 FROM truth t JOIN counter.tracked_values v ON v.counter = 'citus_clicks_per_link' AND v.key = t.link_id::text;
 SELECT counter.value('citus_clicks_per_link', 1::bigint) AS link_1;
+-- So does every visitor's: one read sums the visitor's counts of every shard.
+CREATE TEMP TABLE per_visitor AS SELECT visitor_id, count(*) AS n FROM demo.clicks GROUP BY visitor_id;
+SELECT count(*) AS visitors, count(*) FILTER (WHERE v.value = t.n) AS exact
+FROM per_visitor t JOIN counter.tracked_values v ON v.counter = 'citus_clicks_per_visitor' AND v.key = t.visitor_id::text;
 
 -- The live rollup is exact at each commit, with no refresh: every (link, hour)
 -- row and its visitor sketch equal GROUP BY over the rows.

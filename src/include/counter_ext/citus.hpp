@@ -41,7 +41,9 @@ struct ShardTrigger {
 	Oid owner; // the table's owner: the counter's or rollup's
 	bool shell;
 	MemoryContext context;
-	char *state[2];      // the colocated shards of the tables asked for (shard_trigger_fill)
+	char *state[3];      // the colocated shards of the tables asked for (shard_trigger_fill)
+	bool has_anchor;     // the caller's: a tracked counter's anchor on this shard (src/tracked.cpp, shard_fold)
+	Datum anchor;        // in context
 	SPIPlanPtr plans[4]; // the caller's, by event
 	Oid space;           // the caller's: a trigger-mode rollup's table on this node (its hour locks)
 	char *sql;           // the caller's: a trigger-mode rollup's upsert into state[1], in context
@@ -53,7 +55,7 @@ struct ShardTrigger {
 ShardTrigger *shard_trigger(Oid tgoid, Relation rel);
 
 // Inside SPI, as the table's owner; owns nothing C++. Makes t again for
-// rel: the shards of tables[0..n) (n <= 2) colocated with it
+// rel: the shards of tables[0..n) (n <= 3) colocated with it
 // (colocated_shards); t is valid unless the answer is no_citus or missing.
 Place shard_trigger_fill(ShardTrigger *t, Relation rel, const char *const *tables, int n);
 
