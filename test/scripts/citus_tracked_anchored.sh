@@ -175,6 +175,14 @@ check_all "reconciled"
 out=$(app -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anchor, w, keys) VALUES (1, now(), '{1}')" 2>&1) &&
     fail "the writer inserted into the run table: $out"
 grep -q "ERROR:  42501" <<<"$out" || fail "an insert into the run table by the writer: $out"
+# nor, granted INSERT on it by the owner, make the owner's reconciliation
+# run as the owner (its trigger asks for the owner's rights)
+owner -q -c "GRANT INSERT ON ca.counter_tracked_${id}_run TO ca_app"
+out=$(app -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anchor, w, keys) VALUES (1, now(), '{1}')" 2>&1) &&
+    fail "the writer ran a reconciliation of ev_f through the run table: $out"
+grep -q "ERROR:  42501: only the owner of tracked counter $id reconciles it" <<<"$out" ||
+    fail "an insert into the run table by the writer granted INSERT: $out"
+owner -q -c "REVOKE INSERT ON ca.counter_tracked_${id}_run FROM ca_app"
 
 # Drift injected on the shards (state changed without a write): seen, and
 # repaired by reconcile
