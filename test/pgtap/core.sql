@@ -33,6 +33,7 @@ SELECT set_eq($$
       AND has_function_privilege('public', p.oid, 'EXECUTE')
 $$, $$ VALUES ('counter_internal.rollup_newest_hour(integer)'), ('counter_internal.tracked_shard_fold()'),
               ('counter_internal.rollup_shard_mark()'), ('counter_internal.tracked_shard_add()'),
+              ('counter_internal.tracked_shard_reconcile()'),
               ('counter_internal.rollup_node_hold(regclass,timestamp with time zone,timestamp with time zone,timestamp with time zone[])'),
               ('counter_internal.row_lock_skip(regclass,tid)') $$,
    'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state, the Citus shard triggers and the owner-checked node helpers');
