@@ -191,6 +191,51 @@ SELECT CASE WHEN t.state_schema IS NULL
        END
 $$;
 
+-- The statement that chooses a reconciliation batch's keys into ce_keys, for
+-- the three batch bodies (tracked_batch_sql, tracked_citus_batch,
+-- tracked_anchored_batch): the next ce_limit keys in key order among the
+-- keys with a base (only with ce_all), the keys with delta rows the batch
+-- folds (tracked_batch_buckets) and the keys of source rows whose event
+-- time is in [ce_from, ce_w) and pass filter f (looked for only when that
+-- range is not empty, decided before any row is read). after: which keys
+-- it starts from: 'first' (every key: a run's first batch), 'next' (those
+-- after ce_after_key) or 'either' (ce_after decides: one statement for
+-- both, each batch's plan made with its values). A counter keyed by
+-- another column than the distribution column has a base row of a key at
+-- each of several anchors (DISTINCT).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_keys_sql(t counter.tracked, f text, after text)
+RETURNS text
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    op text := (counter_internal.key_operators(t.key_type))[3];
+    past text := CASE after WHEN 'first' THEN 'true' WHEN 'next' THEN '%1$s %2$s ce_after_key'
+                            WHEN 'either' THEN '(ce_after IS NULL OR %1$s %2$s ce_after_key)' END;
+BEGIN
+    IF past IS NULL THEN
+        RAISE EXCEPTION 'unknown batch start "%"', after USING ERRCODE = 'internal_error';
+    END IF;
+    RETURN format($k$SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
+        SELECT DISTINCT u.k FROM (
+            (SELECT %1$s b.key AS k FROM %2$s b WHERE ce_all AND %3$s ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT d.key FROM %4$s d WHERE %5$s AND %6$s ORDER BY 1 LIMIT ce_limit)
+            UNION ALL
+            (SELECT DISTINCT ce_new.%7$s FROM %8$s AS ce_new
+             WHERE ce_new.%7$s IS NOT NULL AND %9$s AND ce_from < ce_w AND ce_new.%10$s >= ce_from
+               AND ce_new.%10$s < ce_w AND %11$s
+             ORDER BY 1 LIMIT ce_limit)
+        ) u ORDER BY 1 LIMIT ce_limit) s;$k$,
+        CASE WHEN t.anchor_column IS NOT NULL THEN 'DISTINCT' ELSE '' END,
+        counter_internal.tracked_table(t, 'base'), format(past, 'b.key', op),
+        counter_internal.tracked_table(t, 'delta'), format(past, 'd.key', op),
+        (counter_internal.tracked_batch_buckets(t)).cond,
+        format('%I', t.key_column), t.source::text, format(past, format('ce_new.%I', t.key_column), op),
+        format('%I', t.time_column), f);
+END
+$fn$;
+
 -- The body of the batch function of a counter whose state is distributed
 -- colocated with its source by Citus (a counter on a hash-distributed table
 -- keyed by its distribution column, in trigger mode or, since 1.8, in
@@ -242,19 +287,7 @@ DECLARE
     ce_rb boolean[] := '{}';
     ce_h timestamptz := %11$s;   -- counter_internal.tracked_batch_buckets
 BEGIN
-    SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
-        SELECT DISTINCT u.k FROM (
-            (SELECT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
-             ORDER BY 1 LIMIT ce_limit)
-            UNION ALL
-            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND %10$s
-             ORDER BY 1 LIMIT ce_limit)
-            UNION ALL
-            (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-             WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
-               AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
-             ORDER BY 1 LIMIT ce_limit)
-        ) u ORDER BY 1 LIMIT ce_limit) s;
+    %12$s
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
@@ -338,7 +371,7 @@ BEGIN
 END
 $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
         counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
-        bk.cond, bk.horizon);
+        bk.cond, bk.horizon, counter_internal.tracked_keys_sql(t, f, 'either'));
 END
 $fn$;
 
@@ -365,16 +398,13 @@ $fn$;
 -- after, and each shard's truth put back as its base moves them where
 -- their rows are (the sums over the shards stay right). All in the
 -- caller's distributed transaction (two-phase commit over the nodes).
-CREATE OR REPLACE FUNCTION counter_internal.tracked_anchored_batch(t counter.tracked)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_anchored_batch(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     ops text[] := counter_internal.key_operators(t.key_type);
-    f text := CASE WHEN t.filter IS NULL THEN 'true'
-                   ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
-                                                           'ce_new') || ')' END;
 BEGIN
     RETURN format($b$
 #variable_conflict use_column
@@ -414,19 +444,7 @@ BEGIN
         END LOOP;
     END IF;
 
-    SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
-        SELECT DISTINCT u.k FROM (
-            (SELECT DISTINCT b.key AS k FROM %6$s b WHERE ce_all AND (ce_after IS NULL OR b.key %9$s ce_after_key)
-             ORDER BY 1 LIMIT ce_limit)
-            UNION ALL
-            (SELECT DISTINCT d.key FROM %7$s d WHERE (ce_after IS NULL OR d.key %9$s ce_after_key) AND d.bucket < ce_w
-             ORDER BY 1 LIMIT ce_limit)
-            UNION ALL
-            (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-             WHERE ce_new.%2$s IS NOT NULL AND (ce_after IS NULL OR ce_new.%2$s %9$s ce_after_key)
-               AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w AND %4$s
-             ORDER BY 1 LIMIT ce_limit)
-        ) u ORDER BY 1 LIMIT ce_limit) s;
+    %16$s
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
@@ -463,7 +481,8 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
         counter_internal.tracked_table(t, 'anchor'), ops[3], counter_internal.tracked_anchor_type(t)::text,
         counter_internal.citus_anchor_sql(counter_internal.tracked_anchor_type(t)),
-        counter_internal.tracked_table(t, 'anchor'), t.source::text, counter_internal.tracked_table(t, 'run'), ops[1]);
+        counter_internal.tracked_table(t, 'anchor'), t.source::text, counter_internal.tracked_table(t, 'run'), ops[1],
+        counter_internal.tracked_keys_sql(t, f, 'either'));
 END
 $fn$;
 
@@ -485,7 +504,7 @@ BEGIN
     f := CASE WHEN t.filter IS NULL THEN 'true'
               ELSE '(' || counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner,
                                                       'ce_new') || ')' END;
-    body := CASE WHEN t.anchor_column IS NOT NULL THEN counter_internal.tracked_anchored_batch(t)
+    body := CASE WHEN t.anchor_column IS NOT NULL THEN counter_internal.tracked_anchored_batch(t, f)
                  WHEN t.distributed THEN counter_internal.tracked_citus_batch(t, f)
                  ELSE counter_internal.tracked_batch_sql(t, f) END;
     -- on this node only (Citus: not propagated to the workers; it runs here)
@@ -555,30 +574,9 @@ DECLARE
     ce_h timestamptz := %12$s;
 BEGIN
     IF ce_after IS NULL THEN
-        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
-            SELECT DISTINCT u.k FROM (
-                (SELECT b.key AS k FROM %6$s b WHERE ce_all ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE %11$s ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s IS NOT NULL AND ce_from < ce_w AND ce_new.%3$s >= ce_from AND ce_new.%3$s < ce_w
-                   AND %4$s
-                 ORDER BY 1 LIMIT ce_limit)
-            ) u ORDER BY 1 LIMIT ce_limit) s;
+        %13$s
     ELSE
-        SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys FROM (
-            SELECT DISTINCT u.k FROM (
-                (SELECT b.key AS k FROM %6$s b WHERE ce_all AND b.key %9$s ce_after_key ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT d.key FROM %7$s d WHERE d.key %9$s ce_after_key AND %11$s
-                 ORDER BY 1 LIMIT ce_limit)
-                UNION ALL
-                (SELECT DISTINCT ce_new.%2$s FROM %1$s AS ce_new
-                 WHERE ce_new.%2$s %9$s ce_after_key AND ce_from < ce_w AND ce_new.%3$s >= ce_from
-                   AND ce_new.%3$s < ce_w AND %4$s
-                 ORDER BY 1 LIMIT ce_limit)
-            ) u ORDER BY 1 LIMIT ce_limit) s;
+        %14$s
     END IF;
     IF ce_keys IS NULL THEN
         RETURN;
@@ -656,7 +654,8 @@ $b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
         -- that the batch's snapshot cannot account for are busy too
         CASE WHEN t.buffered THEN format('UNION SELECT bk.k FROM pg_catalog.unnest('
             'counter_internal.tracked_buffer_busy(%s, ce_w, ce_keys)) AS bk(k)', t.counter_id) ELSE '' END,
-        bk.cond, bk.horizon);
+        bk.cond, bk.horizon, counter_internal.tracked_keys_sql(t, f, 'first'),
+        counter_internal.tracked_keys_sql(t, f, 'next'));
 END
 $fn$;
 
