@@ -569,10 +569,13 @@ AS $$
 DECLARE
     g record;
     registered boolean;
+    part text;
+    on_coordinator boolean;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN;
     END IF;
+    on_coordinator := EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0);
     FOR g IN SELECT t.tgrelid::regclass AS rel, t.tgrelid, t.tgname, p.proname, c.relname, c.relnamespace,
                     t.tgnargs OPERATOR(pg_catalog.>=) 2
                     AND (pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000'))[2]
@@ -612,10 +615,15 @@ BEGIN
                     '    AND d.relnamespace OPERATOR(pg_catalog.=) $3 '
                     '    AND d.relname::text OPERATOR(pg_catalog.=) pg_catalog.substring($2, ''^(.*)_[0-9]+$''))'
                 INTO registered USING g.tgrelid::regclass, g.relname::text, g.relnamespace;
-            IF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_add' THEN
-                IF EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
-                    -- on the coordinator, only the inbox of the counter its
-                    -- arguments name (or a shard of it): on a worker node
+            IF g.proname IN ('tracked_shard_add', 'tracked_shard_reconcile') THEN
+                -- a state table's trigger: an application-mode counter's
+                -- inbox (tracked_make_inbox; tracked_shard_add) or the run
+                -- table of a trigger-mode counter keyed by another column
+                -- (1.8, tracked_make_run; tracked_shard_reconcile)
+                part := CASE g.proname WHEN 'tracked_shard_add' THEN 'inbox' ELSE 'run' END;
+                IF on_coordinator THEN
+                    -- on the coordinator, only on that table of the counter
+                    -- its arguments name (or a shard of it): on a worker node
                     -- counter.add finds a counter by its inbox trigger's
                     -- arguments (src/tracked.cpp, worker_counters), so a
                     -- trigger naming another role's counter on a table of
@@ -625,40 +633,23 @@ BEGIN
                         SELECT FROM counter.tracked c
                         JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
                         WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
-                          AND c.mode OPERATOR(pg_catalog.=) 'application'
-                          AND c.name OPERATOR(pg_catalog.=) g.args[5]
+                          AND CASE part WHEN 'inbox' THEN c.mode OPERATOR(pg_catalog.=) 'application'
+                                                          AND c.name OPERATOR(pg_catalog.=) g.args[5]
+                                        ELSE c.anchor_column IS NOT NULL END
                           AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
                           AND g.relname OPERATOR(pg_catalog.~)
-                              ('^counter_tracked_' OPERATOR(pg_catalog.||) c.counter_id OPERATOR(pg_catalog.||) '_inbox(_[0-9]+)?$'));
+                              pg_catalog.format('^counter_tracked_%s_%s(_[0-9]+)?$', c.counter_id, part));
                 ELSE
-                    -- an application-mode counter's inbox (tracked_make_inbox)
-                    -- is distributed in the transaction that makes its
-                    -- trigger: the workers make the trigger on its shards
-                    -- before their metadata names them (the trigger on the
-                    -- coordinator was checked there)
-                    registered := registered OR g.relname OPERATOR(pg_catalog.~) '^counter_tracked_[0-9]+_inbox(_[0-9]+)?$';
-                END IF;
-            ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_reconcile' THEN
-                -- (1.8) only on the run table of the counter it names (a
-                -- trigger-mode counter keyed by another column:
-                -- tracked_make_run), or a shard of it; on a worker node, whose
-                -- metadata may not name the shard yet, by its name
-                IF EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
-                    registered := EXISTS (
-                        SELECT FROM counter.tracked c
-                        JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
-                        WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
-                          AND c.anchor_column IS NOT NULL
-                          AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
-                          AND g.relname OPERATOR(pg_catalog.~)
-                              ('^counter_tracked_' OPERATOR(pg_catalog.||) c.counter_id OPERATOR(pg_catalog.||) '_run(_[0-9]+)?$'));
-                ELSE
+                    -- on a worker node by its name: the table is distributed
+                    -- in the transaction that makes its trigger, so the
+                    -- workers make the trigger on its shards before their
+                    -- metadata names them (the trigger on the coordinator was
+                    -- checked there)
                     registered := registered OR g.relname OPERATOR(pg_catalog.~)
-                        ('^counter_tracked_' OPERATOR(pg_catalog.||) g.arg OPERATOR(pg_catalog.||) '_run(_[0-9]+)?$');
+                        pg_catalog.format('^counter_tracked_%s_%s(_[0-9]+)?$', g.arg, part);
                 END IF;
             ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_fold'
-                  AND pg_catalog.cardinality(g.args) OPERATOR(pg_catalog.>=) 10
-                  AND EXISTS (SELECT FROM pg_catalog.pg_dist_local_group l WHERE l.groupid OPERATOR(pg_catalog.=) 0) THEN
+                  AND pg_catalog.cardinality(g.args) OPERATOR(pg_catalog.>=) 10 AND on_coordinator THEN
                 -- (1.8) a trigger-mode counter's trigger that names it: on
                 -- a worker node counter.value finds the counter by it
                 -- (src/tracked.cpp, worker_counters); on the coordinator only
