@@ -310,3 +310,46 @@ ON CONFLICT DO NOTHING;
 $end;
 SQL
 }
+
+# ce_citus_drift FILTER COUNTER...: drift injected into the state of each
+# tracked COUNTER (named TABLE_X, filtered by FILTER when X is f), as a
+# changed state without a write would: +5 on the base of keys 1, 2 and 3
+# (at the least anchor of key 1 when the counter is keyed by another
+# column than the distribution column) and a delta row of -2 for key 4;
+# then the 4 keys differ from count(*) (the script's mismatches) and
+# counter.reconcile corrects those 4 keys by +15 and -2. Needs coord, owner,
+# mismatches and fail.
+ce_citus_drift() {
+    local filter=$1 c t got
+    shift
+    coord -q -v names="{$(IFS=,; echo "$*")}" <<'SQL'
+SELECT set_config('ce.drift_names', :'names', false);
+DO $$
+DECLARE
+    c record;
+    a text;
+BEGIN
+    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b, counter_internal.tracked_table(t, 'delta') AS d,
+                    t.anchor_column IS NOT NULL AS anchored
+             FROM counter.tracked t WHERE name = ANY (current_setting('ce.drift_names')::text[]) LOOP
+        IF c.anchored THEN
+            EXECUTE format('SELECT min(anchor)::text FROM %s WHERE key = 1', c.b) INTO a;
+            EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3) AND anchor = %L', c.b, a);
+            EXECUTE format('INSERT INTO %s (key, bucket, shard, delta, anchor)'
+                           ' VALUES (4, ''2026-07-01 10:00+00'', 999, -2, 7)', c.d);
+        ELSE
+            EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3)', c.b);
+            EXECUTE format('INSERT INTO %s (key, bucket, shard, delta) VALUES (4, ''2026-07-01 10:00+00'', 999, -2)', c.d);
+        END IF;
+    END LOOP;
+END $$;
+SQL
+    for c in "$@"; do
+        t=${c%_*}
+        got=$(mismatches "$c" "$t" "$([ "${c##*_}" = f ] && echo "$filter" || echo true)")
+        [ "$got" = 4 ] || fail "the injected drift of $c is not seen ($got keys)"
+        got=$(owner -tA -c "SELECT keys_corrected || ' ' || drift_positive || ' ' || drift_negative || ' ' || outcome
+                            FROM counter.reconcile('$c', '2026-07-06', all_keys => true)")
+        [ "$got" = "4 15 -2 ok" ] || fail "reconcile of $c after injected drift: $got (4 keys, +15, -2 expected)"
+    done
+}

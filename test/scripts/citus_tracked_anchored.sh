@@ -186,28 +186,7 @@ owner -q -c "REVOKE INSERT ON ca.counter_tracked_${id}_run FROM ca_app"
 
 # Drift injected on the shards (state changed without a write): seen, and
 # repaired by reconcile
-coord -q <<'SQL'
-DO $$
-DECLARE
-    c record;
-    a bigint;
-BEGIN
-    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b, counter_internal.tracked_table(t, 'delta') AS d
-             FROM counter.tracked t WHERE name IN ('ev_v', 'ev_f', 'pev_v', 'pev_f') LOOP
-        EXECUTE format('SELECT min(anchor) FROM %s WHERE key = 1', c.b) INTO a;
-        EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3) AND anchor = $1', c.b) USING a;
-        EXECUTE format('INSERT INTO %s (key, bucket, shard, delta, anchor) VALUES (4, ''2026-07-01 10:00+00'', 999, -2, 7)', c.d);
-    END LOOP;
-END $$;
-SQL
-for c in ev_v ev_f pev_v pev_f; do
-    t=${c%_*}
-    got=$(mismatches "$c" "$t" "$([ "${c#*_}" = f ] && echo "$FT" || echo true)")
-    [ "$got" = 4 ] || fail "the injected drift of $c is not seen ($got keys)"
-    got=$(owner -tA -c "SELECT keys_corrected || ' ' || drift_positive || ' ' || drift_negative || ' ' || outcome
-                        FROM counter.reconcile('$c', '2026-07-06', all_keys => true)")
-    [ "$got" = "4 15 -2 ok" ] || fail "reconcile of $c after injected drift: $got (4 keys, +15, -2 expected)"
-done
+ce_citus_drift "$FT" ev_v ev_f pev_v pev_f
 check_all "drift injected on the shards, reconciled"
 
 # Citus splits a shard of ev (and its colocated state): the half that keeps

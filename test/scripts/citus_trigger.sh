@@ -311,24 +311,7 @@ out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages 
 n=$(printf '%s\n' "$out" | grep -c "ev_[0-9][0-9]* .*tracked_${id}_base_[0-9][0-9]* .*tracked_${id}_delta_[0-9][0-9]* " || true)
 [ "$n" -ge 4 ] || fail "the reconciliation's comparison was not sent whole to the shards ($n statements): $out"
 echo "ok: the reconciliation compares each shard's rows, base and deltas in one statement there ($n shards)"
-coord -q <<'SQL'
-DO $$
-DECLARE c record;
-BEGIN
-    FOR c IN SELECT counter_internal.tracked_table(t, 'base') AS b, counter_internal.tracked_table(t, 'delta') AS d FROM counter.tracked t WHERE name IN ('ev_f', 'ev_n', 'pev_f', 'pev_n') LOOP
-        EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3)', c.b);
-        EXECUTE format('INSERT INTO %s VALUES (4, ''2026-07-01 10:00+00'', 999, -2)', c.d);
-    END LOOP;
-END $$;
-SQL
-for c in ev_f ev_n pev_f pev_n; do
-    t=${c%_*}
-    got=$(mismatches "$c" "$t" "$([ "${c#*_}" = f ] && echo "$F" || echo true)")
-    [ "$got" = 4 ] || fail "the injected drift of $c is not seen ($got keys)"
-    got=$(owner -tA -c "SELECT keys_corrected || ' ' || drift_positive || ' ' || drift_negative || ' ' || outcome
-                        FROM counter.reconcile('$c', '2026-07-06', all_keys => true)")
-    [ "$got" = "4 15 -2 ok" ] || fail "reconcile of $c after injected drift: $got (4 keys, +15, -2 expected)"
-done
+ce_citus_drift "$F" ev_f ev_n pev_f pev_n
 check_all "drift injected on the cluster, reconciled"
 # a late row (before the watermark) written after a reconciliation, and the
 # scheduled kind of run (not all keys)
