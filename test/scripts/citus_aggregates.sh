@@ -11,6 +11,7 @@
 # queries fail here. Then PN-counter upserts and a multi-shard UPDATE with the
 # IMMUTABLE pncounter_increment_at / _decrement_at give the single node's
 # states.
+# citus: smoke
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -19,6 +19,7 @@
 #   distribution column (state beside the rows), added to through the
 #   coordinator and through a worker, across the drain of the default
 #   partition.
+# citus: smoke
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -7,6 +7,7 @@
 # on: track and rollup_create succeeded, then every INSERT failed on the
 # workers). An application-mode counter, which works there, is still made
 # and counts exactly (with a filter too from 1.6: test/scripts/citus_tracked.sh).
+# citus: smoke
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -11,6 +11,7 @@
 # deleted and written without an add) is found and repaired. A query that
 # Citus would send whole to a worker and that calls counter.value fails with
 # 0A000 there, never a wrong number.
+# citus: smoke
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

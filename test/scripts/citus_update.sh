@@ -7,6 +7,7 @@
 # injected on many keys of every shard is repaired by one
 # reconcile(all_keys), and every value equals count(*). A deferred rollup
 # made by 1.7 gets a replica identity on its dirty log (every shard).
+# citus: smoke
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -11,6 +11,7 @@
 # The cluster is preloaded like the suite's (shared_preload_libraries =
 # counter_ext) with the worker off, so what a page shows does not depend on
 # when the worker wakes; the runner connects as a superuser named postgres.
+# lane: side
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

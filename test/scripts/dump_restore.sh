@@ -9,6 +9,7 @@
 # through pg_restore -j 2, and pg_restore --single-transaction.
 # A dump of part of it (--schema-only, -t one table) is refused at restore
 # with a message that names what to do, and leaves the restored tables usable.
+# lane: side
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 here=$CE_TOP/test/scripts/dump_restore

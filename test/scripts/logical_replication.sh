@@ -19,6 +19,7 @@
 # and the subscriber ends with exactly the publisher's rows (count and md5),
 # although each drain moved rows from the default partition into tables that
 # were not yet published.
+# lane: side
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

@@ -10,6 +10,7 @@
 # Checks: in that interleaving FOR UPDATE SKIP LOCKED waits for w2 (the test
 # reproduces what it guards against), and row_lock_skip answers false at once;
 # and a reconciliation batch's statements use row_lock_skip.
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ce_require_packages gdb || exit 1

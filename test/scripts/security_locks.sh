@@ -18,6 +18,7 @@
 #  3. counter.job_runs is bounded per role: with history_runs_per_role = 50, a
 #     loop of 200 reconcile calls by the victim leaves at most 50 of its runs,
 #     and another owner's runs are all kept; so do 5 more runs of its job.
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 holders=()

@@ -5,6 +5,7 @@
 # trigger). The subscriber's session reads the key (kept), the publisher adds,
 # and the session's next reads must reach the publisher's value: apply counts
 # as a writer of every counter (a background worker's transaction that wrote).
+# lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 work=$(mktemp -d)
