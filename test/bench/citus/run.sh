@@ -33,7 +33,12 @@
 #       not the distribution column (GROUPS groups, a distinct sketch):
 #       CALL counter.rollup_refresh on both (1.8);
 #   (g) ingest into a table with an hourly rollup by the distribution
-#       column: none, deferred, trigger mode (1.8 on Citus).
+#       column: none, deferred, trigger mode (1.8 on Citus);
+#   (h) reads of one key of a trigger-mode counter: counter.value beside
+#       count(*), on the coordinator and on worker 1;
+#   (i) a trigger-mode counter keyed by another column than the
+#       distribution column (1.8): ingest beside the plain INSERT,
+#       reconciliation of KEYS keys, reads beside count(*).
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -45,7 +50,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcdefgh (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
+# CE_BENCH_PARTS=abcdefghi (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
 # batch_size of the counters of (a)), CE_BENCH_ROUNDS=1 (interleaved rounds of (d)).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -59,7 +64,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcdefgh}  # which of the workloads (a)-(h) to run
+PARTS=${CE_BENCH_PARTS:-abcdefghi}  # which of the workloads (a)-(i) to run
 BATCH=${CE_BENCH_BATCH:-1000}      # (a): the counters' batch_size (track's default 1000)
 ROUNDS=${CE_BENCH_ROUNDS:-1}       # (d): rounds of the ingest runs, interleaved
 LINKS=10000
@@ -153,6 +158,27 @@ ingest() {
     fi
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.out" | tail -1)
     awk -v t="$tps" -v n="$((per * CLIENTS))" 'BEGIN { printf "%.0f", n * 1000 / t }'
+}
+
+# reconciled PART COUNTER KEY LABEL: counter.reconcile of COUNTER (keyed by
+# column KEY of the table of its name) with all_keys, twice (first folding
+# every key's deltas, then on a right state), on one node and on the
+# cluster: KEYS keys checked, none corrected, every value = count(*) after
+# each
+reconciled() {
+    local part=$1 c=$2 k=$3 label=$4 what n l
+    for what in "first run: every key's deltas folded ($KEYS keys written)" "state right ($KEYS keys read, 0 written)"; do
+        for n in single citus_coord; do
+            l=$(load)
+            ms[$n]=$(timed "$n" "SET client_min_messages = warning" \
+                "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('$c', '$NEXT', all_keys => true)")
+            [ "$(cat "$work/out")" = "$KEYS 0" ] || fail "$n: ($part) $what: $(cat "$work/out"), expected $KEYS 0"
+            [ "$(mismatches "$n" "$c" "$k::text" "$c")" = 0 ] || fail "$n: $c differs from count(*)"
+            ms[$n.load]=$l
+        done
+        row "($part) counter.reconcile all_keys, $label, $what" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "$KEYS checked, 0 corrected; every value = count(*)"
+    done
 }
 
 # ---------------------------------------------------------------- (a) reconcile
@@ -435,18 +461,7 @@ part_e() {
         done
         q "$n" -q -c "ANALYZE rt" >/dev/null
     done
-    for what in "first run: every key's deltas folded ($KEYS keys written)" "state right ($KEYS keys read, 0 written)"; do
-        for n in single citus_coord; do
-            l=$(load)
-            ms[$n]=$(timed "$n" "SET client_min_messages = warning" \
-                "SELECT keys_checked || ' ' || keys_corrected FROM counter.reconcile('rt', '$NEXT', all_keys => true)")
-            [ "$(cat "$work/out")" = "$KEYS 0" ] || fail "$n: (e) $what: $(cat "$work/out"), expected $KEYS 0"
-            [ "$(mismatches "$n" rt k::text rt)" = 0 ] || fail "$n: rt differs from count(*)"
-            ms[$n.load]=$l
-        done
-        row "(e) counter.reconcile all_keys, trigger mode, $what" "${ms[single]}" "${ms[citus_coord]}" \
-            "${ms[single.load]} / ${ms[citus_coord.load]}" "$KEYS checked, 0 corrected; every value = count(*)"
-    done
+    reconciled e rt k "trigger mode"
 }
 run_part e
 
@@ -621,6 +636,78 @@ part_h() {
     done
 }
 run_part h
+
+# ---------------------------------------------------------------- (i) keyed by another column
+# A trigger-mode counter keyed by the visitor, on a table distributed by the
+# link (1.8; doc/citus.md, "Keyed by another column": its state anchored on
+# every shard, counted on the shards): ingest beside the plain INSERT into
+# the same table with no counter (single-row INSERTs, INGEST transactions
+# over CLIENTS clients, ROUNDS interleaved rounds; both tables with the same
+# indexes), on one node and on the cluster; then 2 x KEYS rows, reconciled
+# with all_keys (first folding every key's deltas, then on a right state:
+# one INSERT into the run table per batch, a row per shard); then reads of
+# one visitor, counter.value beside count(*) of its rows (an index on the
+# visitor on both), on the coordinator and on worker 1.
+part_i() {
+    echo "== (i) a counter keyed by another column than the distribution column: $KEYS visitors, $LINKS links"
+    local t n r l
+    for t in va_plain va_trig; do
+        table $t "link_id bigint NOT NULL, visitor_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" link_id
+        for n in single citus_coord; do
+            q "$n" -q -c "CREATE INDEX ON $t (visitor_id)" -c "CREATE INDEX ON $t (at)" >/dev/null
+        done
+    done
+    for n in single citus_coord; do
+        q "$n" -q -c "SET client_min_messages = warning" \
+            -c "SELECT counter.track('va_trig', 'va_trig', 'visitor_id', 'at')" >/dev/null
+    done
+    [ "$(q citus_coord -tA -c "SELECT anchor_column FROM counter.tracked WHERE name = 'va_trig'")" = link_id ] ||
+        fail "citus: va_trig is not anchored by link_id"
+    for t in va_plain va_trig; do
+        printf '%s\n' "\\set l random(1, $LINKS)" "\\set v random(1, $KEYS)" "\\set m random(0, 1439)" \
+            "INSERT INTO $t (link_id, visitor_id, at) VALUES (:l, :v, '$DAY'::timestamptz + :m * interval '1 minute');" \
+            >"$work/$t.sql"
+    done
+    for r in $(seq 1 "$ROUNDS"); do
+        for t in va_plain va_trig; do
+            for n in single citus_coord; do
+                ms[$n.load]=$(load)
+                ms[$n]=$(ingest "$n" "$t")
+                [ "$(q "$n" -tA -c "SELECT count(*) FROM $t")" = $((r * per * CLIENTS)) ] || fail "$n: $t lost rows"
+                if [ $t = va_trig ]; then
+                    [ "$(mismatches "$n" $t visitor_id::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
+                fi
+            done
+            row "(i) INSERT, $([ $t = va_plain ] && echo "no counter" || echo "trigger-mode counter keyed by the visitor"), $((per * CLIENTS)) transactions, round $r" \
+                "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" \
+                "$([ $t = va_plain ] && echo "count(*) = transactions" || echo "every value = count(*)")"
+        done
+    done
+    local chunk=$((KEYS / 10)) i
+    for n in single citus_coord; do
+        for i in $(seq 0 19); do
+            q "$n" -q -c "INSERT INTO va_trig (link_id, visitor_id, at)
+                          SELECT 1 + g % $LINKS, 1 + g % $KEYS, '$DAY'::timestamptz + (g % 1440) * interval '1 minute'
+                          FROM generate_series($((i * chunk)), $((i * chunk + chunk - 1))) g" >/dev/null
+        done
+        q "$n" -q -c "ANALYZE va_trig" >/dev/null
+    done
+    reconciled i va_trig visitor_id "keyed by the visitor"
+    printf '%s\n%s\n' "\\set v random(1, $KEYS)" "SELECT counter.value('va_trig', :v::bigint);" >"$work/i_value.sql"
+    printf '%s\n%s\n' "\\set v random(1, $KEYS)" "SELECT count(*) FROM va_trig WHERE visitor_id = :v;" >"$work/i_count.sql"
+    for r in i_value i_count; do
+        for n in single citus_coord citus_w1; do
+            l=$(load)
+            ms[$n]=$(ingest "$n" "$r")
+            ms[$n.load]=$l
+        done
+        row "(i) ${r#i_} of one visitor on the coordinator, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_coord]}" \
+            "${ms[single.load]} / ${ms[citus_coord.load]}" "every value = count(*) before the reads"
+        row "(i) ${r#i_} of one visitor on worker 1, $((per * CLIENTS)) reads" "${ms[single]}" "${ms[citus_w1]}" \
+            "${ms[single.load]} / ${ms[citus_w1.load]}" "every value = count(*) before the reads"
+    done
+}
+run_part i
 
 echo "[${SECONDS}s] done"
 echo
