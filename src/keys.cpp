@@ -47,13 +47,16 @@ Datum ce::keys::convert(Oid given, Datum value, Oid key_type, const char *object
 }
 
 char *ce::keys::qualified_operator(Oid type, int strategy) {
-	int flag = strategy == BTEqualStrategyNumber  ? TYPECACHE_EQ_OPR
-	           : strategy == BTLessStrategyNumber ? TYPECACHE_LT_OPR
-	                                              : TYPECACHE_GT_OPR;
+	int flag = strategy == BTEqualStrategyNumber     ? TYPECACHE_EQ_OPR
+	           : strategy == BTLessStrategyNumber    ? TYPECACHE_LT_OPR
+	           : strategy == BTGreaterStrategyNumber ? TYPECACHE_GT_OPR
+	                                                 : TYPECACHE_BTREE_OPFAMILY; // <= and >=: the family's
 	TypeCacheEntry *entry = lookup_type_cache(type, flag);
-	Oid opr = strategy == BTEqualStrategyNumber  ? entry->eq_opr
-	          : strategy == BTLessStrategyNumber ? entry->lt_opr
-	                                             : entry->gt_opr;
+	Oid opr = strategy == BTEqualStrategyNumber     ? entry->eq_opr
+	          : strategy == BTLessStrategyNumber    ? entry->lt_opr
+	          : strategy == BTGreaterStrategyNumber ? entry->gt_opr
+	          : OidIsValid(entry->btree_opf)        ? get_opfamily_member(entry->btree_opf, type, type, strategy)
+	                                                : InvalidOid;
 	if (!OidIsValid(opr))
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
 		                errmsg("type %s has no default btree operator class", format_type_be(type)),

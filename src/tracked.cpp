@@ -1216,6 +1216,8 @@ CE_FUNCTION(counter_tracked_shard_add) {
 // (busy): its delta rows held ($3-$6) deleted when their amount is the one
 // seen, and only when all of them went, the shard's truth put as its base
 // at the row's anchor ($7) and every other anchor's base of the key deleted.
+// 2 (for a key type shard_keys takes): the keys from $1 to $2 this shard
+// has rows, a base or deltas of, in the key type's btree order.
 SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid key_type, Oid anchor_type) {
 	if (f->plans[which] != nullptr)
 		return f->plans[which];
@@ -1235,6 +1237,18 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 		Oid types[2] = {key_array, TIMESTAMPTZOID};
 		f->plans[0] = ce::prepare_kept(sql, 2, types);
 		return f->plans[0];
+	}
+	if (which == 2) {
+		char *ge = ce::keys::qualified_operator(key_type, BTGreaterEqualStrategyNumber);
+		char *le = ce::keys::qualified_operator(key_type, BTLessEqualStrategyNumber);
+		char *sql = psprintf("SELECT p.k FROM (SELECT ce_new.%4$s AS k FROM %1$s AS ce_new"
+		                     " WHERE ce_new.%4$s %5$s $1 AND ce_new.%4$s %6$s $2"
+		                     " UNION SELECT b.key FROM %3$s b WHERE b.key %5$s $1 AND b.key %6$s $2"
+		                     " UNION SELECT d.key FROM %2$s d WHERE d.key %5$s $1 AND d.key %6$s $2) p ORDER BY 1",
+		                     f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), ge, le);
+		Oid types[2] = {key_type, key_type};
+		f->plans[2] = ce::prepare_kept(sql, 2, types);
+		return f->plans[2];
 	}
 	const char *filter = a[5][0] == '\0' ? "true" : psprintf("(%s)", a[5]);
 	char *sql = psprintf(
@@ -1290,6 +1304,70 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	return f->plans[1];
 }
 
+// Owns nothing C++ (palloc'd; the comparison may throw PostgreSQL's
+// error): inside SPI. The keys of a batch (keys, an array of key_type)
+// that this shard has rows, a base or deltas of, NULL when none: the batch
+// sorted in the key type's btree order, then merged with the keys each
+// table of the shard has from the batch's least key to its greatest, read
+// in that order (shard_reconcile_plan, 2). A shard holds a few of a batch's
+// keys: looking for every key of the batch in each of its tables made a
+// batch cost its keys times the shards (doc/bench/citus.md, "(i) Keyed by
+// another column"). For a key type with no collation (its order is the same
+// on every node and in every index: the integers, numeric, uuid) whose
+// default btree operator family has <= and >=; keys is returned whole for
+// any other.
+Datum shard_keys(ShardFold *f, TriggerData *td, Datum keys, Oid key_type, Oid anchor_type, bool *none) {
+	*none = false;
+	TypeCacheEntry *type = lookup_type_cache(key_type, TYPECACHE_CMP_PROC_FINFO | TYPECACHE_BTREE_OPFAMILY);
+	if (type_is_collatable(key_type) || !OidIsValid(type->cmp_proc_finfo.fn_oid) || !OidIsValid(type->btree_opf) ||
+	    !OidIsValid(get_opfamily_member(type->btree_opf, key_type, key_type, BTGreaterEqualStrategyNumber)) ||
+	    !OidIsValid(get_opfamily_member(type->btree_opf, key_type, key_type, BTLessEqualStrategyNumber)))
+		return keys;
+	Datum *batch;
+	bool *nulls;
+	int n;
+	deconstruct_array(DatumGetArrayTypeP(keys), key_type, type->typlen, type->typbyval, type->typalign, &batch, &nulls,
+	                  &n);
+	int m = 0;
+	for (int i = 0; i < n; i++)
+		if (!nulls[i])
+			batch[m++] = batch[i];
+	if (m == 0) {
+		*none = true;
+		return keys;
+	}
+	FmgrInfo *cmp = &type->cmp_proc_finfo;
+	auto order = [cmp](Datum x, Datum y) { return DatumGetInt32(FunctionCall2Coll(cmp, InvalidOid, x, y)); };
+	std::sort(batch, batch + m, [&order](Datum x, Datum y) { return order(x, y) < 0; });
+	Datum range[2] = {batch[0], batch[m - 1]};
+	if (SPI_execute_plan(shard_reconcile_plan(f, td, 2, key_type, anchor_type), range, nullptr, true, 0) !=
+	    SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a shard's keys of a batch failed")));
+	uint64 have = SPI_processed;
+	auto *mine = static_cast<Datum *>(palloc(sizeof(Datum) * std::min<uint64>(have, m) + 1));
+	int k = 0;
+	uint64 j = 0;
+	for (int i = 0; i < m && j < have;) {
+		bool isnull;
+		Datum key = SPI_getbinval(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1, &isnull);
+		int32 o = isnull ? -1 : order(batch[i], key);
+		if (o < 0 && !isnull)
+			i++;
+		else if (o > 0 || isnull)
+			j++;
+		else {
+			mine[k++] = batch[i];
+			i++;
+			j++;
+		}
+	}
+	if (k == 0) {
+		*none = true;
+		return keys;
+	}
+	return PointerGetDatum(construct_array(mine, k, key_type, type->typlen, type->typbyval, type->typalign));
+}
+
 // Owns nothing C++: as the table's owner. The row 'row' of the run table,
 // with what this shard's part of the batch found.
 HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
@@ -1333,6 +1411,12 @@ HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
 		                errmsg("the run table %s of tracked counter %d is written on its shards only",
 		                       RelationGetRelationName(rel), id),
 		                errdetail("Its reconciliation inserts a row for each shard through Citus.")));
+	bool none;
+	keys = shard_keys(f, td, keys, key_type, anchor_type, &none);
+	if (none) { // none of the batch's keys is on this shard: nothing found, nothing to repair
+		SPI_finish();
+		return td->tg_trigtuple;
+	}
 	Datum lock_args[2] = {keys, w};
 	if (SPI_execute_plan(shard_reconcile_plan(f, td, 0, key_type, anchor_type), lock_args, nullptr, false, 1) !=
 	        SPI_OK_SELECT ||

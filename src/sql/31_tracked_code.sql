@@ -1436,8 +1436,10 @@ DECLARE
     shards bigint;
 BEGIN
     -- (a counter keyed by another column than the distribution column: a
-    -- batch's keys go to every shard, in one statement: batch_size)
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL OR t.anchor_column IS NOT NULL THEN
+    -- batch's keys go to every shard, in one statement, and each shard
+    -- takes the few of them it holds (src/tracked.cpp, shard_keys): as
+    -- many keys for the same work per shard)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
         RETURN t.batch_size;
     END IF;
     EXECUTE 'SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1'
