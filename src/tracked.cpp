@@ -1343,23 +1343,18 @@ Datum shard_keys(ShardFold *f, TriggerData *td, Datum keys, Oid key_type, Oid an
 	if (SPI_execute_plan(shard_reconcile_plan(f, td, 2, key_type, anchor_type), range, nullptr, true, 0) !=
 	    SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a shard's keys of a batch failed")));
+	// (no key of the shard's is NULL: the range excludes it)
 	uint64 have = SPI_processed;
-	auto *mine = static_cast<Datum *>(palloc(sizeof(Datum) * std::min<uint64>(have, m) + 1));
+	auto *mine = static_cast<Datum *>(palloc(sizeof(Datum) * std::max<uint64>(1, std::min<uint64>(have, m))));
 	int k = 0;
 	uint64 j = 0;
 	for (int i = 0; i < m && j < have;) {
 		bool isnull;
-		Datum key = SPI_getbinval(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1, &isnull);
-		int32 o = isnull ? -1 : order(batch[i], key);
-		if (o < 0 && !isnull)
-			i++;
-		else if (o > 0 || isnull)
-			j++;
-		else {
+		int32 o = order(batch[i], SPI_getbinval(SPI_tuptable->vals[j], SPI_tuptable->tupdesc, 1, &isnull));
+		if (o == 0)
 			mine[k++] = batch[i];
-			i++;
-			j++;
-		}
+		i += o <= 0;
+		j += o >= 0;
 	}
 	if (k == 0) {
 		*none = true;
