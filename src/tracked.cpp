@@ -1217,7 +1217,12 @@ CE_FUNCTION(counter_tracked_shard_add) {
 // seen, and only when all of them went, the shard's truth put as its base
 // at the row's anchor ($7) and every other anchor's base of the key deleted.
 // 2 (for a key type shard_keys takes): the keys from $1 to $2 this shard
-// has rows, a base or deltas of, in the key type's btree order.
+// has rows, a base or deltas of, in the key type's btree order. 3
+// (shard_pick): the next $5 keys after $1 (NULL: from the first), in key
+// order, among those with a base (only when $4), with delta rows before
+// the watermark $2, and with rows whose event time is in [$3, $2) that
+// pass the filter: the choice of counter_internal.tracked_keys_sql, on
+// the shard.
 SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid key_type, Oid anchor_type) {
 	if (f->plans[which] != nullptr)
 		return f->plans[which];
@@ -1251,6 +1256,32 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 		return f->plans[2];
 	}
 	const char *filter = a[5][0] == '\0' ? "true" : psprintf("(%s)", a[5]);
+	if (which == 3) {
+		// planned at each call with its values (a generic plan would read
+		// every key for "$1 IS NULL OR key > $1")
+		char *gt = ce::keys::qualified_operator(key_type, BTGreaterStrategyNumber);
+		char *sql = psprintf(
+		    "SELECT pg_catalog.array_agg(s.k ORDER BY s.k) FROM (SELECT DISTINCT u.k FROM ("
+		    " (SELECT DISTINCT b.key AS k FROM %3$s b WHERE $4 AND ($1 IS NULL OR b.key %7$s $1) ORDER BY 1 LIMIT $5)"
+		    " UNION ALL"
+		    " (SELECT DISTINCT d.key FROM %2$s d WHERE ($1 IS NULL OR d.key %7$s $1)"
+		    "  AND d.bucket OPERATOR(pg_catalog.<) $2 ORDER BY 1 LIMIT $5)"
+		    " UNION ALL"
+		    " (SELECT DISTINCT ce_new.%4$s FROM %1$s AS ce_new WHERE ce_new.%4$s IS NOT NULL"
+		    "  AND ($1 IS NULL OR ce_new.%4$s %7$s $1) AND $3 OPERATOR(pg_catalog.<) $2"
+		    "  AND ce_new.%5$s OPERATOR(pg_catalog.>=) $3 AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %6$s"
+		    "  ORDER BY 1 LIMIT $5)"
+		    ") u ORDER BY 1 LIMIT $5) s",
+		    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]), filter, gt);
+		Oid types[5] = {key_type, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
+		SPIPlanPtr plan = SPI_prepare_cursor(sql, 5, types, CURSOR_OPT_CUSTOM_PLAN);
+		if (plan == nullptr)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
+		SPI_keepplan(plan);
+		f->plans[3] = plan;
+		return plan;
+	}
 	char *sql = psprintf(
 	    "WITH l AS MATERIALIZED ("
 	    " SELECT * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
@@ -1363,14 +1394,45 @@ Datum shard_keys(ShardFold *f, TriggerData *td, Datum keys, Oid key_type, Oid an
 	return PointerGetDatum(construct_array(mine, k, key_type, type->typlen, type->typbyval, type->typalign));
 }
 
+// Owns nothing C++: inside SPI, as the table's owner. A row of the run
+// table that asks for the shard's next keys (pick: how many; past, w_from,
+// every: where from, the range of event times, and whether every key with
+// a base counts: shard_reconcile_plan, 3): their array, in key order,
+// copied out of SPI (0 when there is none).
+Datum shard_pick(ShardFold *f, TriggerData *td, Datum pick, Datum w, const int *att, Oid key_type, Oid anchor_type) {
+	TupleDesc desc = RelationGetDescr(td->tg_relation);
+	bool isnull[3];
+	Datum args[5] = {heap_getattr(td->tg_trigtuple, att[8], desc, &isnull[0]), w,
+	                 heap_getattr(td->tg_trigtuple, att[9], desc, &isnull[1]),
+	                 heap_getattr(td->tg_trigtuple, att[10], desc, &isnull[2]), pick};
+	if (isnull[1] || isnull[2])
+		ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+		                errmsg("a row of the run table %s that picks keys needs w_from and every",
+		                       RelationGetRelationName(td->tg_relation))));
+	if (DatumGetInt32(pick) <= 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		                errmsg("a row of the run table %s picks %d keys", RelationGetRelationName(td->tg_relation),
+		                       DatumGetInt32(pick)),
+		                errhint("pick is the number of keys the shard returns, at least 1.")));
+	char nulls[5] = {isnull[0] ? 'n' : ' ', ' ', ' ', ' ', ' '};
+	if (SPI_execute_plan(shard_reconcile_plan(f, td, 3, key_type, anchor_type), args, nulls, true, 0) !=
+	        SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("choosing a shard's keys of a batch failed")));
+	bool none;
+	Datum found = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &none);
+	return none ? (Datum)0 : SPI_datumTransfer(found, false, -1);
+}
+
 // Owns nothing C++: as the table's owner. The row 'row' of the run table,
 // with what this shard's part of the batch found.
 HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
 	Relation rel = td->tg_relation;
 	TupleDesc desc = RelationGetDescr(rel);
-	static const char *const names[7] = {"anchor", "w", "keys", "found_keys", "cached", "truth", "busy"};
-	int att[7];
-	for (int i = 0; i < 7; i++) {
+	static const char *const names[11] = {"anchor", "w",    "keys", "found_keys", "cached", "truth",
+	                                      "busy",   "pick", "past", "w_from",     "every"};
+	int att[11];
+	for (int i = 0; i < 11; i++) {
 		att[i] = SPI_fnumber(desc, names[i]);
 		if (att[i] <= 0)
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
@@ -1406,6 +1468,15 @@ HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
 		                errmsg("the run table %s of tracked counter %d is written on its shards only",
 		                       RelationGetRelationName(rel), id),
 		                errdetail("Its reconciliation inserts a row for each shard through Citus.")));
+	bool pick_null;
+	Datum pick = heap_getattr(td->tg_trigtuple, att[7], desc, &pick_null);
+	if (!pick_null) { // the batch's keys are chosen: this shard's next ones
+		Datum found = shard_pick(f, td, pick, w, att, key_type, anchor_type);
+		bool found_null = found == (Datum)0;
+		int col = att[3];
+		SPI_finish();
+		return heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 1, &col, &found, &found_null);
+	}
 	bool none;
 	keys = shard_keys(f, td, keys, key_type, anchor_type, &none);
 	if (none) { // none of the batch's keys is on this shard: nothing found, nothing to repair

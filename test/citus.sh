@@ -315,10 +315,11 @@ SQL
 # tracked COUNTER (named TABLE_X, filtered by FILTER when X is f), as a
 # changed state without a write would: +5 on the base of keys 1, 2 and 3
 # (at the least anchor of key 1 when the counter is keyed by another
-# column than the distribution column) and a delta row of -2 for key 4;
-# then the 4 keys differ from count(*) (the script's mismatches) and
-# counter.reconcile corrects those 4 keys by +15 and -2. Needs coord, owner,
-# mismatches and fail.
+# column than the distribution column), a delta row of -2 for key 4 and
+# one of +1 for key 77777, which has no row and no base (found by the delta
+# rows alone); then the 5 keys differ from count(*) (the script's
+# mismatches) and counter.reconcile corrects those 5 keys by +16 and -2.
+# Needs coord, owner, mismatches and fail.
 ce_citus_drift() {
     local filter=$1 c t got
     shift
@@ -336,10 +337,11 @@ BEGIN
             EXECUTE format('SELECT min(anchor)::text FROM %s WHERE key = 1', c.b) INTO a;
             EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3) AND anchor = %L', c.b, a);
             EXECUTE format('INSERT INTO %s (key, bucket, shard, delta, anchor)'
-                           ' VALUES (4, ''2026-07-01 10:00+00'', 999, -2, 7)', c.d);
+                           ' VALUES (4, ''2026-07-01 10:00+00'', 999, -2, 7), (77777, ''2026-07-01 10:00+00'', 999, 1, 7)', c.d);
         ELSE
             EXECUTE format('UPDATE %s SET base = base + 5 WHERE key IN (1, 2, 3)', c.b);
-            EXECUTE format('INSERT INTO %s (key, bucket, shard, delta) VALUES (4, ''2026-07-01 10:00+00'', 999, -2)', c.d);
+            EXECUTE format('INSERT INTO %s (key, bucket, shard, delta)'
+                           ' VALUES (4, ''2026-07-01 10:00+00'', 999, -2), (77777, ''2026-07-01 10:00+00'', 999, 1)', c.d);
         END IF;
     END LOOP;
 END $$;
@@ -347,9 +349,9 @@ SQL
     for c in "$@"; do
         t=${c%_*}
         got=$(mismatches "$c" "$t" "$([ "${c##*_}" = f ] && echo "$filter" || echo true)")
-        [ "$got" = 4 ] || fail "the injected drift of $c is not seen ($got keys)"
+        [ "$got" = 5 ] || fail "the injected drift of $c is not seen ($got keys)"
         got=$(owner -tA -c "SELECT keys_corrected || ' ' || drift_positive || ' ' || drift_negative || ' ' || outcome
                             FROM counter.reconcile('$c', '2026-07-06', all_keys => true)")
-        [ "$got" = "4 15 -2 ok" ] || fail "reconcile of $c after injected drift: $got (4 keys, +15, -2 expected)"
+        [ "$got" = "5 16 -2 ok" ] || fail "reconcile of $c after injected drift: $got (5 keys, +16, -2 expected)"
     done
 }

@@ -156,8 +156,8 @@ reads() { # WHAT
 }
 reads "written"
 
-# Reconciliation: nothing to correct; the comparison reaches every shard
-# through the run table (one INSERT)
+# Reconciliation: nothing to correct; the key choice and the comparison
+# reach every shard through the run table
 for t in ev pev ev_one pev_one; do
     for c in v f; do
         got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('${t}_$c', '2026-07-06', all_keys => true)")
@@ -167,8 +167,15 @@ done
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_f'")
 out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
     -c "SELECT outcome FROM counter.reconcile('ev_f', '2026-07-06', all_keys => true)" 2>&1)
-n=$(printf '%s\n' "$out" | grep -c "INSERT INTO ca.counter_tracked_${id}_run_[0-9]* " || true)
+# (the keys chosen on each shard, twice: the batch, then none left; then
+# the batch compared and repaired on each shard; no other statement reads
+# the state or the rows on the shards)
+n=$(printf '%s\n' "$out" | grep "INSERT INTO ca.counter_tracked_${id}_run_[0-9]* " | grep -c ' pick, past' || true)
+[ "$n" = 16 ] || fail "the reconciliation chose keys on $n shards through the run table (16 expected: 8 twice): $out"
+n=$(printf '%s\n' "$out" | grep "INSERT INTO ca.counter_tracked_${id}_run_[0-9]* " | grep -vc ' pick, past' || true)
 [ "$n" = 8 ] || fail "the reconciliation reached $n shards through the run table (8 expected): $out"
+n=$(printf '%s\n' "$out" | grep -E "issuing .*FROM ca\.(counter_tracked_${id}_(base|delta)|ev)_[0-9]+" || true)
+[ -z "$n" ] || fail "the reconciliation read the state or the rows with a distributed query: $n"
 check_all "reconciled"
 
 # The writer may not write the run table, nor read the state
@@ -183,6 +190,26 @@ out=$(app -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anc
 grep -q "ERROR:  42501: only the owner of tracked counter $id reconciles it" <<<"$out" ||
     fail "an insert into the run table by the writer granted INSERT: $out"
 owner -q -c "REVOKE INSERT ON ca.counter_tracked_${id}_run FROM ca_app"
+# nor pick keys through it granted INSERT; and the owner's row that asks for
+# none, or for keys without its range of event times, is refused
+owner -q -c "GRANT INSERT ON ca.counter_tracked_${id}_run TO ca_app"
+out=$(app -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anchor, w, keys, pick, w_from, every)
+                                   VALUES (1, now(), '{}', 10, '-infinity', true)" 2>&1) &&
+    fail "the writer picked keys of ev_f through the run table: $out"
+grep -q "ERROR:  42501: only the owner of tracked counter $id reconciles it" <<<"$out" ||
+    fail "a pick through the run table by the writer granted INSERT: $out"
+owner -q -c "REVOKE INSERT ON ca.counter_tracked_${id}_run FROM ca_app"
+out=$(owner -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anchor, w, keys, pick, w_from, every)
+                                     VALUES (1, now(), '{}', 0, '-infinity', true)" 2>&1) &&
+    fail "the owner picked 0 keys through the run table: $out"
+grep -q "ERROR:  22023: a row of the run table .* picks 0 keys" <<<"$out" || fail "a pick of 0 keys: $out"
+out=$(owner -v VERBOSITY=verbose -c "INSERT INTO ca.counter_tracked_${id}_run (anchor, w, keys, pick, every)
+                                     VALUES (1, now(), '{}', 10, true)" 2>&1) &&
+    fail "the owner picked keys with no w_from through the run table: $out"
+grep -q "ERROR:  23502: a row of the run table .* needs w_from and every" <<<"$out" || fail "a pick with no w_from: $out"
+got=$(owner -tA -c "SELECT count(*) FROM ca.counter_tracked_${id}_run")
+[ "$got" = 0 ] || fail "the refused picks left $got rows in the run table"
+echo "ok: the run table's picks: refused to the writer (42501), for 0 keys (22023) and with no range (23502)"
 
 # Drift injected on the shards (state changed without a write): seen, and
 # repaired by reconcile
