@@ -83,8 +83,8 @@ int16 shard_of(int shards) {
 } // namespace
 
 // A plan kept for the life of the backend (SPI_keepplan).
-SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types) {
-	SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+SPIPlanPtr ce::prepare_kept(const char *sql, int nargs, Oid *types, int cursor_options) {
+	SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, cursor_options);
 	if (plan == nullptr)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
 		                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
@@ -1274,13 +1274,8 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 		    ") u ORDER BY 1 LIMIT $5) s",
 		    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]), filter, gt);
 		Oid types[5] = {key_type, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
-		SPIPlanPtr plan = SPI_prepare_cursor(sql, 5, types, CURSOR_OPT_CUSTOM_PLAN);
-		if (plan == nullptr)
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-			                errmsg("SPI_prepare failed: %s", SPI_result_code_string(SPI_result))));
-		SPI_keepplan(plan);
-		f->plans[3] = plan;
-		return plan;
+		f->plans[3] = ce::prepare_kept(sql, 5, types, CURSOR_OPT_CUSTOM_PLAN);
+		return f->plans[3];
 	}
 	char *sql = psprintf(
 	    "WITH l AS MATERIALIZED ("

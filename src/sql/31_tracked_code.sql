@@ -388,7 +388,7 @@ $fn$;
 -- [ce_from, ce_w) that pass the filter), and the batch is the least
 -- ce_limit of them all: one statement per shard, each reading its three
 -- tables in key order from ce_after (three distributed queries, each a
--- fan-out to every shard, took 0.3 s a batch at 32 shards). The second
+-- fan-out to every shard, took 0.3-0.9 s a batch at 32 shards). The second
 -- carries the watermark and the keys, and on each shard the row's trigger
 -- (src/tracked.cpp, shard_reconcile) does what
 -- tracked_citus_batch's two statements do on a key's shard, for the keys'
@@ -421,6 +421,7 @@ DECLARE
     ce_tries bigint := 1024;
     ce_anchors %10$s[];
     ce_r record;
+    ce_picked %5$s[] := '{}';
     ce_rk %5$s[] := '{}';
     ce_rc bigint[] := '{}';
     ce_rt bigint[] := '{}';
@@ -465,15 +466,14 @@ BEGIN
                 SELECT a.anchor, ce_w, '{}', ce_limit, ce_after_key, ce_from, ce_all
                 FROM %8$s a WHERE a.anchor OPERATOR(pg_catalog.=) ANY (ce_anchors)
                 RETURNING r.found_keys LOOP
-        ce_rk := ce_rk || ce_r.found_keys;
+        ce_picked := ce_picked || ce_r.found_keys;
     END LOOP;
     DELETE FROM %14$s r WHERE r.anchor OPERATOR(pg_catalog.=) ANY (ce_anchors);
     SELECT pg_catalog.array_agg(s.k ORDER BY s.k) INTO ce_keys
-    FROM (SELECT DISTINCT u.k FROM pg_catalog.unnest(ce_rk) AS u(k) ORDER BY 1 LIMIT ce_limit) s;
+    FROM (SELECT DISTINCT u.k FROM pg_catalog.unnest(ce_picked) AS u(k) ORDER BY 1 LIMIT ce_limit) s;
     IF ce_keys IS NULL THEN
         RETURN;
     END IF;
-    ce_rk := '{}';
 
     -- the batch: compared and repaired on every shard
     FOR ce_r IN INSERT INTO %14$s AS r (anchor, w, keys)
