@@ -747,6 +747,47 @@ BEGIN
 END
 $$;
 
+-- The event trigger counter_citus_shard_truncate (on DROP TRIGGER, 1.8; on
+-- every node, with Citus loaded): when a trigger-mode counter's INSERT,
+-- DELETE or UPDATE trigger is dropped from a shard (Citus sends the DROP
+-- TRIGGER of the distributed table's trigger to every shard: untrack, a
+-- changed filter), the counter's TRUNCATE trigger on that shard goes too.
+-- Citus copies a table's TRUNCATE triggers to a shard it moves or splits
+-- (not to the shards create_distributed_table makes), but never sends their
+-- DROP TRIGGER (it holds that shards have none), so without this such a copy
+-- outlived its counter. Runs as the role dropping the trigger, which owns
+-- the shard; drops only a trigger of counter_ext's shard function of the
+-- same counter on the same shard.
+CREATE OR REPLACE FUNCTION counter_internal.citus_shard_truncate_follow()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    FOR g IN SELECT t.tgname, t.tgrelid::regclass AS rel
+             FROM pg_catalog.pg_event_trigger_dropped_objects() d
+             CROSS JOIN LATERAL pg_catalog.regexp_match(d.address_names[3],
+                 '^counter_([0-9]+)_(ins|del|upd)_([0-9]+)$') AS m(m)
+             JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) d.address_names[1]
+             JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid
+                                       AND c.relname OPERATOR(pg_catalog.=) d.address_names[2]
+             JOIN pg_catalog.pg_trigger t ON t.tgrelid OPERATOR(pg_catalog.=) c.oid
+                  AND t.tgname OPERATOR(pg_catalog.=) pg_catalog.format('counter_%s_trunc_%s', m.m[1], m.m[3])
+             JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) t.tgfoid
+             WHERE d.object_type OPERATOR(pg_catalog.=) 'trigger'
+               AND pg_catalog.cardinality(d.address_names) OPERATOR(pg_catalog.=) 3
+               AND p.pronamespace OPERATOR(pg_catalog.=) 'counter_internal'::pg_catalog.regnamespace
+               AND p.proname OPERATOR(pg_catalog.=) 'tracked_shard_fold' LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', g.tgname, g.rel);
+    END LOOP;
+END
+$$;
+
 -- The event trigger counter_citus_state (on ALTER TABLE and ALTER SCHEMA,
 -- 1.8): the state of a distributed counter or rollup kept beside its source
 -- (counter.tracked.state_schema, counter.rollups.state_schema) is named in

@@ -28,3 +28,6 @@ CREATE EVENT TRIGGER counter_citus_trigger_creator ON ddl_command_end
 CREATE EVENT TRIGGER counter_citus_state ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'ALTER SCHEMA')
     EXECUTE FUNCTION counter_internal.citus_state_check();
+CREATE EVENT TRIGGER counter_citus_shard_truncate ON sql_drop
+    WHEN TAG IN ('DROP TRIGGER')
+    EXECUTE FUNCTION counter_internal.citus_shard_truncate_follow();

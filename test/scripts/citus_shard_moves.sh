@@ -408,3 +408,17 @@ app_w1 -q -c "INSERT INTO sm_fixed.ev SELECT g, g % 7, '2026-07-01 10:00+00' FRO
 got=$(ce_citus_mismatches owner fixed sm_fixed.ev "true")
 [ "$got" = 0 ] || fail "the counter kept in counter_internal: $got keys differ from count(*)"
 echo "ok: an owner who may not create in the source's schema: the state in counter_internal, a warning that the shards cannot move, every value equals count(*)"
+
+# untrack: the copies of the TRUNCATE trigger Citus made on the moved and
+# split shards (whose DROP TRIGGER Citus does not send) go with the
+# counter's other triggers there (event trigger counter_citus_shard_truncate)
+ids=$(coord -tA -c "SELECT string_agg(counter_id::text, '|') FROM counter.tracked WHERE name IN ('evc', 'pevc')")
+copies=$(for p in $nodes; do on_node "$p" -tA -c "SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_($ids)_trunc_[0-9]+$'"; done |
+    awk '{ s += $1 } END { print s + 0 }')
+[ "$copies" -ge 2 ] || fail "the moved shards carry $copies copies of a TRUNCATE trigger (Citus copies them there)"
+owner -q -c "SELECT counter.untrack('evc')" -c "SELECT counter.untrack('pevc')" >/dev/null
+left=$(for p in $nodes; do on_node "$p" -tA -c "SELECT string_agg(tgrelid::regclass || '.' || tgname, ' ') FROM pg_trigger WHERE tgname ~ '^counter_($ids)_'"; done | grep -v '^$' || true)
+[ -z "$left" ] || fail "untrack left triggers on the nodes: $left"
+deliver app 7101 7200
+owner -q -c "TRUNCATE sm.ev" -c "TRUNCATE sm.pev" || fail "sm.ev, sm.pev cannot be truncated after untrack"
+echo "ok: untrack after moves and splits leaves no trigger on any shard ($copies TRUNCATE trigger copies were there)"

@@ -57,6 +57,10 @@ for p in $nodes; do
 done
 [ "$(body)" = "true cu_own 0 false" ] ||
     fail "the batch function after the update (1.8 form, owner, extension members, PUBLIC may execute): $(body)"
+# 1.8's event triggers on every node (Citus sends the update to the workers)
+n=$(on_nodes_sum "SELECT count(*) FROM pg_event_trigger WHERE evtname IN
+    ('counter_citus_trigger_creator', 'counter_citus_state', 'counter_citus_shard_truncate') AND evtenabled = 'O'")
+[ "$n" = 9 ] || fail "1.8's three event triggers on the 3 nodes after the update: $n of 9"
 n=$(on_nodes_sum "SELECT count(*) FROM pg_proc WHERE proname ~ '^tracked_[0-9]+_batch$'")
 [ "$n" = 1 ] || fail "batch functions on the nodes: $n (1, on the coordinator, expected)"
 [ "$(identity f)" = 11 ] && [ "$(identity d)" = 0 ] ||
