@@ -12,7 +12,9 @@
 # directly through a worker the whole time, re-delivered rows included; and
 # a third colocated table with an application-mode counter (1.8: its state
 # and inbox beside the rows), written with its adds by both writers (1.8:
-# counter.add on a worker node too).
+# counter.add on a worker node too); and on each of the first two a
+# trigger-mode counter keyed by another column (1.8: its state anchored on
+# every shard).
 #
 # Citus makes a moved or split shard's table again as the table's owner:
 # the counters' and rollups' state is kept beside the source, in its schema,
@@ -66,6 +68,10 @@ GRANT SELECT, INSERT ON sm.ev, sm.pev, sm.aev TO sm_app;
 SELECT counter.track('evc', 'sm.ev', 'k', 'at', filter => $$kind <> 'bot'$$);
 SELECT counter.track('pevc', 'sm.pev', 'k', 'at');
 SELECT counter.track('aevc', 'sm.aev', 'k', 'at', mode => 'application');
+-- keyed by another column than the distribution column (1.8): the state
+-- anchored on every shard, with its anchor and run tables
+SELECT counter.track('evkc', 'sm.ev', 'kind', 'at', filter => $$kind <> 'bot'$$);
+SELECT counter.track('pevkc', 'sm.pev', 'kind', 'at');
 SELECT counter.rollup_create('ev_r', 'sm.ev', 'at', '{k}', mode => 'deferred', filter => $$kind <> 'bot'$$);
 SELECT counter.rollup_create('pev_r', 'sm.pev', 'at', '{k,kind}', mode => 'deferred', distinct_on => '{id}');
 -- grouped by another column (1.8): the rollup table is the coordinator's,
@@ -174,6 +180,13 @@ shard_triggers() {
     got=$(awk '$2 != 1' <<<"$got")
     [ -z "$got" ] || fail "$1: inbox shards without their trigger: $got"
 }
+# kind_mismatches COUNTER TABLE FILTER: keys (kind) of a counter keyed by
+# kind whose value differs from count(*)
+kind_mismatches() {
+    owner -tA -c "SELECT count(*) FROM (SELECT kind, count(*) AS n FROM $2 WHERE $3 GROUP BY kind) t
+                  FULL JOIN (SELECT key AS kind, value FROM counter.tracked_values WHERE counter = '$1') v USING (kind)
+                  WHERE coalesce(t.n, 0) <> coalesce(v.value, 0)"
+}
 check() {
     local what=$1 got t=$SECONDS
     got=$(ce_citus_mismatches owner evc sm.ev "kind <> 'bot'")
@@ -182,8 +195,12 @@ check() {
     [ "$got" = 0 ] || fail "$what: $got keys of pevc differ from count(*) (before any reconciliation)"
     got=$(ce_citus_mismatches owner aevc sm.aev "true")
     [ "$got" = 0 ] || fail "$what: $got keys of aevc differ from count(*) (before any reconciliation)"
+    got=$(kind_mismatches evkc sm.ev "kind <> 'bot'")
+    [ "$got" = 0 ] || fail "$what: $got keys of evkc (keyed by kind) differ from count(*) (before any reconciliation)"
+    got=$(kind_mismatches pevkc sm.pev "true")
+    [ "$got" = 0 ] || fail "$what: $got keys of pevkc (keyed by kind) differ from count(*) (before any reconciliation)"
     [ "$(owner -tA -c "SELECT count(*) FROM sm.aev")" -gt 0 ] || fail "$what: sm.aev is empty"
-    for c in evc pevc aevc; do
+    for c in evc pevc aevc evkc pevkc; do
         got=$(owner -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('$c', '2026-07-10', all_keys => true)")
         [ "$got" = "0 ok" ] || fail "$what: the reconciliation of $c: $got (0 ok expected: nothing to correct)"
     done
@@ -271,7 +288,8 @@ w2=$CE_citus_w2_PORT
 got=$(coord -tA -c "SELECT string_agg(c.relname || ':' || c.relowner::regrole || ':' || coalesce(c.relacl::text, '-'), ' ' ORDER BY c.relname)
                     FROM pg_class c WHERE c.relnamespace = 'sm'::regnamespace AND c.relname ~ '^counter_(tracked|rollup)_' AND c.relkind = 'r'")
 want=$(coord -tA -c "SELECT string_agg(n || ':sm_own:{sm_own=arwdDxt' || CASE WHEN current_setting('server_version_num')::int >= 170000 THEN 'm' ELSE '' END || '/sm_own}', ' ' ORDER BY n)
-                     FROM (SELECT format('counter_tracked_%s_%s', c.counter_id, p) AS n FROM counter.tracked c, unnest('{base,delta}'::text[]) p
+                     FROM (SELECT format('counter_tracked_%s_%s', c.counter_id, p) AS n FROM counter.tracked c,
+                           unnest(CASE WHEN c.anchor_column IS NULL THEN '{base,delta}' ELSE '{base,delta,anchor,run}' END::text[]) p
                            UNION ALL SELECT format('counter_rollup_%s_dirty', r.rollup_id) FROM counter.rollups r) x")
 # the application-mode counter's inbox: the owner's, PUBLIC may insert
 # (its trigger asks for INSERT on sm.aev)
@@ -319,8 +337,8 @@ check "a drained node and a rebalance, writers running; then writes through work
 
 # TRUNCATE after the moves (the moved shards carry the TRUNCATE trigger too)
 owner -q -c "TRUNCATE sm.ev"
-got=$(owner -tA -c "SELECT count(*) FROM counter.tracked_values WHERE counter = 'evc' AND value <> 0")
-[ "$got" = 0 ] || fail "after TRUNCATE, $got keys of evc are not 0"
+got=$(owner -tA -c "SELECT count(*) FROM counter.tracked_values WHERE counter IN ('evc', 'evkc') AND value <> 0")
+[ "$got" = 0 ] || fail "after TRUNCATE, $got keys of evc and evkc are not 0"
 deliver app 6001 6500
 deliver app_w2 6401 7000
 # a rollup keeps its rows through TRUNCATE (doc/reference/rollup.md: retention): recomputed
@@ -412,11 +430,12 @@ echo "ok: an owner who may not create in the source's schema: the state in count
 # untrack: the copies of the TRUNCATE trigger Citus made on the moved and
 # split shards (whose DROP TRIGGER Citus does not send) go with the
 # counter's other triggers there (event trigger counter_citus_shard_truncate)
-ids=$(coord -tA -c "SELECT string_agg(counter_id::text, '|') FROM counter.tracked WHERE name IN ('evc', 'pevc')")
+ids=$(coord -tA -c "SELECT string_agg(counter_id::text, '|') FROM counter.tracked WHERE name IN ('evc', 'pevc', 'evkc', 'pevkc')")
 copies=$(for p in $nodes; do on_node "$p" -tA -c "SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_($ids)_trunc_[0-9]+$'"; done |
     awk '{ s += $1 } END { print s + 0 }')
 [ "$copies" -ge 2 ] || fail "the moved shards carry $copies copies of a TRUNCATE trigger (Citus copies them there)"
-owner -q -c "SELECT counter.untrack('evc')" -c "SELECT counter.untrack('pevc')" >/dev/null
+owner -q -c "SELECT counter.untrack('evc')" -c "SELECT counter.untrack('pevc')" \
+    -c "SELECT counter.untrack('evkc')" -c "SELECT counter.untrack('pevkc')" >/dev/null
 left=$(for p in $nodes; do on_node "$p" -tA -c "SELECT string_agg(tgrelid::regclass || '.' || tgname, ' ') FROM pg_trigger WHERE tgname ~ '^counter_($ids)_'"; done | grep -v '^$' || true)
 [ -z "$left" ] || fail "untrack left triggers on the nodes: $left"
 deliver app 7101 7200
