@@ -137,8 +137,9 @@ END $$;
 ALTER TABLE counter_internal.tracked_2_delta ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
 CREATE POLICY spy ON counter_internal.tracked_2_delta USING (sec_t_v.spy());
 RESET ROLE;
+-- (a superuser's read: the policy runs as the owner, restricted, and fails;
+-- since 1.8 the view leaves that counter out with a WARNING saying so)
 SELECT count(*) FROM counter.tracked_values;
-\echo :LAST_ERROR_SQLSTATE
 SELECT public.sec_t_gained() AS gained;
 
 -- ---------------------------------------------------------------- 4. the owner's filter leaves the owner

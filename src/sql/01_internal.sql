@@ -38,6 +38,33 @@ BEGIN
 END
 $$;
 
+-- The one way a reader of many roles' objects (counter.tracked_values,
+-- partition_status, rollup_state) goes on past an object whose owner's read
+-- failed. Each object is read as its owner, so the owner decides whether
+-- that read works (a right it revoked from itself, a policy on its table, a
+-- table it changed by hand): one role's object never makes another role's
+-- read of the view fail. Called in the handler of that read: true when the
+-- caller is the owner itself (the handler re-raises the error: RAISE);
+-- otherwise a WARNING naming the view, the object, the owner and the error,
+-- and false (the handler leaves the object out, or its column NULL, as
+-- consequence says).
+CREATE OR REPLACE FUNCTION counter_internal.owner_read_failed(what text, name text, owner regrole, place text,
+    consequence text, state text, message text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF counter_internal.caller() OPERATOR(pg_catalog.=) owner THEN
+        RETURN true;
+    END IF;
+    RAISE WARNING '%: reading % "%" as its owner % failed: % (SQLSTATE %)', place, what, name, owner, message, state
+        USING DETAIL = consequence,
+              HINT = 'Its owner can read it again (a right revoked, a row-level security policy or a table changed by hand); the other objects are read as usual.';
+    RETURN false;
+END
+$$;
+
 -- The one filter compiler (src/filter.cpp): resolves a filter as the owner,
 -- once, and returns {canonical text, tree}; filter_match applies the stored
 -- tree of a tracked counter ('tracked') or rollup ('rollup') to a source row.

@@ -1356,6 +1356,7 @@ DECLARE
     w record;
     caller regrole := counter_internal.caller();
     on_worker boolean := false;
+    q text;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL THEN
         EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_local_group g WHERE g.groupid OPERATOR(pg_catalog.<>) 0)'
@@ -1378,12 +1379,19 @@ BEGIN
         END IF;
         FOR w IN SELECT x.* FROM counter_internal.tracked_worker_counters() x ORDER BY x.name LOOP
             CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, w.source, 'SELECT');
-            RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner,
-                counter_internal.tracked_distributed_values_sql(
-                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
-                    pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
-                    w.anchored),
-                true) AS v(key text, value bigint);
+            BEGIN
+                RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner,
+                    counter_internal.tracked_distributed_values_sql(
+                        pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
+                        pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
+                        w.anchored),
+                    true) AS v(key text, value bigint);
+            EXCEPTION WHEN OTHERS THEN
+                IF counter_internal.owner_read_failed('tracked counter', w.name, w.owner, 'counter.tracked_values',
+                                                      'It is left out.', SQLSTATE, SQLERRM) THEN
+                    RAISE;
+                END IF;
+            END;
         END LOOP;
         RETURN;
     END IF;
@@ -1392,31 +1400,37 @@ BEGIN
         IF t.distributed THEN
             -- Citus: base and delta distributed colocated, read and summed
             -- per key on the shards (src/tracked.cpp, value_plan)
-            RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner,
-                counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
-                                                                counter_internal.tracked_table(t, 'delta'),
-                                                                t.anchor_column IS NOT NULL),
-                true) AS v(key text, value bigint);
-            CONTINUE;
+            q := counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
+                                                                 counter_internal.tracked_table(t, 'delta'),
+                                                                 t.anchor_column IS NOT NULL);
+        ELSE
+            -- a buffered counter adds what its buffer holds beyond the table
+            q := format(
+                'WITH m AS MATERIALIZED (%4$s)'
+                -- numeric, then bounded: one key's sum never makes the others unreadable
+                ' SELECT k.key::text, LEAST(GREATEST(coalesce(b.base, 0)::numeric + coalesce(d.s, 0) + coalesce(m.amount, 0),'
+                ' -9223372036854775807), 9223372036854775807)::bigint'
+                ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s UNION SELECT key FROM m) k'
+                ' LEFT JOIN %1$s b ON b.key %3$s k.key'
+                ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
+                ' LEFT JOIN m ON m.key %3$s k.key'
+                ' WHERE $1 ORDER BY k.key',
+                counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
+                (counter_internal.key_operators(t.key_type))[1],
+                CASE WHEN t.buffered
+                     THEN format('SELECT x.key, x.amount FROM counter_internal.tracked_buffered(%s, NULL::%s) x',
+                                 t.counter_id, t.key_type)
+                     ELSE format('SELECT NULL::%s AS key, 0::bigint AS amount WHERE false', t.key_type) END);
         END IF;
-        -- a buffered counter adds what its buffer holds beyond the table
-        RETURN QUERY SELECT t.name, v.key, v.value FROM counter_internal.exec_as_owner(t.owner, format(
-            'WITH m AS MATERIALIZED (%4$s)'
-            -- numeric, then bounded: one key's sum never makes the others unreadable
-            ' SELECT k.key::text, LEAST(GREATEST(coalesce(b.base, 0)::numeric + coalesce(d.s, 0) + coalesce(m.amount, 0),'
-            ' -9223372036854775807), 9223372036854775807)::bigint'
-            ' FROM (SELECT key FROM %1$s UNION SELECT key FROM %2$s UNION SELECT key FROM m) k'
-            ' LEFT JOIN %1$s b ON b.key %3$s k.key'
-            ' LEFT JOIN (SELECT key, pg_catalog.sum(delta) AS s FROM %2$s GROUP BY key) d ON d.key %3$s k.key'
-            ' LEFT JOIN m ON m.key %3$s k.key'
-            ' WHERE $1 ORDER BY k.key',
-            counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'),
-            (counter_internal.key_operators(t.key_type))[1],
-            CASE WHEN t.buffered
-                 THEN format('SELECT x.key, x.amount FROM counter_internal.tracked_buffered(%s, NULL::%s) x',
-                             t.counter_id, t.key_type)
-                 ELSE format('SELECT NULL::%s AS key, 0::bigint AS amount WHERE false', t.key_type) END),
-            true) AS v(key text, value bigint);
+        BEGIN
+            RETURN QUERY SELECT t.name, v.key, v.value
+                         FROM counter_internal.exec_as_owner(t.owner, q, true) AS v(key text, value bigint);
+        EXCEPTION WHEN OTHERS THEN
+            IF counter_internal.owner_read_failed('tracked counter', t.name, t.owner, 'counter.tracked_values',
+                                                  'It is left out.', SQLSTATE, SQLERRM) THEN
+                RAISE;
+            END IF;
+        END;
     END LOOP;
 END
 $fn$;

@@ -1203,6 +1203,7 @@ DECLARE
     c counter.partitioned_tables;
     stg regclass;
     every interval;
+    tbl_owner regrole;
 BEGIN
     FOR c IN SELECT * FROM counter.partitioned_tables p
              WHERE su OR pg_has_role(caller, counter_internal.partition_owner(p.parent), 'USAGE')
@@ -1225,16 +1226,26 @@ BEGIN
         hours_ahead := round(extract(epoch FROM newest - now()) / 3600, 2);
         default_partition := counter.partition_default(c.parent);
         rows_in_default := NULL;
-        IF default_partition IS NOT NULL THEN
-            SELECT x.n INTO rows_in_default FROM counter_internal.exec_as_owner(counter_internal.partition_owner(c.parent),
-                format('SELECT count(*) FROM ONLY %s WHERE $1', default_partition), true) AS x(n bigint);
-        END IF;
         rows_staged := NULL;
         SELECT s.staging INTO stg FROM counter.partition_staging s WHERE s.parent = c.parent;
-        IF stg IS NOT NULL AND EXISTS (SELECT FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) stg) THEN
-            SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner(counter_internal.partition_owner(c.parent),
-                format('SELECT count(*) FROM %s WHERE $1', stg), true) AS x(n bigint);
-        END IF;
+        tbl_owner := counter_internal.partition_owner(c.parent);
+        BEGIN
+            IF default_partition IS NOT NULL THEN
+                SELECT x.n INTO rows_in_default FROM counter_internal.exec_as_owner(tbl_owner,
+                    format('SELECT count(*) FROM ONLY %s WHERE $1', default_partition), true) AS x(n bigint);
+            END IF;
+            IF stg IS NOT NULL AND EXISTS (SELECT FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) stg) THEN
+                SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner(tbl_owner,
+                    format('SELECT count(*) FROM %s WHERE $1', stg), true) AS x(n bigint);
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            IF counter_internal.owner_read_failed('partitioned table', c.parent::text, tbl_owner, 'counter.partition_status',
+                                                  'Its rows_in_default and rows_staged are NULL.', SQLSTATE, SQLERRM) THEN
+                RAISE;
+            END IF;
+            rows_in_default := NULL;
+            rows_staged := NULL;
+        END;
         every := coalesce((SELECT j.run_every FROM counter.jobs j
                            WHERE j.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
                              AND j.target OPERATOR(pg_catalog.=) c.job_target),

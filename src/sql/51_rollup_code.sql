@@ -1417,8 +1417,16 @@ BEGIN
        OR NOT EXISTS (SELECT FROM pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table) THEN
         RETURN NULL;
     END IF;
-    SELECT x.h INTO h FROM counter_internal.exec_as_owner(r.owner,
-        format('SELECT pg_catalog.max(hour) FROM %s WHERE $1', r.rollup_table), true) AS x(h timestamptz);
+    BEGIN
+        SELECT x.h INTO h FROM counter_internal.exec_as_owner(r.owner,
+            format('SELECT pg_catalog.max(hour) FROM %s WHERE $1', r.rollup_table), true) AS x(h timestamptz);
+    EXCEPTION WHEN OTHERS THEN
+        IF counter_internal.owner_read_failed('rollup', r.name, r.owner, 'counter.rollup_state',
+                                              'Its newest_event_hour is NULL.', SQLSTATE, SQLERRM) THEN
+            RAISE;
+        END IF;
+        RETURN NULL;
+    END;
     RETURN greatest(h, (SELECT max(d.hour) FROM counter.rollup_dirty d WHERE d.rollup_id = rid));
 END
 $$;
