@@ -210,18 +210,28 @@ echo "ok: untrack, rollup_drop, partition_unmanage and track in a transaction af
 # the default partition; the maintenance drains the default partition
 # (rows move between partitions, none is added or lost), then more rows go
 # to the new partitions: the counter equals count(*) and a reconciliation
-# corrects nothing, on the cluster and on one node.
+# corrects nothing, on the cluster and on one node. The same table has two
+# trigger-mode counters (keyed by the distribution column, and by another
+# column: anchored state), a trigger-mode rollup with a distinct sketch and a
+# deferred one grouped by another column: exact through the drain too (the
+# trigger-mode ones with no reconciliation or refresh), every rollup row
+# equal to GROUP BY and to one node's, sketch bytes included.
 w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U ev_owner -d postgres "$@"; }
 for n in coord single; do
     dist=
     [ $n = coord ] && dist="SELECT create_distributed_table('pa', 'k', shard_count := 4);"
     $n -q -v ON_ERROR_STOP=1 >/dev/null <<SQL
 SET client_min_messages = warning;
-CREATE TABLE pa (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (k, id, at)) PARTITION BY RANGE (at);
+CREATE TABLE pa (id bigint NOT NULL, k bigint NOT NULL, at timestamptz NOT NULL, v bigint NOT NULL, PRIMARY KEY (k, id, at))
+    PARTITION BY RANGE (at);
 CREATE INDEX ON pa (at);
 $dist
 SELECT counter.partition_manage('pa', 'at', '1 day', premake => 2, as_of => '2026-07-10');
 SELECT counter.track('pa_c', 'pa', 'k', 'at', mode => 'application');
+SELECT counter.track('pa_t', 'pa', 'k', 'at');
+SELECT counter.track('pa_v', 'pa', 'v', 'at');
+SELECT counter.rollup_create('pa_r', 'pa', 'at', '{k}', distinct_on => '{id}');
+SELECT counter.rollup_create('pa_rv', 'pa', 'at', '{v}', mode => 'deferred');
 SQL
 done
 [ "$(coord -tA -c "SELECT distributed FROM counter.tracked WHERE name = 'pa_c'")" = t ] ||
@@ -230,7 +240,7 @@ deliver_pa() { # deliver_pa RUN A B: ids A..B over the 10th to the 14th, each ne
     $1 -q -v ON_ERROR_STOP=1 >/dev/null <<SQL
 BEGIN;
 CREATE TEMP TABLE n ON COMMIT DROP AS WITH ins AS (
-    INSERT INTO pa SELECT g, g % 7, '2026-07-10 06:00+00'::timestamptz + (g % 5) * interval '1 day'
+    INSERT INTO pa SELECT g, g % 7, '2026-07-10 06:00+00'::timestamptz + (g % 5) * interval '1 day', g % 11
     FROM generate_series($2, $3) g ON CONFLICT DO NOTHING RETURNING k, at)
 SELECT * FROM ins;
 SELECT count(counter.add('pa_c', k, c, at)) FROM (SELECT k, at, count(*) AS c FROM n GROUP BY 1, 2) x;
@@ -238,16 +248,36 @@ COMMIT;
 SQL
 }
 check_pa() { # check_pa WHAT
-    local n got
+    local n got c want=
     for n in coord single; do
-        got=$(ce_citus_mismatches $n pa_c pa true)
-        [ "$got" = 0 ] || fail "$1: $n: $got keys of pa_c differ from count(*)"
-        got=$($n -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('pa_c', '2026-07-20', all_keys => true)")
-        [ "$got" = "0 ok" ] || fail "$1: $n: the reconciliation of pa_c: $got (nothing to correct expected)"
+        for c in pa_c pa_t pa_v; do
+            got=$(ce_citus_mismatches $n $c pa true "$([ $c = pa_v ] && echo v || echo k)")
+            [ "$got" = 0 ] || fail "$1: $n: $got keys of $c differ from count(*)"
+        done
+        # the trigger-mode rollup with no refresh, the deferred one after its refresh
+        $n -q -c "SELECT counter.rollup_refresh_dirty('pa_rv')" >/dev/null
+        got=$($n -tA <<'SQL' | grep -v '^$' | tail -1
+CREATE TEMP TABLE got_r AS SELECT k, hour, count, distinct_id::bytea AS d FROM pa_r;
+CREATE TEMP TABLE want_r AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count,
+    counter.hll_add_agg(id, 14)::bytea AS d FROM pa GROUP BY 1, 2;
+CREATE TEMP TABLE got_v AS SELECT v, hour, count FROM pa_rv;
+CREATE TEMP TABLE want_v AS SELECT v, counter.rollup_hour(at) AS hour, count(*) AS count FROM pa GROUP BY 1, 2;
+SELECT (SELECT count(*) FROM ((TABLE got_r EXCEPT TABLE want_r) UNION ALL (TABLE want_r EXCEPT TABLE got_r)) x) || ' '
+    || (SELECT count(*) FROM ((TABLE got_v EXCEPT TABLE want_v) UNION ALL (TABLE want_v EXCEPT TABLE got_v)) y) || ' '
+    || (SELECT md5(string_agg(k || ':' || hour || ':' || count || ':' || encode(d, 'hex'), ',' ORDER BY k, hour)) FROM got_r);
+SQL
+)
+        [ "${got% *}" = "0 0" ] || fail "$1: $n: rollup rows that differ from GROUP BY (pa_r, pa_rv): ${got% *}"
+        [ -z "$want" ] || [ "${got##* }" = "$want" ] || fail "$1: the trigger-mode rollup pa_r differs between the cluster and one node"
+        want=${got##* }
+        for c in pa_c pa_t pa_v; do
+            got=$($n -tA -c "SELECT keys_corrected || ' ' || outcome FROM counter.reconcile('$c', '2026-07-20', all_keys => true)")
+            [ "$got" = "0 ok" ] || fail "$1: $n: the reconciliation of $c: $got (nothing to correct expected)"
+        done
     done
     got=$(coord -tA -c "SELECT count(*) FROM pa")
     [ "$got" = "$(single -tA -c "SELECT count(*) FROM pa")" ] || fail "$1: $got rows on the cluster, $(single -tA -c "SELECT count(*) FROM pa") on one node"
-    echo "ok: $1: the application-mode counter of the partitioned table equals count(*) ($got rows), nothing to reconcile, as on one node"
+    echo "ok: $1: the application-mode and trigger-mode counters of the partitioned table equal count(*) ($got rows), nothing to reconcile; its rollups equal GROUP BY; as on one node"
 }
 deliver_pa coord 1 300
 deliver_pa single 1 300
