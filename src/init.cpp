@@ -57,6 +57,7 @@ static void define_core_gucs() {
 static void init_cpp() {
 	ce::loaded_at_startup = process_shared_preload_libraries_in_progress;
 	define_core_gucs();
+	ce::define_owner_gucs();
 	ce::init_hll();
 	ce::init_worker();
 	ce::buffer::init();

@@ -5,6 +5,9 @@
 //       RETURNS SETOF record          -- rows of a query, with a column list
 //   counter_internal.exec_as_owner_cmd(owner regrole, sql text, VARIADIC args "any")
 //       RETURNS bigint                -- a command; the rows it processed
+//   counter_internal.exec_as_owner_listed(owner regrole, sql text, VARIADIC args "any")
+//       RETURNS SETOF record          -- exec_as_owner for a view that lists
+//                                        many owners' objects (below)
 //
 // 'sql' is text the extension's own functions build (identifiers through %I
 // or regclass output, operators schema-qualified); user input only ever
@@ -71,7 +74,40 @@ void pin_settings() {
 
 static_assert(ce::hll::default_precision == 14, "pin_settings pins the default precision as text");
 
+// counter_ext.view_lock_timeout, in milliseconds (0: no bound of its own).
+int view_lock_timeout_ms = 1000;
+
+// A read one role makes of another owner's object, in a view that lists the
+// objects of many owners (counter.tracked_values, rollup_state,
+// partition_status: doc/security.md, "One owner's object and another
+// role's read"): the owner controls its tables, so it could hold a lock on
+// one for as long as it likes, or give it a FORCE'd row-level security
+// policy whose code runs in every reader's statement. Neither may delay the
+// reader's read of the other objects: row_security is off (a policy that
+// would apply makes the read fail, 42501, instead of running), and a lock
+// is waited for at most counter_ext.view_lock_timeout (or the reader's own
+// lock_timeout when that is shorter; 55P03 then). The view leaves that
+// object out with a WARNING (counter_internal.owner_read_failed). Set
+// inside owner_enter's nest level, so they end with the owner's scope.
+void pin_listed_read_settings() {
+	pin("row_security", "off");
+	if (view_lock_timeout_ms > 0 && (LockTimeout == 0 || LockTimeout > view_lock_timeout_ms)) {
+		char value[32];
+		snprintf(value, sizeof(value), "%d", view_lock_timeout_ms);
+		pin("lock_timeout", value);
+	}
+}
+
 } // namespace
+
+void ce::define_owner_gucs() {
+	DefineCustomIntVariable("counter_ext.view_lock_timeout",
+	                        "Longest wait for a lock on another owner's table in a view listing many owners' objects.",
+	                        "counter.tracked_values, rollup_state and partition_status leave out (with a WARNING) an "
+	                        "object of another owner whose table stays locked longer; 0 waits as lock_timeout says.",
+	                        &view_lock_timeout_ms, 1000, 0, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr,
+	                        nullptr);
+}
 
 ce::OwnerSwitch ce::owner_enter(Oid role) {
 	OwnerSwitch s;
@@ -374,6 +410,23 @@ CE_FUNCTION(counter_exec_as_owner) {
 	MemoryContext call_context = CurrentMemoryContext;
 	Call c = ce::pg_guard([fcinfo] { return read_call(fcinfo); });
 	ce::as_owner(c.owner, [&c, fcinfo, call_context] {
+		(void)run(c, false);
+		materialize(fcinfo, call_context);
+		SPI_finish();
+	});
+	return (Datum)0;
+}
+
+// exec_as_owner for a view listing many owners' objects: when the role the
+// entry point acts for is not the owner, the read runs with the settings of
+// pin_listed_read_settings (above); the owner's own read is exec_as_owner's.
+CE_FUNCTION(counter_exec_as_owner_listed) {
+	MemoryContext call_context = CurrentMemoryContext;
+	Call c = ce::pg_guard([fcinfo] { return read_call(fcinfo); });
+	bool other = ce::pg_guard([] { return ce::effective_caller(); }) != c.owner;
+	ce::as_owner(c.owner, [&c, fcinfo, call_context, other] {
+		if (other)
+			pin_listed_read_settings();
 		(void)run(c, false);
 		materialize(fcinfo, call_context);
 		SPI_finish();

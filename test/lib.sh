@@ -406,6 +406,38 @@ ce_psql() {
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -q "$@"
 }
 
+# ce_trap_holders: on exit, kills the background sessions a script started
+# (their pids appended to ce_holders) and stops its clusters.
+ce_holders=()
+ce_stop_holders() {
+    local p
+    for p in "${ce_holders[@]}"; do kill "$p" 2>/dev/null || true; done
+    ce_cluster_stop_all
+}
+ce_trap_holders() { trap ce_stop_holders EXIT; }
+
+# The assertions of the script tests: each prints "ok: DESCRIPTION" or
+# "FAIL: ..." and exits 1.
+ce_fail() { echo "FAIL: $*"; exit 1; }
+ce_expect() { # DESCRIPTION EXPECTED ACTUAL
+    [ "$2" = "$3" ] || ce_fail "$1: expected '$2', got '$3'"
+    echo "ok: $1"
+}
+ce_contains() { # DESCRIPTION NEEDLE HAYSTACK
+    grep -qF -- "$2" <<<"$3" || ce_fail "$1: '$2' not in: $3"
+    echo "ok: $1"
+}
+# ce_wait_true DB SQL SECONDS: polls until SQL (as the superuser, in DB)
+# returns t; fails after SECONDS.
+ce_wait_true() {
+    local i
+    for ((i = 0; i < $3 * 5; i++)); do
+        [ "$(ce_psql -d "$1" -At -c "$2" 2>/dev/null || true)" = t ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
 # ce_bench_beside_release REF: for the benchmarks that compare this tree with
 # a released version (test/bench/*/vs_release.sh): builds REF's source (git
 # archive) in a temporary folder ($work, removed on exit) and starts two

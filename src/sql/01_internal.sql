@@ -11,6 +11,17 @@ RETURNS SETOF record
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_exec_as_owner';
 
+-- The same, for a view that lists the objects of many owners
+-- (counter.tracked_values, rollup_state, partition_status): when the role
+-- the view is read for is not the owner, no row-level security policy of the
+-- owner's runs (row_security off: the read fails instead) and a lock on the
+-- owner's table is waited for at most counter_ext.view_lock_timeout, so the
+-- view leaves that object out (owner_read_failed) rather than wait for it.
+CREATE OR REPLACE FUNCTION counter_internal.exec_as_owner_listed(owner regrole, sql text, VARIADIC args "any")
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'counter_exec_as_owner_listed';
+
 CREATE OR REPLACE FUNCTION counter_internal.exec_as_owner_cmd(owner regrole, sql text, VARIADIC args "any")
 RETURNS bigint
 LANGUAGE c VOLATILE
@@ -60,7 +71,7 @@ BEGIN
     END IF;
     RAISE WARNING '%: reading % "%" as its owner % failed: % (SQLSTATE %)', place, what, name, owner, message, state
         USING DETAIL = consequence,
-              HINT = 'Its owner can read it again (a right revoked, a row-level security policy or a table changed by hand); the other objects are read as usual.';
+              HINT = 'Its owner can read it again (a right revoked, a row-level security policy, a lock held longer than counter_ext.view_lock_timeout or a table changed by hand); the other objects are read as usual.';
     RETURN false;
 END
 $$;

@@ -1380,7 +1380,7 @@ BEGIN
         FOR w IN SELECT x.* FROM counter_internal.tracked_worker_counters() x ORDER BY x.name LOOP
             CONTINUE WHEN NOT pg_catalog.has_table_privilege(caller, w.source, 'SELECT');
             BEGIN
-                RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner(w.owner,
+                RETURN QUERY SELECT w.name, v.key, v.value FROM counter_internal.exec_as_owner_listed(w.owner,
                     counter_internal.tracked_distributed_values_sql(
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
@@ -1424,7 +1424,7 @@ BEGIN
         END IF;
         BEGIN
             RETURN QUERY SELECT t.name, v.key, v.value
-                         FROM counter_internal.exec_as_owner(t.owner, q, true) AS v(key text, value bigint);
+                         FROM counter_internal.exec_as_owner_listed(t.owner, q, true) AS v(key text, value bigint);
         EXCEPTION WHEN OTHERS THEN
             IF counter_internal.owner_read_failed('tracked counter', t.name, t.owner, 'counter.tracked_values',
                                                   'It is left out.', SQLSTATE, SQLERRM) THEN

@@ -1231,11 +1231,11 @@ BEGIN
         tbl_owner := counter_internal.partition_owner(c.parent);
         BEGIN
             IF default_partition IS NOT NULL THEN
-                SELECT x.n INTO rows_in_default FROM counter_internal.exec_as_owner(tbl_owner,
+                SELECT x.n INTO rows_in_default FROM counter_internal.exec_as_owner_listed(tbl_owner,
                     format('SELECT count(*) FROM ONLY %s WHERE $1', default_partition), true) AS x(n bigint);
             END IF;
             IF stg IS NOT NULL AND EXISTS (SELECT FROM pg_class k WHERE k.oid OPERATOR(pg_catalog.=) stg) THEN
-                SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner(tbl_owner,
+                SELECT x.n INTO rows_staged FROM counter_internal.exec_as_owner_listed(tbl_owner,
                     format('SELECT count(*) FROM %s WHERE $1', stg), true) AS x(n bigint);
             END IF;
         EXCEPTION WHEN OTHERS THEN

@@ -1418,7 +1418,7 @@ BEGIN
         RETURN NULL;
     END IF;
     BEGIN
-        SELECT x.h INTO h FROM counter_internal.exec_as_owner(r.owner,
+        SELECT x.h INTO h FROM counter_internal.exec_as_owner_listed(r.owner,
             format('SELECT pg_catalog.max(hour) FROM %s WHERE $1', r.rollup_table), true) AS x(h timestamptz);
     EXCEPTION WHEN OTHERS THEN
         IF counter_internal.owner_read_failed('rollup', r.name, r.owner, 'counter.rollup_state',

@@ -21,13 +21,7 @@
 # lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-holders=()
-cleanup() {
-    local p
-    for p in "${holders[@]}"; do kill "$p" 2>/dev/null || true; done
-    ce_cluster_stop_all
-}
-trap cleanup EXIT
+ce_trap_holders
 
 fail() { echo "FAIL: $*"; exit 1; }
 q() { ce_psql -d sec -At -c "$1"; }
@@ -93,7 +87,7 @@ keys="SELECT 1380928584 AS c, counter_internal.rollup_lock_key(id, counter_inter
 keys="SELECT * FROM (VALUES $(q "SELECT string_agg(format('(%s, %s)', c, k), ', ') FROM ($keys) s")) v(c, k)"
 nkeys=$(q "SELECT count(*) FROM ($keys) s")
 as_role mallory -c "SELECT count(pg_advisory_lock(c, k)) FROM ($keys) s" -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
-holders+=($!)
+ce_holders+=($!)
 wait_for "SELECT count(*) = $nkeys FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
           WHERE l.locktype = 'advisory' AND l.granted AND a.usename = 'mallory'" 30 ||
     fail "mallory did not get its $nkeys advisory locks"
@@ -140,7 +134,7 @@ ce_psql -d sec -c "BEGIN" \
     -c "SELECT counter_internal.lock_take('tracked', $t_id), counter_internal.lock_take('partition', $pe_oid),
                counter_internal.lock_take('flush', $b_id), counter_internal.lock_take('rollup_day', $r_id, now())" \
     -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
-holders+=($!)
+ce_holders+=($!)
 wait_for "SELECT count(*) = 4 FROM pg_locks WHERE locktype = 'object' AND granted
           AND classid = 'counter_internal.lock_space'::regclass" 30 || fail "the superuser did not take the real locks"
 as_role victim -c "INSERT INTO v.bev (k) VALUES (1)" -c "DELETE FROM v.ev WHERE id = 2" >/dev/null

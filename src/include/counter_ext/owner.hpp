@@ -96,4 +96,7 @@ void install_older_sql_hook();
 // right on the catalogs. Owns nothing C++.
 Oid catalog_owner();
 
+// Defines counter_ext.view_lock_timeout (src/owner.cpp, exec_as_owner_listed).
+void define_owner_gucs();
+
 } // namespace ce
