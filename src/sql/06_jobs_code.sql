@@ -340,9 +340,11 @@ $$;
 -- colocated dirty log there): then the rollup's dirty log is distributed
 -- colocated with it and its triggers run on the shards; its table is
 -- colocated with it when group_by includes the distribution column (the
--- refresh is pushed down whole), and otherwise a table of the coordinator
--- (the refresh's GROUP BY is pushed down, its partial sums and sketches
--- combined there: rollup_citus_sql). NULL when Citus does not distribute
+-- refresh is pushed down whole); otherwise, in trigger mode, grouped by the
+-- distribution column too, colocated, and read through a view that sums it
+-- over that column (rollup_create, rollup_make_view), and in deferred mode
+-- a table of the coordinator (the refresh's GROUP BY is pushed down, its
+-- partial sums and sketches combined there: rollup_citus_sql). NULL when Citus does not distribute
 -- source. Any other layout is refused (0A000), before anything is made.
 CREATE OR REPLACE FUNCTION counter_internal.citus_rollup_check(source regclass, group_by name[], mode text,
     replicated boolean)
@@ -361,8 +363,6 @@ BEGIN
     why := p.why;
     IF why IS NOT NULL THEN
         NULL;
-    ELSIF mode OPERATOR(pg_catalog.=) 'trigger' AND NOT p.col OPERATOR(pg_catalog.=) ANY (group_by) THEN
-        why := pg_catalog.format('A trigger-mode rollup there must be grouped by the distribution column (%s), so that each shard''s rows are added to the rollup''s colocated shard; a deferred rollup may be grouped by any columns.', p.col);
     ELSIF mode IS DISTINCT FROM 'deferred' AND mode IS DISTINCT FROM 'trigger' THEN
         why := pg_catalog.format('A deferred or trigger-mode rollup is supported there, not mode %L (buffered mode''s shared memory is per node).', mode);
     ELSIF replicated THEN
@@ -371,7 +371,7 @@ BEGIN
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a rollup of %, a table Citus distributes, is not supported yet in this form', source
             USING ERRCODE = 'feature_not_supported', DETAIL = why,
-                  HINT = 'On a hash-distributed table, make a deferred rollup (mode => ''deferred''), or a trigger-mode one grouped by the distribution column; otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a hash-distributed table, make a deferred or a trigger-mode rollup; otherwise aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN p.col;
 END

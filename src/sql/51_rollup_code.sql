@@ -976,7 +976,8 @@ BEGIN
                 USING ERRCODE = 'duplicate_column';
         END IF;
         SELECT c.atttypid, c.atttypmod, c.attnotnull INTO col FROM counter_internal.column_of(source, g) c;
-        IF NOT col.attnotnull THEN
+        -- (Citus's distribution column never holds NULL: Citus refuses such a row)
+        IF NOT col.attnotnull AND g IS DISTINCT FROM dist_col THEN
             RAISE EXCEPTION 'group column "%" must be NOT NULL', g USING ERRCODE = 'invalid_parameter_value',
                 HINT = 'the group columns form the primary key of the rollup';
         END IF;
@@ -1083,6 +1084,55 @@ BEGIN
 END
 $$;
 
+-- Citus, a trigger-mode rollup grouped by other columns than the
+-- distribution column (rollup_create): the view, made by the owner in the
+-- source's schema and named after the rollup, that sums its table (grouped
+-- by the distribution column too) over that column: the same columns, in
+-- the same order and of the same types, as a rollup table grouped by
+-- view_group_by; counts and sums added, sketches unioned (exact: the same
+-- sketch as the rows' own). Citus pushes its GROUP BY down to the shards.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_make_view(owner regrole, nsp name, name text, tbl regclass,
+    view_group_by name[], sums name[], distinct_on name[])
+RETURNS regclass
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g name;
+    keys text := '';
+    cols text := '';
+    vw regclass;
+    propagate text;
+BEGIN
+    FOREACH g IN ARRAY view_group_by LOOP
+        keys := keys || format('%I, ', g);
+    END LOOP;
+    FOREACH g IN ARRAY sums LOOP
+        cols := cols || format(', pg_catalog.sum(%1$I)::%2$s AS %1$I', 'sum_' || g,
+                               (SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
+                                WHERE a.attrelid OPERATOR(pg_catalog.=) tbl AND a.attname OPERATOR(pg_catalog.=) ('sum_' || g)));
+    END LOOP;
+    FOREACH g IN ARRAY distinct_on LOOP
+        cols := cols || format(', counter.hll_union_agg(%1$I) AS %1$I', 'distinct_' || g);
+    END LOOP;
+    -- a view of the coordinator (as a deferred rollup's table grouped by
+    -- other columns): Citus would send it to the workers, where the table
+    -- it reads is not known yet in this transaction (the setting is put
+    -- back below: a SET LOCAL outlives the function)
+    propagate := pg_catalog.current_setting('citus.enable_ddl_propagation', true);
+    PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+    PERFORM counter_internal.exec_as_owner_cmd(owner,
+        format('CREATE VIEW %I.%I AS SELECT %shour, pg_catalog.sum(count)::bigint AS count%s FROM %s GROUP BY %shour',
+               nsp, name, keys, cols, tbl, keys), true);
+    vw := format('%I.%I', nsp, name)::regclass;
+    PERFORM counter_internal.exec_as_owner_cmd(owner, format('COMMENT ON VIEW %s IS %L', vw,
+        format('counter_ext rollup %s by UTC hour (trigger mode): %s summed over the distribution column', name, tbl)),
+        true);
+    PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', coalesce(propagate, 'on'), true);
+    RETURN vw;
+END
+$$;
+
 -- Creates a rollup: its table, its triggers on the source, its catalog row
 -- and its refresh job, and marks every hour that already has events dirty
 -- (the job fills them in). Nothing is created when any argument is wrong.
@@ -1111,12 +1161,36 @@ DECLARE
     rid integer;
     dist_col name; -- Citus: the source's distribution column (a distributed rollup)
     dirty text; -- Citus: its dirty log (counter_internal.rollup_dirty_table)
+    tbl_name text := name;
+    view_group_by name[]; -- Citus, trigger mode grouped by other columns: the view's groups
+    vw regclass;
 BEGIN
     PERFORM counter_internal.rollup_check_args(name, source, time_column, group_by, distinct_on, mode, sums,
                                                retention, refresh_every, replicated);
-    -- Citus: a deferred rollup grouped by the distribution column of a
-    -- hash-distributed source (doc/citus.md); anything else is refused here
+    -- Citus: a deferred or trigger-mode rollup of a hash-distributed source
+    -- (doc/citus.md); anything else is refused here
     dist_col := counter_internal.citus_rollup_check(source, group_by, mode, replicated);
+    IF dist_col IS NOT NULL AND mode OPERATOR(pg_catalog.=) 'trigger'
+       AND NOT dist_col OPERATOR(pg_catalog.=) ANY (group_by) THEN
+        -- Citus, trigger mode grouped by other columns: the table is grouped
+        -- by the distribution column too (colocated: each shard adds its rows
+        -- to its own), and the rollup is the view that sums it over that
+        -- column (counter_internal.rollup_make_view)
+        view_group_by := group_by;
+        group_by := ARRAY[dist_col] OPERATOR(pg_catalog.||) group_by;
+        tbl_name := name || '_by_' || dist_col;
+        IF pg_catalog.octet_length(tbl_name) OPERATOR(pg_catalog.>) 63 THEN
+            RAISE EXCEPTION 'rollup name "%" is too long for its table "%"', name, tbl_name
+                USING ERRCODE = 'name_too_long',
+                      DETAIL = 'A trigger-mode rollup of a table Citus distributes, grouped by other columns than the distribution column, keeps its rows in a table named after it and that column, read through a view named after it.',
+                      HINT = 'Give the rollup a shorter name (doc/citus.md).';
+        END IF;
+        IF to_regclass(format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                                        WHERE c.oid = source), tbl_name)) IS NOT NULL THEN
+            RAISE EXCEPTION 'relation "%" already exists', tbl_name USING ERRCODE = 'duplicate_table',
+                HINT = 'a trigger-mode rollup of a table Citus distributes, grouped by other columns, keeps its rows in a table named after the rollup and the distribution column';
+        END IF;
+    END IF;
     SELECT * INTO src FROM counter_internal.rollup_check_source(source, time_column, caller);
     SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by, dist_col);
     k.ddl := k.ddl || 'hour timestamptz NOT NULL, count bigint NOT NULL'
@@ -1133,21 +1207,25 @@ BEGIN
         END IF;
     END IF;
     -- The rollup table is made by the owner, in the source's schema.
-    tbl := counter_internal.rollup_make_table(src.owner, src.nsp, name, k.ddl, k.keys, source, mode);
+    tbl := counter_internal.rollup_make_table(src.owner, src.nsp, tbl_name, k.ddl, k.keys, source, mode);
     IF dist_col OPERATOR(pg_catalog.=) ANY (group_by) THEN
         -- colocated with the source: each shard's rows are summed on it.
-        -- Grouped by other columns, the table stays on the coordinator
-        -- (rollup_citus_sql)
+        -- Grouped by other columns, a deferred rollup's table stays on the
+        -- coordinator (rollup_citus_sql)
         PERFORM counter_internal.citus_colocate(tbl, source, dist_col);
+    END IF;
+    IF view_group_by IS NOT NULL THEN
+        vw := counter_internal.rollup_make_view(src.owner, src.nsp, name, tbl, view_group_by, sums, distinct_on);
     END IF;
 
     -- the sketches' precision is fixed here, from the creating session
     INSERT INTO counter.rollups (name, source, rollup_table, time_column, group_by, distinct_on, sums, mode,
                                  filter, filter_tree, filter_relid, retention, refresh_every, owner, replicated,
-                                 hll_precision)
+                                 hll_precision, rollup_view, view_group_by)
     VALUES (name, source, tbl, time_column, group_by, distinct_on, sums, mode, compiled[1], compiled[2],
             CASE WHEN compiled IS NOT NULL THEN source::oid END, retention, refresh_every, src.owner, replicated,
-            coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14))
+            coalesce(pg_catalog.current_setting('counter_ext.hll_default_precision', true)::integer, 14),
+            vw, view_group_by)
     RETURNING rollup_id INTO rid;
     IF dist_col IS NOT NULL THEN
         -- Citus: the dirty log the shard triggers write, colocated with the
@@ -1193,7 +1271,7 @@ BEGIN
                   HINT = format('Make it again with replicated => true: SELECT counter.rollup_drop(%L); '
                                 'SELECT counter.rollup_create(%L, %L, ..., replicated => true);', name, name, source::text);
     END IF;
-    RETURN tbl;
+    RETURN coalesce(vw, tbl);
 END
 $$;
 -- The entry point: counter_entry (src/owner.cpp) notes the role calling it, then runs
@@ -1240,6 +1318,10 @@ BEGIN
             EXECUTE format('DROP TRIGGER %I ON %s', op, r.source);
         END IF;
     END LOOP;
+    IF r.rollup_view IS NOT NULL AND EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_view) THEN
+        -- Citus, trigger mode grouped by other columns: the view first
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP VIEW %s', r.rollup_view), true);
+    END IF;
     IF EXISTS (SELECT FROM pg_class c WHERE c.oid = r.rollup_table) THEN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', r.rollup_table), true);
     END IF;
@@ -1365,7 +1447,9 @@ BEGIN
     ELSE
         period := format('%L::timestamptz', from_ts);
     END IF;
-    FOREACH g IN ARRAY r.group_by LOOP
+    -- (Citus, trigger mode grouped by other columns: the table's groups
+    -- include the distribution column, the rollup's do not)
+    FOREACH g IN ARRAY coalesce(r.view_group_by, r.group_by) LOOP
         key_expr := key_expr || sep || format('%L, %I', g, g);
         grp := grp || format(', %I', g);
         sep := ', ';

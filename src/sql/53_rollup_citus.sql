@@ -10,3 +10,11 @@ ALTER TABLE counter.rollups ADD COLUMN distributed boolean NOT NULL DEFAULT fals
 -- who may not create in the source's schema); else the source's schema, as
 -- counter.tracked.state_schema (counter_internal.rollup_dirty_table).
 ALTER TABLE counter.rollups ADD COLUMN state_schema name;
+-- (1.8) A trigger-mode rollup grouped by other columns than the
+-- distribution column (doc/citus.md, "Trigger mode, grouped by other
+-- columns"): its table (rollup_table) is grouped by the distribution column
+-- too, colocated with the source, so that each shard adds its rows to its
+-- own; readers read the view it is summed into, named after the rollup
+-- (rollup_view), grouped by the rollup's columns (view_group_by). NULL otherwise.
+ALTER TABLE counter.rollups ADD COLUMN rollup_view regclass;
+ALTER TABLE counter.rollups ADD COLUMN view_group_by name[];

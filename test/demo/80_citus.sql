@@ -30,6 +30,9 @@ SELECT counter.rollup_create('clicks_live', 'demo.clicks', 'occurred_at', '{link
 -- A deferred rollup by kind: a group has rows on every shard, so it is refreshed
 -- from partial sums the shards compute.
 SELECT counter.rollup_create('clicks_by_kind', 'demo.clicks', 'occurred_at', '{kind}', mode => 'deferred');
+-- The same by kind, live: its table is grouped by link_id too (each shard adds
+-- its own rows at the writer's commit), and the rollup is the view that sums it.
+SELECT counter.rollup_create('clicks_by_kind_live', 'demo.clicks', 'occurred_at', '{kind}', distinct_on => '{visitor_id}');
 
 -- 20,000 clicks through the coordinator, the same batch re-delivered, and
 -- 2,000 more written directly through worker 1.
@@ -68,6 +71,9 @@ FROM hourly h FULL JOIN live l USING (link_id, hour);
 -- The deferred rollup after its refresh (the worker's job; here by hand).
 CALL counter.run_steps('rollup_refresh', 'clicks_by_kind');
 SELECT kind, sum(count) AS clicks FROM demo.clicks_by_kind GROUP BY kind ORDER BY kind;
+-- The live one by kind needs no refresh: the same numbers, and its visitors.
+SELECT kind, sum(count) AS clicks, round(counter.hll_cardinality(counter.hll_union_agg(distinct_visitor_id))) AS visitors
+FROM demo.clicks_by_kind_live GROUP BY kind ORDER BY kind;
 
 -- Unique visitors per kind, computed on the shards: with this setting Citus
 -- refuses any aggregate it would compute from rows pulled to the coordinator.

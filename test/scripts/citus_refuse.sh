@@ -35,7 +35,7 @@ SQL
 # hash-distributed table, partitioned or not, is made: below, and
 # test/scripts/citus_trigger.sh; so is a deferred rollup, grouped by it
 # or not (1.8): test/scripts/citus_rollup.sh, and a trigger-mode rollup
-# grouped by it (1.8): test/scripts/citus_rollup_trigger.sh; and a
+# grouped by it or not (1.8): test/scripts/citus_rollup_trigger.sh; and a
 # trigger-mode counter keyed by another column (1.8): below, and
 # test/scripts/citus_tracked_anchored.sh)
 for call in \
@@ -43,9 +43,9 @@ for call in \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
     "counter.track('c7', 'clicks', 'link_id', 'at', buffered => true)" \
     "counter.track('c8', 'clicks', 'link_id', 'at', replicated => true)" \
-    "counter.rollup_create('r1', 'clicks', 'at', '{id}')" \
+    "counter.rollup_create('r1', 'clicks', 'at', '{id}', replicated => true)" \
     "counter.rollup_create('r2', 'clicks', 'at', '{id}', mode => 'buffered')" \
-    "counter.rollup_create('r3', 'ev', 'at', '{id}')" \
+    "counter.rollup_create('r3', 'ev', 'at', '{id}', mode => 'buffered')" \
     "counter.rollup_create('r4', 'links', 'at', '{link_id}', mode => 'deferred')" \
     "counter.rollup_create('r5', 'ev_2026', 'at', '{k}', mode => 'deferred')"; do
     out=$(coord -v VERBOSITY=verbose -c "SET citus.enable_unsafe_triggers = on" -c "SELECT $call" 2>&1) &&

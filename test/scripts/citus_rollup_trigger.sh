@@ -11,7 +11,11 @@
 # the same rollup on one node. Updates and deletes mark hours, which the
 # refresh recomputes. A recompute holds the hours on every node: a writer
 # whose rows are prepared but not committed when it starts is neither lost
-# nor counted twice. Grouped by another column, trigger mode is refused.
+# nor counted twice. Grouped by another column (kind; 1.8), the rollup's
+# table is grouped by the distribution column too (colocated, ev_o_by_k) and
+# the rollup is the view that sums it over that column: its rows equal
+# GROUP BY kind, hour (sketch bytes too) and the same rollup's table on one
+# node, after every commit; a name too long for its table is refused.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -25,28 +29,41 @@ CREATE SCHEMA ct AUTHORIZATION ct_own;
 SQL
 ce_citus_event_tables ct
 
-out=$(owner -c "\\set VERBOSITY verbose" -c "SELECT counter.rollup_create('x', 'ct.ev', 'at', '{kind}')" 2>&1) &&
-    fail "a trigger-mode rollup grouped by another column was made: $out"
-grep -q "ERROR:  0A000" <<<"$out" && grep -q "HINT:" <<<"$out" || fail "not refused with 0A000 and a hint: $out"
+long=$(printf 'x%.0s' $(seq 1 59))
+out=$(owner -c "\\set VERBOSITY verbose" -c "SELECT counter.rollup_create('$long', 'ct.ev', 'at', '{kind}')" 2>&1) &&
+    fail "a trigger-mode rollup grouped by another column with a name too long for its table was made: $out"
+grep -q "ERROR:  42622" <<<"$out" && grep -q "HINT:" <<<"$out" || fail "not refused with 42622 and a hint: $out"
 n=$(on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_')
-    + (SELECT count(*) FROM pg_class WHERE relname ~ '^x(_[0-9]+)?$' OR relname ~ 'rollup_[0-9]+_dirty')")
+    + (SELECT count(*) FROM pg_class WHERE relname ~ '^x+' OR relname ~ 'rollup_[0-9]+_dirty')")
 [ "$n" = 0 ] || fail "the refused rollup left $n objects"
-echo "ok: a trigger-mode rollup grouped by another column than the distribution column is refused (0A000, a hint), leaving nothing"
+echo "ok: a trigger-mode rollup grouped by another column whose name is too long for its table is refused (42622, a hint), leaving nothing"
 
 for t in ev ev_one pev pev_one; do
     owner -q -c "SET client_min_messages = warning" \
         -c "SELECT counter.rollup_create('${t}_t', 'ct.$t', 'at', '{k,kind}', sums => '{v}',
                                          distinct_on => '{id}', filter => 'ct.probe(kind)')" \
-        -c "SELECT counter.rollup_create('${t}_u', 'ct.$t', 'at', '{k}')" >/dev/null
+        -c "SELECT counter.rollup_create('${t}_u', 'ct.$t', 'at', '{k}')" \
+        -c "SELECT counter.rollup_create('${t}_o', 'ct.$t', 'at', '{kind}', sums => '{v}',
+                                         distinct_on => '{id}', filter => 'ct.probe(kind)')" >/dev/null
 done
 got=$(coord -tA -c "SELECT string_agg(name || ':' || mode || ':' || distributed, ' ' ORDER BY name) FROM counter.rollups")
-[ "$got" = "ev_one_t:trigger:false ev_one_u:trigger:false ev_t:trigger:true ev_u:trigger:true pev_one_t:trigger:false pev_one_u:trigger:false pev_t:trigger:true pev_u:trigger:true" ] ||
+[ "$got" = "ev_o:trigger:true ev_one_o:trigger:false ev_one_t:trigger:false ev_one_u:trigger:false ev_t:trigger:true ev_u:trigger:true pev_o:trigger:true pev_one_o:trigger:false pev_one_t:trigger:false pev_one_u:trigger:false pev_t:trigger:true pev_u:trigger:true" ] ||
     fail "rollups made: $got"
+# grouped by another column: its table is grouped by k too, colocated; the rollup is a view of the coordinator
+got=$(coord -tA -c "SELECT string_agg(format('%s %s %s %s %s', name, rollup_table, rollup_view, group_by, view_group_by), ', ' ORDER BY name)
+                    FROM counter.rollups WHERE name ~ '_o$'")
+[ "$got" = "ev_o ct.ev_o_by_k ct.ev_o {k,kind} {kind}, ev_one_o ct.ev_one_o  {kind} , pev_o ct.pev_o_by_k ct.pev_o {k,kind} {kind}, pev_one_o ct.pev_one_o  {kind} " ] ||
+    fail "rollups grouped by another column: $got"
+got=$(coord -tA -c "SELECT string_agg(format('%s %s', t, c.colocationid = e.colocationid), ' ' ORDER BY t)
+                    FROM (VALUES ('ev'), ('pev')) v(t)
+                    JOIN pg_dist_partition c ON c.logicalrelid = format('ct.%s_o_by_k', t)::regclass
+                    JOIN pg_dist_partition e ON e.logicalrelid = format('ct.%s', t)::regclass")
+[ "$got" = "ev t pev t" ] || fail "the tables of the rollups grouped by another column are not colocated with their source: $got"
 # the INSERT triggers on the shards carry the rollup table and the upsert
 n=$(on_nodes_sum "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
     WHERE t.tgname ~ '^counter_rollup_[0-9]+_insert_[0-9]+$' AND c.relname ~ '^p?ev_[0-9]+$' AND t.tgnargs = 7")
-[ "$n" = $(((8 + 4) * 2)) ] || fail "trigger-mode INSERT triggers on the shards: $n"
-echo "ok: trigger-mode rollups grouped by the distribution column are made on a distributed and a distributed partitioned table, their INSERT triggers on every shard"
+[ "$n" = $(((8 + 4) * 3)) ] || fail "trigger-mode INSERT triggers on the shards: $n"
+echo "ok: trigger-mode rollups grouped by the distribution column and by another column are made on a distributed and a distributed partitioned table, their INSERT triggers on every shard"
 
 deliver() { ce_citus_deliver ct "$@"; }
 # Rows of each rollup that differ from GROUP BY over its source, then rows
@@ -55,20 +72,28 @@ check_all() {
     local what=$1 t got
     for t in ev ev_one pev pev_one; do
         got=$(owner -tA <<SQL | grep -v '^$' | tail -1
+SET citus.coordinator_aggregation_strategy = 'disabled';   -- the view's GROUP BY pushed down
 CREATE TEMP TABLE got_t AS SELECT k, kind, hour, count, sum_v, distinct_id::bytea AS d FROM ct.${t}_t;
 CREATE TEMP TABLE want_t AS SELECT k, kind, counter.rollup_hour(at) AS hour, count(*) AS count, sum(v) AS sum_v,
     counter.hll_add_agg(id, 14)::bytea AS d FROM ct.$t WHERE kind <> 'bot' GROUP BY 1, 2, 3;
 CREATE TEMP TABLE got_u AS SELECT k, hour, count FROM ct.${t}_u;
 CREATE TEMP TABLE want_u AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count FROM ct.$t GROUP BY 1, 2;
+CREATE TEMP TABLE got_o AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM ct.${t}_o;
+CREATE TEMP TABLE want_o AS SELECT kind, counter.rollup_hour(at) AS hour, count(*) AS count, sum(v) AS sum_v,
+    counter.hll_add_agg(id, 14)::bytea AS d FROM ct.$t WHERE kind <> 'bot' GROUP BY 1, 2;
 SELECT (SELECT count(*) FROM got_t FULL JOIN want_t USING (k, kind, hour)
         WHERE got_t.count IS DISTINCT FROM want_t.count OR got_t.sum_v IS DISTINCT FROM want_t.sum_v
            OR got_t.d IS DISTINCT FROM want_t.d)
      + (SELECT count(*) FROM got_u FULL JOIN want_u USING (k, hour) WHERE got_u.count IS DISTINCT FROM want_u.count)
-     || ' ' || (SELECT count(*) FROM got_t) || ' ' || (SELECT count(*) FROM got_u);
+     + (SELECT count(*) FROM got_o FULL JOIN want_o USING (kind, hour)
+        WHERE got_o.count IS DISTINCT FROM want_o.count OR got_o.sum_v IS DISTINCT FROM want_o.sum_v
+           OR got_o.d IS DISTINCT FROM want_o.d)
+     || ' ' || (SELECT count(*) FROM got_t) || ' ' || (SELECT count(*) FROM got_u) || ' ' || (SELECT count(*) FROM got_o);
 SQL
 )
         [ "${got%% *}" = 0 ] || fail "$what: rollups of $t: $got (rows differing from GROUP BY, rows)"
-        [ "$(cut -d' ' -f2 <<<"$got")" -gt 100 ] || fail "$what: rollups of $t: too few rows: $got"
+        [ "$(cut -d' ' -f2 <<<"$got")" -gt 100 ] && [ "$(cut -d' ' -f4 <<<"$got")" -gt 2 ] ||
+            fail "$what: rollups of $t: too few rows: $got"
     done
     for t in ev pev; do
         got=$(owner -tA <<SQL | grep -v '^$' | tail -1
@@ -76,8 +101,12 @@ CREATE TEMP TABLE a AS SELECT k, kind, hour, count, sum_v, distinct_id::bytea AS
 CREATE TEMP TABLE b AS SELECT k, kind, hour, count, sum_v, distinct_id::bytea AS d FROM ct.${t}_one_t;
 CREATE TEMP TABLE au AS SELECT * FROM ct.${t}_u;
 CREATE TEMP TABLE bu AS SELECT * FROM ct.${t}_one_u;
+CREATE TEMP TABLE ao AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM ct.${t}_o;
+CREATE TEMP TABLE bo AS SELECT kind, hour, count, sum_v, distinct_id::bytea AS d FROM ct.${t}_one_o;
 SELECT (SELECT count(*) FROM (SELECT * FROM a EXCEPT ALL SELECT * FROM b) x) + (SELECT count(*) FROM (SELECT * FROM b EXCEPT ALL SELECT * FROM a) x)
-     + (SELECT count(*) FROM (SELECT * FROM au EXCEPT ALL SELECT * FROM bu) x) + (SELECT count(*) FROM (SELECT * FROM bu EXCEPT ALL SELECT * FROM au) x);
+     + (SELECT count(*) FROM (SELECT * FROM au EXCEPT ALL SELECT * FROM bu) x) + (SELECT count(*) FROM (SELECT * FROM bu EXCEPT ALL SELECT * FROM au) x)
+     + (SELECT count(*) FROM (SELECT * FROM ao EXCEPT ALL SELECT * FROM bo) x) + (SELECT count(*) FROM (SELECT * FROM bo EXCEPT ALL SELECT * FROM ao) x)
+     + (SELECT count(*) FROM ct.${t}_o_by_k WHERE count = 0);
 SQL
 )
         [ "$got" = 0 ] || fail "$what: $got rollup rows of $t differ between the cluster and one node"
@@ -132,7 +161,8 @@ UPDATE ct.$t SET kind = 'bot' WHERE id % 7 = 0 AND kind = 'view';
 UPDATE ct.$t SET v = v + 1, at = '2026-07-02 03:00+00' WHERE id % 17 = 0;
 DELETE FROM ct.$t WHERE id % 13 = 0;
 SQL
-    owner -q -c "SELECT counter.rollup_refresh_dirty('${t}_t')" -c "SELECT counter.rollup_refresh_dirty('${t}_u')" >/dev/null
+    owner -q -c "SELECT counter.rollup_refresh_dirty('${t}_t')" -c "SELECT counter.rollup_refresh_dirty('${t}_u')" \
+        -c "SELECT counter.rollup_refresh_dirty('${t}_o')" >/dev/null
 done
 check_all "UPDATE and DELETE, refreshed"
 
@@ -203,7 +233,8 @@ exec 3>&-
 wait $rr || fail "the open recompute failed"
 rm -rf "$tmp"
 app -q -c "INSERT INTO ct.ev_one SELECT g, g % 97, '2026-07-01 11:30+00', 'click', 2 FROM generate_series(5000001, 5000300) g"
-owner -q -c "SELECT counter.rollup_refresh_dirty('ev_t')" -c "SELECT counter.rollup_refresh_dirty('ev_u')" >/dev/null
+owner -q -c "SELECT counter.rollup_refresh_dirty('ev_t')" -c "SELECT counter.rollup_refresh_dirty('ev_u')" \
+    -c "SELECT counter.rollup_refresh_dirty('ev_o')" >/dev/null
 check_all "a writer into hours an open recompute holds (marked, refreshed)"
 
 # writers through the coordinator and a worker while the owner recomputes:
@@ -221,7 +252,8 @@ writer coord 4000000 & w_a=$!
 writer w1 4100000 & w_b=$!
 for i in 1 2 3; do
     owner -q -c "SELECT counter.rollup_recompute('ev_t', '2026-07-01', '2026-07-02')" \
-        -c "SELECT counter.rollup_recompute('ev_u', '2026-07-01', '2026-07-02')" >/dev/null || fail "a recompute failed"
+        -c "SELECT counter.rollup_recompute('ev_u', '2026-07-01', '2026-07-02')" \
+        -c "SELECT counter.rollup_recompute('ev_o', '2026-07-01', '2026-07-02')" >/dev/null || fail "a recompute failed"
 done
 wait $w_a || fail "writer a failed"
 wait $w_b || fail "writer b failed"
@@ -229,7 +261,8 @@ app -q -c "INSERT INTO ct.ev_one SELECT g, g % 97, '2026-07-01 10:00+00'::timest
            FROM generate_series(4000000, 4000999) g"
 app -q -c "INSERT INTO ct.ev_one SELECT g, g % 97, '2026-07-01 10:00+00'::timestamptz + (g % 5) * interval '1 hour', 'view', 1
            FROM generate_series(4100000, 4100999) g"
-owner -q -c "SELECT counter.rollup_refresh_dirty('ev_t')" -c "SELECT counter.rollup_refresh_dirty('ev_u')" >/dev/null
+owner -q -c "SELECT counter.rollup_refresh_dirty('ev_t')" -c "SELECT counter.rollup_refresh_dirty('ev_u')" \
+    -c "SELECT counter.rollup_refresh_dirty('ev_o')" >/dev/null
 check_all "writers through the coordinator and a worker during recomputes"
 
 # A recompute in a transaction that wrote the source through several
@@ -292,10 +325,11 @@ check_all "a filter changed (the shard triggers made again) and changed back"
 ids=$(coord -tA -c "SELECT string_agg(rollup_id::text, '|') FROM counter.rollups WHERE distributed")
 leftovers() {
     on_nodes_sum "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname ~ '^counter_rollup_($1)_')
-        + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?rollup_($1)_dirty' OR relname ~ '^p?ev_(t|u)(_[0-9]+)?$')"
+        + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?rollup_($1)_dirty' OR relname ~ '^p?ev_(t|u|o|o_by_k)(_[0-9]+)?$')"
 }
 owner -q -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_t')" -c "COMMIT" \
-    -c "SELECT counter.rollup_drop('ev_u')" >/dev/null
+    -c "SELECT counter.rollup_drop('ev_u')" -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_o')" \
+    -c "COMMIT" >/dev/null
 app -q -c "INSERT INTO ct.ev VALUES (9100001, 9, '2026-07-01 10:00+00', 'view', 1)"
 coord -q -c "SET client_min_messages = warning" -c "DROP OWNED BY ct_own CASCADE"
 n=$(leftovers "$ids")

@@ -7,7 +7,8 @@
 # partitioned distributed table (colocated), each with a trigger-mode counter (one with a filter), two
 # deferred rollups, one grouped by the distribution column and one by
 # another column (one of each with a filter, the others with a distinct
-# sketch), and a trigger-mode rollup (1.8; one with a filter), owned by
+# sketch), and two trigger-mode rollups (1.8; one grouped by the
+# distribution column, one by another column; one of each with a filter), owned by
 # an unprivileged role, written by another through the coordinator and
 # directly through a worker the whole time, re-delivered rows included; and
 # a third colocated table with an application-mode counter (1.8: its state
@@ -81,6 +82,10 @@ SELECT counter.rollup_create('pevk_r', 'sm.pev', 'at', '{kind}', mode => 'deferr
 -- trigger mode (1.8): added to the rollup's shard at each writer's commit
 SELECT counter.rollup_create('evt_r', 'sm.ev', 'at', '{k,kind}', filter => $$kind <> 'bot'$$);
 SELECT counter.rollup_create('pevt_r', 'sm.pev', 'at', '{k}', distinct_on => '{id}');
+-- trigger mode grouped by another column (1.8): its table grouped by k too
+-- (colocated, moved with the shards), read through the view it is summed into
+SELECT counter.rollup_create('evo_r', 'sm.ev', 'at', '{kind}', filter => $$kind <> 'bot'$$);
+SELECT counter.rollup_create('pevo_r', 'sm.pev', 'at', '{kind}', distinct_on => '{id}');
 SQL
 
 # deliver RUN A B: rows A..B into both tables in one transaction; a row
@@ -206,8 +211,11 @@ check() {
     done
     owner -q -c "SELECT counter.rollup_refresh_dirty('ev_r')" -c "SELECT counter.rollup_refresh_dirty('pev_r')" \
         -c "SELECT counter.rollup_refresh_dirty('evk_r')" -c "SELECT counter.rollup_refresh_dirty('pevk_r')" \
-        -c "SELECT counter.rollup_refresh_dirty('evt_r')" -c "SELECT counter.rollup_refresh_dirty('pevt_r')" >/dev/null
+        -c "SELECT counter.rollup_refresh_dirty('evt_r')" -c "SELECT counter.rollup_refresh_dirty('pevt_r')" \
+        -c "SELECT counter.rollup_refresh_dirty('evo_r')" -c "SELECT counter.rollup_refresh_dirty('pevo_r')" >/dev/null
     got=$(owner -tA <<'SQL' | grep -v '^$' | tail -1
+CREATE TEMP TABLE got_eo AS SELECT kind, hour, count FROM sm.evo_r;
+CREATE TEMP TABLE got_po AS SELECT kind, hour, count, distinct_id::bytea AS d FROM sm.pevo_r;
 CREATE TEMP TABLE got_e AS SELECT k, hour, count FROM sm.ev_r;
 CREATE TEMP TABLE want_e AS SELECT k, counter.rollup_hour(at) AS hour, count(*) AS count FROM sm.ev
     WHERE kind <> 'bot' GROUP BY 1, 2;
@@ -235,6 +243,9 @@ SELECT (SELECT count(*) FROM got_e FULL JOIN want_e USING (k, hour) WHERE got_e.
      + (SELECT count(*) FROM got_ek FULL JOIN want_ek USING (kind, hour) WHERE got_ek.count IS DISTINCT FROM want_ek.count)
      + (SELECT count(*) FROM got_pk FULL JOIN want_pk USING (kind, hour)
         WHERE got_pk.count IS DISTINCT FROM want_pk.count OR got_pk.d IS DISTINCT FROM want_pk.d)
+     + (SELECT count(*) FROM got_eo FULL JOIN want_ek USING (kind, hour) WHERE got_eo.count IS DISTINCT FROM want_ek.count)
+     + (SELECT count(*) FROM got_po FULL JOIN want_pk USING (kind, hour)
+        WHERE got_po.count IS DISTINCT FROM want_pk.count OR got_po.d IS DISTINCT FROM want_pk.d)
      || ' ' || (SELECT count(*) FROM want_p) || ' ' || (SELECT count(*) FROM sm.ev);
 SQL
 )
@@ -344,7 +355,8 @@ deliver app_w2 6401 7000
 # a rollup keeps its rows through TRUNCATE (doc/reference/rollup.md: retention): recomputed
 owner -q -c "SELECT counter.rollup_recompute('ev_r', '2026-07-01', '2026-07-10')" \
     -c "SELECT counter.rollup_recompute('evk_r', '2026-07-01', '2026-07-10')" \
-    -c "SELECT counter.rollup_recompute('evt_r', '2026-07-01', '2026-07-10')" >/dev/null
+    -c "SELECT counter.rollup_recompute('evt_r', '2026-07-01', '2026-07-10')" \
+    -c "SELECT counter.rollup_recompute('evo_r', '2026-07-01', '2026-07-10')" >/dev/null
 check "TRUNCATE, then writes through the coordinator and worker 2, the rollup recomputed"
 
 # The shard triggers write as the table's owner, and PUBLIC may execute

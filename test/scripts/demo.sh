@@ -65,15 +65,20 @@ want=$(c -c "$q")
 # and it was before the section's reconciliation, which corrected nothing
 got=$(c -c "SELECT runs > 0 AND keys_corrected = 0 FROM counter.tracked_drift WHERE counter = 'citus_clicks_per_link'")
 [ "$got" = t ] || fail "the Citus section's reconciliation corrected the counter (or did not run): $got"
-bad=$(c <<'SQL' | tail -1
-CREATE TEMP TABLE want AS SELECT link_id, counter.rollup_hour(occurred_at) AS hour, count(*) AS n,
+# rows of the trigger-mode rollup ROLLUP (grouped by COLUMN) that differ from GROUP BY
+rollup_mismatches() { # ROLLUP COLUMN
+    c <<SQL | tail -1
+CREATE TEMP TABLE want AS SELECT $2, counter.rollup_hour(occurred_at) AS hour, count(*) AS n,
     counter.hll_add_agg(visitor_id)::bytea AS d FROM demo.clicks GROUP BY 1, 2;
-CREATE TEMP TABLE got AS SELECT link_id, hour, count AS n, distinct_visitor_id::bytea AS d FROM demo.clicks_live;
-SELECT count(*) FROM want FULL JOIN got USING (link_id, hour) WHERE want.n IS DISTINCT FROM got.n OR want.d IS DISTINCT FROM got.d;
+CREATE TEMP TABLE got AS SELECT $2, hour, count AS n, distinct_visitor_id::bytea AS d FROM demo.$1;
+SELECT count(*) FROM want FULL JOIN got USING ($2, hour) WHERE want.n IS DISTINCT FROM got.n OR want.d IS DISTINCT FROM got.d;
 SQL
-)
+}
+bad=$(rollup_mismatches clicks_live link_id)
 [ "$bad" = 0 ] || fail "$bad rows of the trigger-mode rollup differ from GROUP BY"
-echo "ok: the Citus section's counter equals count(*) and its trigger-mode rollup GROUP BY (sketch bytes too)"
+bad=$(rollup_mismatches clicks_by_kind_live kind)
+[ "$bad" = 0 ] || fail "$bad rows of the trigger-mode rollup by kind (a view) differ from GROUP BY"
+echo "ok: the Citus section's counter equals count(*) and its trigger-mode rollups (by link, and by kind through its view) GROUP BY (sketch bytes too)"
 for n in citus_coord citus_w1 citus_w2; do
     log="CE_${n}_LOG"
     ce_scan_log "${!log}" || fail "crash in the server log of $n"
