@@ -470,11 +470,29 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+    PERFORM counter_internal.citus_trigger_ddl_as(NULL, command);
+END
+$$;
+
+-- The same, run as owner when it is given (untrack, rollup_drop: Citus
+-- refuses to change as another role placements the owner's writes changed
+-- in this transaction). The setting is put back after the command: a SET
+-- LOCAL outlives the function that makes it, and must not reach the caller.
+CREATE OR REPLACE FUNCTION counter_internal.citus_trigger_ddl_as(owner regrole, command text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     was text := pg_catalog.current_setting('citus.enable_unsafe_triggers', true);
 BEGIN
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-    EXECUTE command;
+    IF owner IS NULL THEN
+        EXECUTE command;
+    ELSE
+        PERFORM counter_internal.exec_as_owner_cmd(owner, command, true);
+    END IF;
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', coalesce(was, 'off'), true);
 END
 $$;

@@ -1252,9 +1252,8 @@ BEGIN
             IF t.distributed THEN
                 -- on every shard, as the owner: Citus refuses to change as
                 -- another role placements its writes changed in this
-                -- transaction (the setting is undone as this function returns)
-                PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-                PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('DROP TRIGGER %I ON %s', trg, src), true);
+                -- transaction
+                PERFORM counter_internal.citus_trigger_ddl_as(t.owner, format('DROP TRIGGER %I ON %s', trg, src));
             ELSE
                 EXECUTE format('DROP TRIGGER %I ON %s', trg, src);
             END IF;

@@ -1310,10 +1310,8 @@ BEGIN
               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                 AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', r.rollup_id) LOOP
         IF r.distributed THEN
-            -- on every shard, as the owner (as counter.untrack does; the
-            -- setting is undone as this function returns)
-            PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-            PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TRIGGER %I ON %s', op, r.source), true);
+            -- on every shard, as the owner (as counter.untrack does)
+            PERFORM counter_internal.citus_trigger_ddl_as(r.owner, format('DROP TRIGGER %I ON %s', op, r.source));
         ELSE
             EXECUTE format('DROP TRIGGER %I ON %s', op, r.source);
         END IF;

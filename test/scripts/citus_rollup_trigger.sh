@@ -328,8 +328,10 @@ leftovers() {
         + (SELECT count(*) FROM pg_class WHERE relname ~ '^(counter_)?rollup_($1)_dirty' OR relname ~ '^p?ev_(t|u|o|o_by_k)(_[0-9]+)?$')"
 }
 owner -q -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_t')" -c "COMMIT" \
-    -c "SELECT counter.rollup_drop('ev_u')" -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_o')" \
-    -c "COMMIT" >/dev/null
+    -c "SELECT counter.rollup_drop('ev_u')" >/dev/null
+got=$(owner -tA -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_o')" \
+    -c "SHOW citus.enable_unsafe_triggers" -c "COMMIT" | grep -v '^$')
+[ "$got" = off ] || fail "rollup_drop left citus.enable_unsafe_triggers in its caller's transaction: $got"
 app -q -c "INSERT INTO ct.ev VALUES (9100001, 9, '2026-07-01 10:00+00', 'view', 1)"
 coord -q -c "SET client_min_messages = warning" -c "DROP OWNED BY ct_own CASCADE"
 n=$(leftovers "$ids")

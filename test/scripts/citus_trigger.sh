@@ -505,7 +505,9 @@ owner -q -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name IN ('e
 got=$(owner -tA -c "SELECT count(*) FROM counter.tracked")
 [ "$got" = 6 ] || fail "untrack: $got counters left of 6"
 # in a transaction after a parallel distributed operation
-owner -q -c "BEGIN" -c "UPDATE ct.ev SET kind = kind" -c "SELECT counter.untrack('ev_n')" -c "COMMIT"
+got=$(owner -tA -c "BEGIN" -c "UPDATE ct.ev SET kind = kind" -c "SELECT counter.untrack('ev_n')" \
+    -c "SHOW citus.enable_unsafe_triggers" -c "COMMIT" | grep -v '^$')
+[ "$got" = off ] || fail "untrack left citus.enable_unsafe_triggers in its caller's transaction: $got"
 owner -q -c "SELECT counter.untrack('pev_f')"
 app -q -c "INSERT INTO ct.ev VALUES (3000003, 9, '2026-07-01 10:00+00', 'view')" \
     -c "INSERT INTO ct.pev VALUES (3000003, 9, '2026-07-01 10:00+00', 'view')"
