@@ -165,6 +165,16 @@ SQL
         -c "SELECT counter.rollup_refresh_dirty('${t}_o')" >/dev/null
 done
 check_all "UPDATE and DELETE, refreshed"
+# rollup_totals of the rollup by kind (its view's groups, not its table's) = one node's
+for t in ev pev; do
+    q="SELECT string_agg(format('%s %s %s %s %s', period_start, key, count, sums, distinct_counts), ',' ORDER BY period_start, key::text)
+       FROM counter.rollup_totals('ROLLUP', '2026-07-01', '2026-07-06', 'UTC', 'day')"
+    a=$(owner -tA -c "${q//ROLLUP/${t}_o}")
+    b=$(owner -tA -c "${q//ROLLUP/${t}_one_o}")
+    [ -n "$a" ] && [ "$a" = "$b" ] || fail "rollup_totals of ${t}_o: $a (one node: $b)"
+    grep -q '"k"' <<<"$a" && fail "rollup_totals of ${t}_o groups by k: $a"
+done
+echo "ok: rollup_totals of a rollup grouped by another column equals one node's, grouped by kind only"
 
 # A recompute holds the hours on every node. A writer's rows, added to the
 # rollup's shard at its PREPARE (not committed yet) when the recompute
@@ -292,6 +302,10 @@ out=$(app_w1 -c "SELECT counter_internal.rollup_node_hold('ct.ev_t', '2026-07-01
     fail "the writer held the owner's hours: $out"
 grep -q "only the owner" <<<"$out" || fail "the hold of another's table: $out"
 out=$(app -c "UPDATE ct.ev_t SET count = 0" 2>&1) && fail "the writer wrote the rollup: $out"
+out=$(app -c "UPDATE ct.ev_o_by_k SET count = 0" 2>&1) && fail "the writer wrote the table of the rollup by kind: $out"
+grep -q "permission denied" <<<"$out" || fail "the writer's write of the table of the rollup by kind: $out"
+out=$(app -c "SELECT count(*) FROM ct.ev_o" 2>&1) && fail "the writer read the owner's rollup by kind: $out"
+grep -q "permission denied" <<<"$out" || fail "the writer's read of the rollup by kind: $out"
 echo "ok: only the rollup table's owner may hold its hours; the writer has no right on the rollup"
 
 # a new filter: the shard triggers carry it (made again); a recompute makes the rows equal
