@@ -34,8 +34,10 @@ GRANT INSERT ON sec_s.ev_ref, sec_s.ev_odd TO sec_s_writer;
 RESET ROLE;
 
 -- ---------------------------------------------------------------- the settings a writer can change
--- Of counter_ext's own settings, only hll_default_precision is one a
--- session may set; the others are refused (42501, 55P02).
+-- Of counter_ext's own settings, a session may set hll_default_precision
+-- (code run for an owner sees 14) and view_lock_timeout (1.8: how long its
+-- own reads of the views that list many owners' objects wait for another
+-- owner's lock; nothing else reads it); the others are refused (42501, 55P02).
 SET ROLE sec_s_writer;
 CREATE FUNCTION pg_temp.try_set(n text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
