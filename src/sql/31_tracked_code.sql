@@ -1241,10 +1241,23 @@ DECLARE
     trg text;
 BEGIN
     PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'untrack it');
-    PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     -- The source, when it still exists (to_regclass of the OID's text is no such
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
     SELECT c.oid INTO src FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.source::oid;
+    IF NOT t.distributed THEN
+        -- The locks the drops below take, first, and the catalog row last: a
+        -- reconciliation's batch (or a flush) holds the source's or the
+        -- state's lock to its commit and writes this row before it; taken
+        -- the other way round the two waited for each other (40P01, seen).
+        IF t.mode = 'trigger' AND src IS NOT NULL THEN
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', src);
+        END IF;
+        FOR trg IN SELECT p.p FROM pg_catalog.unnest(ARRAY['base', 'delta']) AS p(p)
+                   WHERE pg_catalog.to_regclass(counter_internal.tracked_table(t, p.p)) IS NOT NULL LOOP
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', counter_internal.tracked_table(t, trg));
+        END LOOP;
+    END IF;
+    PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
                    WHERE g.tgrelid OPERATOR(pg_catalog.=) src
