@@ -406,24 +406,13 @@ void materialize(FunctionCallInfo fcinfo, MemoryContext call_context) {
 
 } // namespace
 
-CE_FUNCTION(counter_exec_as_owner) {
+// The rows of a query run as its owner (exec_as_owner); listed: for a view
+// listing many owners' objects, the read of a role other than the owner runs
+// with the settings of pin_listed_read_settings (above). Owns nothing C++.
+static Datum owner_rows(FunctionCallInfo fcinfo, bool listed) {
 	MemoryContext call_context = CurrentMemoryContext;
 	Call c = ce::pg_guard([fcinfo] { return read_call(fcinfo); });
-	ce::as_owner(c.owner, [&c, fcinfo, call_context] {
-		(void)run(c, false);
-		materialize(fcinfo, call_context);
-		SPI_finish();
-	});
-	return (Datum)0;
-}
-
-// exec_as_owner for a view listing many owners' objects: when the role the
-// entry point acts for is not the owner, the read runs with the settings of
-// pin_listed_read_settings (above); the owner's own read is exec_as_owner's.
-CE_FUNCTION(counter_exec_as_owner_listed) {
-	MemoryContext call_context = CurrentMemoryContext;
-	Call c = ce::pg_guard([fcinfo] { return read_call(fcinfo); });
-	bool other = ce::pg_guard([] { return ce::effective_caller(); }) != c.owner;
+	bool other = listed && ce::pg_guard([] { return ce::effective_caller(); }) != c.owner;
 	ce::as_owner(c.owner, [&c, fcinfo, call_context, other] {
 		if (other)
 			pin_listed_read_settings();
@@ -432,6 +421,14 @@ CE_FUNCTION(counter_exec_as_owner_listed) {
 		SPI_finish();
 	});
 	return (Datum)0;
+}
+
+CE_FUNCTION(counter_exec_as_owner) {
+	return owner_rows(fcinfo, false);
+}
+
+CE_FUNCTION(counter_exec_as_owner_listed) {
+	return owner_rows(fcinfo, true);
 }
 
 CE_FUNCTION(counter_exec_as_owner_cmd) {

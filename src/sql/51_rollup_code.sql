@@ -1185,11 +1185,6 @@ BEGIN
                       DETAIL = 'A trigger-mode rollup of a table Citus distributes, grouped by other columns than the distribution column, keeps its rows in a table named after it and that column, read through a view named after it.',
                       HINT = 'Give the rollup a shorter name (doc/citus.md).';
         END IF;
-        IF to_regclass(format('%I.%I', (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                                        WHERE c.oid = source), tbl_name)) IS NOT NULL THEN
-            RAISE EXCEPTION 'relation "%" already exists', tbl_name USING ERRCODE = 'duplicate_table',
-                HINT = 'a trigger-mode rollup of a table Citus distributes, grouped by other columns, keeps its rows in a table named after the rollup and the distribution column';
-        END IF;
     END IF;
     SELECT * INTO src FROM counter_internal.rollup_check_source(source, time_column, caller);
     SELECT * INTO k FROM counter_internal.rollup_key_columns(source, time_column, group_by, dist_col);
@@ -1198,6 +1193,10 @@ BEGIN
     IF to_regclass(format('%I.%I', src.nsp, name)) IS NOT NULL THEN
         RAISE EXCEPTION 'relation "%.%" already exists', src.nsp, name USING ERRCODE = 'duplicate_table',
             HINT = 'the rollup table is created in the schema of the source, named after the rollup';
+    END IF;
+    IF tbl_name IS DISTINCT FROM name AND to_regclass(format('%I.%I', src.nsp, tbl_name)) IS NOT NULL THEN
+        RAISE EXCEPTION 'relation "%.%" already exists', src.nsp, tbl_name USING ERRCODE = 'duplicate_table',
+            HINT = 'a trigger-mode rollup of a table Citus distributes, grouped by other columns, keeps its rows in a table named after the rollup and the distribution column';
     END IF;
     -- The filter is resolved here, once, as the owner (src/filter.cpp).
     IF filter IS NOT NULL THEN
