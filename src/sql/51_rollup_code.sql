@@ -1304,6 +1304,21 @@ DECLARE
     op text;
 BEGIN
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'drop it');
+    -- The order of a refresh chunk or a flush, which consume the rollup's
+    -- dirty marks (or buffer log rows) and then write its table, holding
+    -- both to their commit: first the source (no writer adds a mark or a log
+    -- row after the deletes below; the lock DROP TRIGGER takes), then the
+    -- marks and log rows, and the rollup table last. Dropping the table
+    -- before deleting the marks closed a cycle with them (40P01, seen:
+    -- test/isolation/specs/rollup_drop_job.spec).
+    IF NOT r.distributed AND r.mode IN ('trigger', 'buffered')
+       AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.source::oid) THEN
+        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', r.source);
+    END IF;
+    DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+    IF r.mode = 'buffered' THEN
+        DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
+    END IF;
     PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
     FOR op IN SELECT g.tgname FROM pg_catalog.pg_trigger g
               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
@@ -1327,9 +1342,7 @@ BEGIN
         PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('DROP TABLE %s', counter_internal.rollup_dirty_table(r)),
                                                    true);
     END IF;
-    DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
     IF r.mode = 'buffered' THEN
-        DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
         PERFORM counter_internal.rollup_buffer_take(r.rollup_id, '-infinity', 'infinity', NULL);
     END IF;
     PERFORM counter_internal.run_forget('rollup_refresh', r.rollup_id);
