@@ -15,6 +15,7 @@
 // types). EXECUTE on both is revoked from PUBLIC: only the extension's
 // functions, after checking the caller's privilege, call them.
 #include "counter_ext/owner.hpp"
+#include "counter_ext/compat.hpp"
 #include "counter_ext/hll.hpp"
 #include "counter_ext/hll_core.hpp"
 
@@ -37,6 +38,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "pgtime.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
@@ -361,11 +363,58 @@ Call read_call(FunctionCallInfo fcinfo) {
 	return c;
 }
 
-// Owns nothing C++: runs inside as_owner.
-int run(const Call &c, bool read_only) {
+// A query_tree_walker over a query as rewritten: every relation it reads,
+// its views expanded, is a table (plain or partitioned). On PostgreSQL 15
+// an owner can still turn its own empty table into a view (CREATE RULE
+// "_RETURN"), whose query, calling the owner's functions, would then run in
+// another role's read of a listing view: refused instead (42809). PostgreSQL
+// 15 keeps a view's entry, relkind 'v', in its expansion's range table;
+// later majors keep relkind on the subquery entry. Owns nothing C++.
+bool reads_tables_only(Node *node, void *context) {
+	if (node == nullptr)
+		return false;
+	if (IsA(node, RangeTblEntry)) {
+		auto *rte = reinterpret_cast<RangeTblEntry *>(node);
+		if ((rte->rtekind == RTE_RELATION || rte->relkind == RELKIND_VIEW) && rte->relkind != RELKIND_RELATION &&
+		    rte->relkind != RELKIND_PARTITIONED_TABLE) {
+			const char *rel = OidIsValid(rte->relid) ? get_rel_name(rte->relid) : nullptr;
+			ereport(ERROR,
+			        (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("\"%s\" is not a table", rel != nullptr ? rel : "?"),
+			         errdetail("A listing view reads only tables of another owner's object, never a view "
+			                   "or anything else whose reading runs that owner's code.")));
+		}
+		return false;
+	}
+	if (IsA(node, Query))
+		return ce::compat::query_walk(reinterpret_cast<Query *>(node), reads_tables_only, context,
+		                              QTW_EXAMINE_RTES_BEFORE);
+	return ce::compat::expression_walk(node, reads_tables_only, context);
+}
+
+// Owns nothing C++: runs inside as_owner. tables_only: the query, as
+// rewritten, reads tables only (reads_tables_only) or is refused before it
+// runs (its relations' locks, taken by the rewrite, are held to the end of
+// the transaction: none of them can change in between).
+int run(const Call &c, bool read_only, bool tables_only = false) {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-	int rc = SPI_execute_with_args(c.sql, c.nargs, c.types, c.values, c.nulls, read_only, 0);
+	int rc;
+	if (tables_only) {
+		SPIPlanPtr plan = SPI_prepare(c.sql, c.nargs, c.types);
+		if (plan == nullptr)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+			                errmsg("counter_ext: SPI_prepare failed: %s", SPI_result_code_string(SPI_result)),
+			                errdetail("The statement was: %s", c.sql)));
+		ListCell *lc;
+		foreach (lc, SPI_plan_get_plan_sources(plan)) {
+			auto *source = static_cast<CachedPlanSource *>(lfirst(lc));
+			ListCell *q;
+			foreach (q, source->query_list)
+				(void)reads_tables_only(static_cast<Node *>(lfirst(q)), nullptr);
+		}
+		rc = SPI_execute_plan(plan, c.values, c.nulls, read_only, 0);
+	} else
+		rc = SPI_execute_with_args(c.sql, c.nargs, c.types, c.values, c.nulls, read_only, 0);
 	if (rc < 0)
 		ereport(ERROR,
 		        (errcode(ERRCODE_INTERNAL_ERROR), errmsg("counter_ext: SPI failed: %s", SPI_result_code_string(rc)),
@@ -416,7 +465,7 @@ static Datum owner_rows(FunctionCallInfo fcinfo, bool listed) {
 	ce::as_owner(c.owner, [&c, fcinfo, call_context, other] {
 		if (other)
 			pin_listed_read_settings();
-		(void)run(c, false);
+		(void)run(c, false, other);
 		materialize(fcinfo, call_context);
 		SPI_finish();
 	});

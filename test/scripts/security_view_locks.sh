@@ -17,7 +17,13 @@
 #     function sleeps for an hour (the state table reconciled first, so the
 #     policy has rows to filter): the same reads complete, the policy never
 #     runs in them (a WARNING names the row-level security policy); once it
-#     drops the policy, mallory reads its own counter as before.
+#     drops the policy, mallory reads its own counter as before;
+#  3. (PostgreSQL 15, which still turns an empty table without indexes into
+#     a view with CREATE RULE "_RETURN") turns its counter's state table and
+#     its rollup table into views that call that sleeping function whenever
+#     they are read (a one-time filter, rows or none): the same reads complete, the view's query never runs in
+#     them (a WARNING says it is not a table). On later majors the test
+#     checks that the CREATE RULE is refused.
 # lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -129,7 +135,61 @@ as_role mallory -c "DROP POLICY p ON $m_base" -c "ALTER TABLE $m_base NO FORCE R
 expect "mallory reads its own counter again" "$(as_role mallory -c "SELECT count(*) FROM m.ev WHERE k = 3")" \
     "$(as_role mallory -c "SELECT value FROM counter.tracked_values WHERE counter = 'm_t' AND key = '3'")"
 
-echo "== 3. the setting"
+echo "== 3. mallory turns its tables into views that sleep"
+as_role mallory >/dev/null <<SQL
+DROP POLICY p ON m.m_r;
+ALTER TABLE m.m_r NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY;
+DO \$\$
+DECLARE
+    t regclass;
+    c record;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['$m_base', 'm.m_r']::regclass[] LOOP
+        EXECUTE format('CREATE TABLE m.%I (LIKE %s)', 'copy_' || t::oid, t);
+        FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = t AND contype IN ('p', 'u') LOOP
+            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', t, c.conname);
+        END LOOP;
+        FOR c IN SELECT tgname FROM pg_trigger WHERE tgrelid = t AND NOT tgisinternal LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', c.tgname, t);
+        END LOOP;
+        FOR c IN SELECT indexrelid::regclass AS i FROM pg_index WHERE indrelid = t LOOP
+            EXECUTE format('DROP INDEX %s', c.i);
+        END LOOP;
+        EXECUTE format('TRUNCATE %s', t);
+    END LOOP;
+END
+\$\$;
+SQL
+for t in "$m_base" m.m_r; do
+    as_role mallory -c "VACUUM $t" >/dev/null   # clears relhastriggers after the DROP TRIGGER
+    oid=$(q "SELECT '$t'::regclass::oid")
+    rule="CREATE RULE \"_RETURN\" AS ON SELECT TO $t DO INSTEAD SELECT * FROM m.copy_$oid WHERE (SELECT m.slow())"
+    if [ "$(q "SHOW server_version_num")" -lt 160000 ]; then
+        as_role mallory -c "$rule" >/dev/null
+        expect "$t is a view now" v "$(q "SELECT relkind FROM pg_class WHERE oid = $oid")"
+    else
+        err=$(as_role mallory -c "$rule" 2>&1 || true)
+        contains "PostgreSQL 16 and later refuse to turn $t into a view" "is not a view" "$err"
+    fi
+done
+if [ "$(q "SHOW server_version_num")" -lt 160000 ]; then
+    err=$(mktemp)
+    out=$(as_role reader -c "SET statement_timeout = '60s'" -c "$listed" 2>"$err") ||
+        fail "a view that sleeps: the reader's tracked_values failed: $(cat "$err")"
+    expect "a view that sleeps: the reader's tracked_values lists its counter, not mallory's" \
+        "$(as_role reader -c "$truth")" "$out"
+    contains "a view that sleeps: a WARNING says why mallory's counter is left out" "is not a table" "$(cat "$err")"
+    out=$(ce_psql -d vl -At -c "SET statement_timeout = '60s'" \
+        -c "SELECT string_agg(format('%s %s', name, newest_event_hour IS NOT NULL), ',' ORDER BY name) FROM counter.rollup_state" \
+        2>"$err") || fail "a view that sleeps: a superuser's rollup_state failed: $(cat "$err")"
+    expect "a view that sleeps: rollup_state: the reader's newest hour, mallory's NULL" "m_r f,r_r t" "$out"
+    contains "a view that sleeps: a WARNING says why mallory's newest_event_hour is NULL" "is not a table" "$(cat "$err")"
+    rm -f "$err"
+    expect "no session is running mallory's function" 0 \
+        "$(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3600)%' AND pid <> pg_backend_pid()")"
+fi
+
+echo "== 4. the setting"
 expect "counter_ext.view_lock_timeout defaults to 1s" 1s "$(as_role reader -c "SHOW counter_ext.view_lock_timeout")"
 err=$(as_role reader -c "SET counter_ext.view_lock_timeout = -1" 2>&1 || true)
 contains "a negative view_lock_timeout is refused" "-1 ms is outside the valid range" "$err"

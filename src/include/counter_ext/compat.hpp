@@ -12,6 +12,7 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "nodes/nodeFuncs.h"
 #include "storage/proc.h"
 #include "tcop/pquery.h"
 #include "utils/backend_status.h"
@@ -63,6 +64,26 @@ inline IndexScanDesc index_begin(Relation heap, Relation index, Snapshot snapsho
 	return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+// A walker over a query tree or an expression (query_tree_walker,
+// expression_tree_walker). 15 declares the walker argument unprototyped,
+// bool (*)(); 16 made these macros over a typed callback. (void (*)() is
+// the cast GCC lets through to any function type.)
+using tree_walker = bool (*)(Node *, void *);
+inline bool query_walk(Query *query, tree_walker walker, void *context, int flags) {
+#if PG_VERSION_NUM >= 160000
+	return query_tree_walker(query, walker, context, flags);
+#else
+	return query_tree_walker(query, reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker)), context, flags);
+#endif
+}
+inline bool expression_walk(Node *node, tree_walker walker, void *context) {
+#if PG_VERSION_NUM >= 160000
+	return expression_tree_walker(node, walker, context);
+#else
+	return expression_tree_walker(node, reinterpret_cast<bool (*)()>(reinterpret_cast<void (*)()>(walker)), context);
 #endif
 }
 
