@@ -169,7 +169,7 @@ for t in "$m_base" m.m_r; do
         expect "$t is a view now" v "$(q "SELECT relkind FROM pg_class WHERE oid = $oid")"
     else
         err=$(as_role mallory -c "$rule" 2>&1 || true)
-        contains "PostgreSQL 16 and later refuse to turn $t into a view" "is not a view" "$err"
+        contains "PostgreSQL 16 and later refuse to turn $t into a view" "cannot have ON SELECT rules" "$err"
     fi
 done
 if [ "$(q "SHOW server_version_num")" -lt 160000 ]; then
