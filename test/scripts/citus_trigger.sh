@@ -486,6 +486,28 @@ grep -q 'WARNING:  counter.tracked_values: reading tracked counter "ev_f" as its
 app -q -c "INSERT INTO ct.ev_one SELECT g, g % 11, '2026-07-01 10:00+00', 'view' FROM generate_series(8000001, 8000200) g"
 check_all "tracked_values read (counters left out, warned) in a transaction that wrote the table"
 
+# untrack while a reconciliation's batch of the same counter runs: the batch
+# (here its steps written out, as the superuser the job's owner stands for
+# does not matter: the locks do) reads the source and the state on the
+# shards, holding their locks to its commit, then writes the counter's
+# catalog row. untrack's drops wait for the batch, which commits; no
+# deadlock (with the catalog row locked first, untrack and the batch waited
+# for each other on two nodes and Citus cancelled one).
+delta_f=$(coord -tA -c "SELECT counter_internal.tracked_table(t, 'delta') FROM counter.tracked t WHERE name = 'ev_f'")
+jout=$(mktemp) uout=$(mktemp)
+coord -q -c "BEGIN" -c "SELECT count(*) FROM ct.ev" -c "SELECT count(*) FROM $delta_f" -c "SELECT pg_sleep(4)" \
+    -c "UPDATE counter.tracked SET last_watermark = last_watermark WHERE name = 'ev_f'" -c "COMMIT" >"$jout" 2>&1 &
+batch=$!
+sleep 1.5
+owner -q -c "SELECT counter.untrack('ev_f')" >"$uout" 2>&1 || fail "untrack beside a batch failed: $(cat "$uout")"
+wait "$batch" || fail "the batch beside untrack failed: $(cat "$jout")"
+got=$(owner -tA -c "SELECT count(*) FROM counter.tracked WHERE name = 'ev_f'")
+[ "$got" = 0 ] || fail "untrack beside a batch left the counter"
+rm -f "$jout" "$uout"
+owner -q -c "SET client_min_messages = warning" \
+    -c "SELECT counter.track('ev_f', 'ct.ev', 'k', 'at', filter => \$\$$F\$\$, bucket_width => '10 minutes')" >/dev/null
+echo "ok: untrack waits for a reconciliation batch of its counter on the shards (no deadlock)"
+
 # untrack: nothing left on any node
 # (the objects of counters ids, a regular expression: on every node, shards included)
 leftovers() {
