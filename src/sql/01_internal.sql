@@ -76,6 +76,67 @@ BEGIN
 END
 $$;
 
+-- Locks for a drop (untrack, rollup_drop): relation rels[i] in modes[i], and
+-- the object's catalog row (FOR UPDATE of the row of row_of whose
+-- row_column is row_id), all or none, never waiting while holding one. It
+-- waits for one (first the source: its writers finish, new ones wait) and
+-- takes the others without waiting; when one of them is held (by a job that
+-- holds it and then waits for another: a buffered counter's reconciliation
+-- flushes, holding the delta table, then reads the source; the job's batch
+-- reads the source, then writes the catalog row; counter.reconcile writes
+-- the row, then reads the tables), it lets every lock go and waits for that
+-- one alone, and so on: no order another transaction takes them in can make
+-- a cycle with it. The caller's lock_timeout bounds each wait.
+CREATE OR REPLACE FUNCTION counter_internal.lock_all(rels regclass[], modes text[], row_of regclass DEFAULT NULL,
+    row_column name DEFAULT NULL, row_id integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer := coalesce(cardinality(rels), 0);
+    items integer;
+    waited integer := 1;  -- the one waited for (n + 1: the row)
+    i integer;
+    busy integer;
+BEGIN
+    IF n IS DISTINCT FROM coalesce(cardinality(modes), 0)
+       OR EXISTS (SELECT FROM unnest(modes) m WHERE m NOT IN ('SHARE ROW EXCLUSIVE', 'ACCESS EXCLUSIVE'))
+       OR (row_of IS NULL) <> (row_id IS NULL) OR (row_of IS NULL) <> (row_column IS NULL) THEN
+        RAISE EXCEPTION 'counter_internal.lock_all: one mode (SHARE ROW EXCLUSIVE or ACCESS EXCLUSIVE) per relation, and a whole row'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    items := n + CASE WHEN row_of IS NULL THEN 0 ELSE 1 END;
+    IF items = 0 THEN
+        RETURN;
+    END IF;
+    LOOP
+        busy := NULL;
+        BEGIN
+            FOR i IN SELECT waited UNION ALL SELECT g FROM generate_series(1, items) g WHERE g <> waited LOOP
+                IF i <> waited THEN
+                    busy := i;  -- taken without waiting
+                END IF;
+                IF i <= n THEN
+                    EXECUTE format('LOCK TABLE %s IN %s MODE%s', rels[i], modes[i],
+                                   CASE WHEN i <> waited THEN ' NOWAIT' ELSE '' END);
+                ELSE
+                    EXECUTE format('SELECT 1 FROM %s WHERE %I OPERATOR(pg_catalog.=) $1 FOR UPDATE%s', row_of, row_column,
+                                   CASE WHEN i <> waited THEN ' NOWAIT' ELSE '' END) USING row_id;
+                END IF;
+            END LOOP;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            IF busy IS NULL THEN
+                RAISE;  -- the wait itself: the caller's lock_timeout
+            END IF;
+        END;
+        -- every lock let go (the block's end): wait for the busy one alone next
+        waited := busy;
+    END LOOP;
+END
+$$;
+
 -- The one filter compiler (src/filter.cpp): resolves a filter as the owner,
 -- once, and returns {canonical text, tree}; filter_match applies the stored
 -- tree of a tracked counter ('tracked') or rollup ('rollup') to a source row.

@@ -1239,24 +1239,30 @@ DECLARE
     t counter.tracked := counter_internal.tracked_get(name);
     src regclass;
     trg text;
+    rels regclass[];
 BEGIN
     PERFORM counter_internal.require_owner(t.owner, pg_catalog.format('tracked counter "%s"', t.name), 'untrack it');
     -- The source, when it still exists (to_regclass of the OID's text is no such
     -- test: since PostgreSQL 16 it takes a number as the OID it names).
     SELECT c.oid INTO src FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.source::oid;
     IF NOT t.distributed THEN
-        -- The locks the drops below take, first, and the catalog row last: a
-        -- reconciliation's batch (or a flush) holds the source's or the
-        -- state's lock to its commit and writes this row before it; taken
-        -- the other way round the two waited for each other (40P01, seen).
-        IF t.mode = 'trigger' AND src IS NOT NULL THEN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', src);
-        END IF;
-        FOR trg IN SELECT p.p FROM pg_catalog.unnest(ARRAY['base', 'delta']) AS p(p)
-                   WHERE pg_catalog.to_regclass(counter_internal.tracked_table(t, p.p)) IS NOT NULL LOOP
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', counter_internal.tracked_table(t, trg));
-        END LOOP;
-        PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
+        -- The locks the drops below take and the catalog row, all or none,
+        -- never waiting while holding one (counter_internal.lock_all): a
+        -- reconciliation's batch holds the source's or the state's lock to
+        -- its commit and writes this row before it; counter.reconcile writes
+        -- the row first; a buffered counter's reconciliation flushes,
+        -- holding the delta table, then reads the source. Each of them
+        -- deadlocked with untrack taking its locks one by one in a fixed
+        -- order (40P01, seen: tracked_untrack_job.spec,
+        -- test/scripts/drop_beside_jobs.sh).
+        rels := ARRAY(
+            SELECT x.r FROM (SELECT 0::bigint AS o, src AS r WHERE t.mode = 'trigger' AND src IS NOT NULL
+                             UNION ALL
+                             SELECT p.o, pg_catalog.to_regclass(counter_internal.tracked_table(t, p.p))
+                             FROM pg_catalog.unnest(ARRAY['base', 'delta']) WITH ORDINALITY AS p(p, o)) x
+            WHERE x.r IS NOT NULL ORDER BY x.o);
+        PERFORM counter_internal.lock_all(rels, pg_catalog.array_fill('ACCESS EXCLUSIVE'::text, ARRAY[cardinality(rels)]),
+                                          'counter.tracked', 'counter_id', t.counter_id);
     END IF;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g

@@ -113,7 +113,10 @@ DECLARE
     hour_expr text;
     where_filter text;
 BEGIN
-    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    SELECT * INTO r FROM counter.rollups WHERE rollup_id = rid;
+    IF NOT FOUND THEN  -- dropped since the caller read it (a refresh beside rollup_drop)
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
     hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
                         '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
     SELECT * INTO p FROM counter_internal.rollup_sql_parts(r);
@@ -525,6 +528,28 @@ BEGIN
 END
 $$;
 
+-- A refresh chunk's or a flush's first lock on the rollup table (ROW
+-- EXCLUSIVE, as the owner): taken before the dirty marks or buffer log rows,
+-- in rollup_drop's order. A rollup dropped since the chunk read its row: 42704.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_lock_table(r counter.rollups)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO tbl
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+    WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid;
+    IF tbl IS NULL THEN
+        RAISE EXCEPTION 'rollup "%" does not exist', r.name USING ERRCODE = 'undefined_object',
+            DETAIL = 'It was dropped while this refresh or flush started.';
+    END IF;
+    PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('LOCK TABLE %s IN ROW EXCLUSIVE MODE', tbl), true);
+END
+$$;
+
 -- Recomputes hours of one chunk (one UTC day) of a rollup from the events:
 -- all hours in [from_h, to_h), or only those in hours. wait = false skips a
 -- chunk another session is refreshing (returns NULL). Returns the rollup rows
@@ -562,6 +587,10 @@ BEGIN
         PERFORM counter_internal.lock_take('rollup_day', rid, from_h);
     ELSIF NOT counter_internal.lock_take('rollup_day', rid, from_h, wait => false) THEN
         RETURN NULL;
+    END IF;
+    IF NOT r.distributed THEN
+        -- the rollup table before the marks, as rollup_drop takes them
+        PERFORM counter_internal.rollup_lock_table(r);
     END IF;
     IF r.distributed AND r.mode OPERATOR(pg_catalog.=) 'trigger' THEN
         -- Citus: the same on every node, in its lock space there: one
@@ -1303,30 +1332,48 @@ DECLARE
     r counter.rollups := counter_internal.rollup_get(name);
     op text;
     marks_first boolean;
+    rels regclass[];
+    modes text[];
 BEGIN
     PERFORM counter_internal.require_owner(r.owner, pg_catalog.format('rollup "%s"', r.name), 'drop it');
-    -- The order of a refresh chunk or a flush, which consume the rollup's
-    -- dirty marks (or buffer log rows) and then write its table, holding
-    -- both to their commit: first the source (no writer adds a mark or a log
-    -- row after the deletes below; the lock DROP TRIGGER takes), then the
-    -- marks and log rows, and the rollup table last. Dropping the table
-    -- before deleting the marks closed a cycle with them (40P01, seen:
-    -- test/isolation/specs/rollup_drop_job.spec). Not for a Citus
-    -- trigger-mode rollup: its chunk reads the rollup table (the hold on
-    -- every node) before it consumes the marks, so the drop keeps that
-    -- order too (the table, then the marks).
+    -- One node: a refresh chunk and a flush (rollup_refresh_chunk,
+    -- rollup_flush_id) lock the rollup table first, then consume the dirty
+    -- marks (or buffer log rows, holding their row locks) and write the
+    -- table. So the drop takes the source's lock (the one DROP TRIGGER
+    -- takes: no writer is left adding a mark, a log row or a sum), the
+    -- rollup table's and its catalog row, all or none, never waiting while
+    -- holding one (counter_internal.lock_all), and only then deletes the
+    -- marks and log rows: a chunk or flush under way is waited for, a later
+    -- one waits for the drop. Dropping the table before deleting the marks
+    -- closed a cycle with a chunk holding them; deleting them before
+    -- locking the table met a chunk's DELETE of the same rows in another
+    -- order (40P01, both seen: test/isolation/specs/rollup_drop_job.spec,
+    -- test/scripts/drop_beside_jobs.sh).
+    -- Citus, deferred: the chunk consumes the marks, then writes the table
+    -- on the shards; the drop deletes the marks first. Citus, trigger mode:
+    -- the chunk reads the rollup table on every node (its hold) before it
+    -- consumes the marks; the drop deletes them last, after the table
+    -- (both seen deadlocking the other way: citus_rollup.sh,
+    -- citus_rollup_trigger.sh).
     marks_first := NOT (r.distributed AND r.mode OPERATOR(pg_catalog.=) 'trigger');
+    IF NOT r.distributed THEN
+        SELECT pg_catalog.array_agg(x.r ORDER BY x.o), pg_catalog.array_agg(x.m ORDER BY x.o) INTO rels, modes
+        FROM (SELECT 0 AS o, c.oid::regclass AS r, 'SHARE ROW EXCLUSIVE' AS m FROM pg_catalog.pg_class c
+              WHERE c.oid OPERATOR(pg_catalog.=) r.source::oid
+              UNION ALL
+              SELECT 1, c.oid::regclass, 'ACCESS EXCLUSIVE' FROM pg_catalog.pg_class c
+              WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid) x;
+        PERFORM counter_internal.lock_all(rels, modes, 'counter.rollups', 'rollup_id', r.rollup_id);
+    END IF;
     IF marks_first THEN
-        IF NOT r.distributed AND r.mode IN ('trigger', 'buffered')
-           AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.source::oid) THEN
-            EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', r.source);
-        END IF;
         DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
         IF r.mode = 'buffered' THEN
             DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
         END IF;
     END IF;
-    PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
+    IF r.distributed THEN
+        PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;
+    END IF;
     FOR op IN SELECT g.tgname FROM pg_catalog.pg_trigger g
               WHERE g.tgrelid OPERATOR(pg_catalog.=) r.source
                 AND g.tgname OPERATOR(pg_catalog.~) format('^counter_rollup_%s_r?(insert|delete|update)$', r.rollup_id) LOOP
@@ -1734,6 +1781,8 @@ BEGIN
         RAISE EXCEPTION 'a rollup flush needs READ COMMITTED, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'invalid_transaction_state';
     END IF;
+    -- the rollup table before the log rows and marks, as rollup_drop takes them
+    PERFORM counter_internal.rollup_lock_table(r);
     WITH gone AS (DELETE FROM counter_internal.rollup_buffer_log l
                   WHERE l.rollup_id OPERATOR(pg_catalog.=) rid AND l.epoch IS DISTINCT FROM cur
                   RETURNING l.hour)
