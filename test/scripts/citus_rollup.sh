@@ -323,17 +323,9 @@ n=$(leftovers "$ids")
 # then writes the rollup table. rollup_drop deletes the marks before it
 # drops the table, so it waits for the chunk, which commits (dropping the
 # table first, the two waited for each other: 40P01 on the coordinator).
-rid=$(coord -tA -c "SELECT rollup_id FROM counter.rollups WHERE name = 'ev_r'")
-coord -q -c "INSERT INTO counter.rollup_dirty VALUES ($rid, '2026-07-01 10:00+00')"
-jout=$(mktemp) dout=$(mktemp)
-coord -q -c "BEGIN" -c "DELETE FROM counter.rollup_dirty WHERE rollup_id = $rid" -c "SELECT pg_sleep(4)" \
-    -c "UPDATE cr.ev_r SET count = count WHERE hour = '2026-07-01 10:00+00'" -c "COMMIT" >"$jout" 2>&1 &
-chunk=$!
-sleep 1.5
-owner -q -c "SELECT counter.rollup_drop('ev_r')" >"$dout" 2>&1 || fail "rollup_drop beside a refresh chunk failed: $(cat "$dout")"
-wait "$chunk" || fail "the refresh chunk beside rollup_drop failed: $(cat "$jout")"
-rm -f "$jout" "$dout"
-echo "ok: rollup_drop waits for a refresh chunk of its rollup (no deadlock)"
+rid=$(ce_citus_dirty_mark ev_r)
+ce_citus_drop_beside_chunk ev_r -c "BEGIN" -c "DELETE FROM counter.rollup_dirty WHERE rollup_id = $rid" \
+    -c "SELECT pg_sleep(4)" -c "UPDATE cr.ev_r SET count = count WHERE hour = '2026-07-01 10:00+00'" -c "COMMIT"
 owner -q -c "BEGIN" -c "UPDATE cr.ev SET v = v" -c "SELECT counter.rollup_drop('ev_n')" -c "COMMIT" >/dev/null
 owner -q -c "SELECT counter.rollup_drop('pev_r')" -c "SELECT counter.rollup_drop('pev_n')" >/dev/null
 owner -q -c "BEGIN" -c "UPDATE cr.pev SET v = v" -c "SELECT counter.rollup_drop('pev_g')" -c "COMMIT" \

@@ -347,18 +347,10 @@ leftovers() {
 # order for a trigger-mode rollup on Citus (the table, then the marks): it
 # waits for the chunk, which commits (the marks first, the two waited for
 # each other: 40P01 on the coordinator).
-rid=$(coord -tA -c "SELECT rollup_id FROM counter.rollups WHERE name = 'ev_u'")
-coord -q -c "INSERT INTO counter.rollup_dirty VALUES ($rid, '2026-07-01 10:00+00')"
-jout=$(mktemp) dout=$(mktemp)
-coord -q -c "BEGIN" -c "SELECT count(*) FROM ct.ev_u" -c "SELECT pg_sleep(3)" \
+rid=$(ce_citus_dirty_mark ev_u)
+ce_citus_drop_beside_chunk ev_u -c "BEGIN" -c "SELECT count(*) FROM ct.ev_u" -c "SELECT pg_sleep(3)" \
     -c "DELETE FROM counter.rollup_dirty WHERE rollup_id = $rid" \
-    -c "UPDATE ct.ev_u SET count = count WHERE hour = '2026-07-01 10:00+00'" -c "COMMIT" >"$jout" 2>&1 &
-chunk=$!
-sleep 1.5
-owner -q -c "SELECT counter.rollup_drop('ev_u')" >"$dout" 2>&1 || fail "rollup_drop beside a refresh chunk failed: $(cat "$dout")"
-wait "$chunk" || fail "the refresh chunk beside rollup_drop failed: $(cat "$jout")"
-rm -f "$jout" "$dout"
-echo "ok: rollup_drop waits for a refresh chunk of its rollup (no deadlock)"
+    -c "UPDATE ct.ev_u SET count = count WHERE hour = '2026-07-01 10:00+00'" -c "COMMIT"
 owner -q -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_t')" -c "COMMIT" >/dev/null
 got=$(owner -tA -c "BEGIN" -c "UPDATE ct.ev SET v = v" -c "SELECT counter.rollup_drop('ev_o')" \
     -c "SHOW citus.enable_unsafe_triggers" -c "COMMIT" | grep -v '^$')
