@@ -7,6 +7,10 @@
 #   select_zipf   SELECT :k::bigint, k drawn by pgbench as for add_zipf
 #                 (the ceiling of add_zipf: pgbench's own cost of the draw)
 #   add_zipf      the same add over 100,000 keys, random_zipfian(1.1)
+#   add_hot_draw  add_hot after the same draw, its key left unused: what one
+#                 key costs with pgbench's draw paid, so add_zipf / add_hot_draw
+#                 is the many-keys cost alone (1.8; the default table's last
+#                 column)
 #   value_hot     SELECT counter.value('appb', 1::bigint)         (a buffered key)
 #   value_tables  the same with counter_ext.read_cache = off: every read reads
 #                 the tables (1.6's read)
@@ -28,7 +32,7 @@
 # and each run's line gives the share of pgbench's sessions' samples by wait
 # (cpu: running; LWLock:counter_ext buffer: a partition of the shared table,
 # ... stripes, ... shares; Client:ClientRead: waiting for pgbench).
-#   bash test/bench/tracked/hotkey.sh       (~12 minutes: 3 rounds x 3 client counts x 5 runs x 15 s)
+#   bash test/bench/tracked/hotkey.sh       (~16 minutes: 3 rounds x 3 client counts x 7 runs x 15 s)
 #   CE_BENCH_SECONDS=5 CE_BENCH_ROUNDS=1 bash test/bench/tracked/hotkey.sh   (a short check)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -70,11 +74,12 @@ echo 'SELECT 1;' >"$work/select_1.sql"
 echo "SELECT counter.add('appb', 1::bigint);" >"$work/add_hot.sql"
 printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT counter.add('appz', :k::bigint);" >"$work/add_zipf.sql"
 printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT :k::bigint;" >"$work/select_zipf.sql"
+printf '%s\n%s\n' '\set k random_zipfian(1, 100000, 1.1)' "SELECT counter.add('appb', 1::bigint);" >"$work/add_hot_draw.sql"
 echo "SELECT counter.value('appb', 1::bigint);" >"$work/value_hot.sql"
 cp "$work/value_hot.sql" "$work/value_tables.sql"
 cp "$work/add_zipf.sql" "$work/add_zipf_held.sql"
 sed 's/appz/appzp/' "$work/add_zipf.sql" >"$work/add_zipf_ff100.sql"
-read -r -a runs <<<"${CE_BENCH_RUNS:-select_1 add_hot select_zipf add_zipf value_hot value_tables}"
+read -r -a runs <<<"${CE_BENCH_RUNS:-select_1 add_hot select_zipf add_zipf add_hot_draw value_hot value_tables}"
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
 tx_of() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
@@ -94,7 +99,7 @@ run() { # run NAME CLIENTS
     fi
     PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
     case $1 in
-        add_hot | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
+        add_hot | add_hot_draw | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
                 sum(finished_at - started_at), '0')) / $seconds, 1) || '% of a core, ' || coalesce(sum(rows_affected), 0)
                 || ' rows' FROM counter.job_runs WHERE kind = 'flush' AND started_at >= '$since'") ;;
         add_zipf_held) ce_psql -q -c "UPDATE counter.jobs SET enabled = true WHERE kind = 'flush'" \
@@ -105,7 +110,7 @@ run() { # run NAME CLIENTS
     n=$(tx_of "$out")
     echo "${t:-0}" >>"$work/$1.$2.tps"
     case $1 in
-        add_hot) expect_hot=$((expect_hot + ${n:-0})) ;;
+        add_hot | add_hot_draw) expect_hot=$((expect_hot + ${n:-0})) ;;
         add_zipf | add_zipf_held) expect_zipf=$((expect_zipf + ${n:-0})) ;;
         add_zipf_ff100) expect_zipfp=$((expect_zipfp + ${n:-0})) ;;
     esac
@@ -149,17 +154,19 @@ if [ -n "${CE_BENCH_RUNS:-}" ]; then
         done
     done
 else
-    echo "| clients | SELECT 1 tps | add, one key | SELECT of a zipf draw | add, 100,000 zipf keys (/ SELECT 1, / the draw) | value of a buffered key | the same, read_cache off |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| clients | SELECT 1 tps | add, one key | SELECT of a zipf draw | add, 100,000 zipf keys (/ SELECT 1, / the draw) | value of a buffered key | the same, read_cache off | one key after the draw | zipf keys / one key, both after the draw |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for c in "${client_counts[@]}"; do
         s=$(median "select_1.$c")
         z=$(median "select_zipf.$c")
-        printf '| %s | %.0f | %.0f (%s) | %.0f (%s) | %.0f (%s, %s) | %.0f (%s) | %.0f (%s) |\n' "$c" "$s" \
+        d=$(median "add_hot_draw.$c")
+        printf '| %s | %.0f | %.0f (%s) | %.0f (%s) | %.0f (%s, %s) | %.0f (%s) | %.0f (%s) | %.0f (%s) | %s |\n' "$c" "$s" \
             "$(median "add_hot.$c")" "$(ratio "$(median "add_hot.$c")" "$s")" \
             "$z" "$(ratio "$z" "$s")" \
             "$(median "add_zipf.$c")" "$(ratio "$(median "add_zipf.$c")" "$s")" "$(ratio "$(median "add_zipf.$c")" "$z")" \
             "$(median "value_hot.$c")" "$(ratio "$(median "value_hot.$c")" "$s")" \
-            "$(median "value_tables.$c")" "$(ratio "$(median "value_tables.$c")" "$s")"
+            "$(median "value_tables.$c")" "$(ratio "$(median "value_tables.$c")" "$s")" \
+            "$d" "$(ratio "$d" "$s")" "$(ratio "$(median "add_zipf.$c")" "$d")"
     done
     echo
 fi
