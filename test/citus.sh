@@ -256,18 +256,20 @@ on_nodes_sum() {
     for p in $nodes; do on_node "$p" -tA -c "$1"; done | awk '{ s += $1 } END { print s + 0 }'
 }
 
-# ce_citus_dirty_mark NAME: marks 2026-07-01 10:00 dirty for rollup NAME
-# (on the coordinator) and prints its id, for ce_citus_drop_beside_chunk
+# ce_citus_dirty_mark NAME [HOUR]: marks HOUR (default 2026-07-01 10:00)
+# dirty for rollup NAME (on the coordinator) and prints its id, for
+# ce_citus_drop_beside_chunk
 ce_citus_dirty_mark() {
     local rid
     rid=$(coord -tA -c "SELECT rollup_id FROM counter.rollups WHERE name = '$1'")
-    coord -q -c "INSERT INTO counter.rollup_dirty VALUES ($rid, '2026-07-01 10:00+00')"
+    coord -q -c "INSERT INTO counter.rollup_dirty VALUES ($rid, '${2:-2026-07-01 10:00+00}')"
     echo "$rid"
 }
 # ce_citus_drop_beside_chunk NAME PSQL-ARGS...: the owner's rollup_drop of
 # NAME while a refresh chunk written out as PSQL-ARGS (one transaction on the
 # coordinator, holding its locks for a few seconds) runs: the drop starts
-# 1.5 s after the chunk; both must succeed (no deadlock either way round)
+# 1.5 s after the chunk, with $CE_DROP_OPTIONS as its PGOPTIONS; both must
+# succeed (no deadlock either way round)
 ce_citus_drop_beside_chunk() {
     local name=$1 chunk jout dout
     shift
@@ -275,7 +277,7 @@ ce_citus_drop_beside_chunk() {
     coord -q "$@" >"$jout" 2>&1 &
     chunk=$!
     sleep 1.5
-    owner -q -c "SELECT counter.rollup_drop('$name')" >"$dout" 2>&1 ||
+    PGOPTIONS=${CE_DROP_OPTIONS:-} owner -q -c "SELECT counter.rollup_drop('$name')" >"$dout" 2>&1 ||
         fail "rollup_drop beside a refresh chunk failed: $(cat "$dout")"
     wait "$chunk" || fail "the refresh chunk beside rollup_drop failed: $(cat "$jout")"
     rm -f "$jout" "$dout"

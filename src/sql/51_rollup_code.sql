@@ -315,6 +315,30 @@ SELECT CASE WHEN r.state_schema IS NULL
        END
 $$;
 
+-- Deletes the dirty marks of rollup rid in [from_h, to_h) (and in hours,
+-- unless NULL) and returns their hours. Every taker of marks (a refresh
+-- chunk, rollup_dirty_chunks, rollup_drop) locks them in one order, by hour
+-- (and place), before it deletes them, whatever plan the caller's settings
+-- give the scan: two takers of the same marks each holding one the other
+-- waits for deadlocked (citus_rollup.sh: a drop whose session planned a
+-- sequential scan beside a chunk). Marks committed after the statement
+-- began are left for the next taker.
+CREATE OR REPLACE FUNCTION counter_internal.rollup_marks_take(rid integer, from_h timestamptz, to_h timestamptz,
+                                                            hours timestamptz[])
+RETURNS SETOF timestamptz
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DELETE FROM counter.rollup_dirty d
+WHERE d.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+    SELECT x.ctid FROM counter.rollup_dirty x
+    WHERE x.rollup_id OPERATOR(pg_catalog.=) rid AND x.hour OPERATOR(pg_catalog.>=) from_h
+      AND x.hour OPERATOR(pg_catalog.<) to_h AND (hours IS NULL OR x.hour OPERATOR(pg_catalog.=) ANY (hours))
+    ORDER BY x.hour, x.ctid
+    FOR UPDATE))
+RETURNING d.hour
+$$;
+
 -- Citus: moves the marks the shards wrote in a distributed rollup's dirty
 -- log (counter_internal.rollup_dirty_table, src/rollup.cpp) into
 -- counter.rollup_dirty, in one distributed transaction, as the owner. A mark
@@ -500,7 +524,10 @@ DECLARE
     bound text;
     h timestamptz := '-infinity';
 BEGIN
-    SELECT * INTO STRICT r FROM counter.rollups WHERE rollup_id = rid;
+    SELECT * INTO r FROM counter.rollups WHERE rollup_id = rid;
+    IF NOT FOUND THEN  -- dropped since the caller read it (a refresh beside rollup_drop)
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
     IF EXISTS (SELECT FROM pg_partitioned_table p
                JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
                WHERE p.partrelid = r.source AND p.partstrat = 'r' AND p.partnatts = 1
@@ -612,8 +639,7 @@ BEGIN
     END IF;
     -- Consume the dirty marks first: a mark committed after this point
     -- survives, so its events are recomputed by the next refresh.
-    DELETE FROM counter.rollup_dirty d
-    WHERE d.rollup_id = rid AND d.hour >= from_h AND d.hour < to_h AND (hours IS NULL OR d.hour = ANY (hours));
+    PERFORM counter_internal.rollup_marks_take(rid, from_h, to_h, hours);
     IF r.distributed THEN
         -- Citus: two statements pushed down to the shards (rollup_citus_sql)
         n := 0;
@@ -693,8 +719,7 @@ BEGIN
         PERFORM counter_internal.rollup_citus_marks(r);
     END IF;
     horizon := counter_internal.rollup_horizon(rid);
-    WITH gone AS (DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = rid AND d.hour < horizon RETURNING d.hour)
-    SELECT count(DISTINCT hour) INTO dropped FROM gone;
+    SELECT count(DISTINCT g.h) INTO dropped FROM counter_internal.rollup_marks_take(rid, '-infinity', horizon, NULL) g(h);
     IF dropped > 0 THEN
         RAISE WARNING 'rollup "%": % dirty hours before % are outside the source''s retention and were left as they were',
             rollup_name, dropped, horizon;
@@ -1366,7 +1391,7 @@ BEGIN
         PERFORM counter_internal.lock_all(rels, modes, 'counter.rollups', 'rollup_id', r.rollup_id);
     END IF;
     IF marks_first THEN
-        DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+        PERFORM counter_internal.rollup_marks_take(r.rollup_id, '-infinity', 'infinity', NULL);
         IF r.mode = 'buffered' THEN
             DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
         END IF;
@@ -1397,7 +1422,7 @@ BEGIN
                                                    true);
     END IF;
     IF NOT marks_first THEN
-        DELETE FROM counter.rollup_dirty d WHERE d.rollup_id = r.rollup_id;
+        PERFORM counter_internal.rollup_marks_take(r.rollup_id, '-infinity', 'infinity', NULL);
     END IF;
     IF r.mode = 'buffered' THEN
         PERFORM counter_internal.rollup_buffer_take(r.rollup_id, '-infinity', 'infinity', NULL);
