@@ -461,3 +461,36 @@ ce_bench_beside_release() {
     CE_PGBIN=$ref_bin ce_cluster_start ref "${durable[@]}" || exit 1
 }
 
+# For the drop-beside-jobs tests (drop_beside_jobs.sh, citus_drop_beside_jobs.sh):
+# ce_drop_sql NAME: the call that drops counter c_* or rollup r_* NAME
+ce_drop_sql() {
+    case $1 in
+    r_*) echo "SELECT counter.rollup_drop('$1')" ;;
+    c_*) echo "SELECT counter.untrack('$1')" ;;
+    esac
+}
+# ce_drop_make_all RUN OBJECTS...: makes each object (make_sql NAME)
+ce_drop_make_all() {
+    local run=$1 o
+    shift
+    for o in "$@"; do $run -q -c "SET client_min_messages = warning" -c "$(make_sql "$o")" >/dev/null; done
+}
+# ce_drop_make_rounds RUN PID OBJECTS...: while process PID runs, drops each
+# object and makes it again (the caller's make_sql NAME gives the call),
+# through RUN (a function running psql); fails (the caller's fail) on any
+# error; sets ce_drop_rounds to the number of rounds
+ce_drop_make_rounds() {
+    local run=$1 pid=$2 o out
+    shift 2
+    ce_drop_rounds=0
+    while kill -0 "$pid" 2>/dev/null; do
+        for o in "$@"; do
+            [ -n "${CE_DROP_TRACE:-}" ] && echo "$(date +%T.%N | cut -c1-12) drop $o" >&2
+            out=$($run -q -c "$(ce_drop_sql "$o")" 2>&1 >/dev/null) || fail "dropping $o failed: $out"
+            [ -n "${CE_DROP_TRACE:-}" ] && echo "$(date +%T.%N | cut -c1-12) make $o" >&2
+            out=$($run -q -c "SET client_min_messages = warning" -c "$(make_sql "$o")" 2>&1 >/dev/null) ||
+                fail "making $o again failed: $out"
+        done
+        ce_drop_rounds=$((ce_drop_rounds + 1))
+    done
+}

@@ -1263,6 +1263,14 @@ BEGIN
             WHERE x.r IS NOT NULL ORDER BY x.o);
         PERFORM counter_internal.lock_all(rels, pg_catalog.array_fill('ACCESS EXCLUSIVE'::text, ARRAY[cardinality(rels)]),
                                           'counter.tracked', 'counter_id', t.counter_id);
+    ELSE
+        -- Citus: first the counter's reconciliation lock, holding nothing
+        -- (a batch takes it without waiting, so it never waits for us): a
+        -- batch goes from shard to shard, node to node, holding each one's
+        -- locks, while the drops below take every shard's at once; the two
+        -- waited for each other across nodes and Citus cancelled the drop
+        -- (test/scripts/citus_drop_beside_jobs.sh)
+        PERFORM counter_internal.lock_take('tracked', t.counter_id);
     END IF;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g

@@ -1390,11 +1390,30 @@ BEGIN
               WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid) x;
         PERFORM counter_internal.lock_all(rels, modes, 'counter.rollups', 'rollup_id', r.rollup_id);
     END IF;
+    IF r.distributed AND pg_catalog.to_regclass(counter_internal.rollup_dirty_table(r)) IS NOT NULL THEN
+        -- Citus: in a refresh's order, first its dirty log (a refresh moves
+        -- the shards' marks out of it before its chunks); the rollup table
+        -- below. Writers write the log's shards, never this lock's tables.
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE',
+                                                                   counter_internal.rollup_dirty_table(r)), true);
+    END IF;
     IF marks_first THEN
         PERFORM counter_internal.rollup_marks_take(r.rollup_id, '-infinity', 'infinity', NULL);
         IF r.mode = 'buffered' THEN
             DELETE FROM counter_internal.rollup_buffer_log l WHERE l.rollup_id = r.rollup_id;
         END IF;
+    END IF;
+    IF r.distributed AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.rollup_table::oid) THEN
+        -- Citus: the rollup table before the source. Citus's DROP TRIGGER
+        -- below takes the source ACCESS EXCLUSIVE; a refresh chunk holds
+        -- its dirty log, then the rollup table (trigger mode: its hold,
+        -- before the marks; deferred: its INSERT, after them), and then
+        -- reads the source: taken in another order, each waited for the
+        -- other (40P01 in test/scripts/citus_drop_beside_jobs.sh). Writers
+        -- never touch this lock's table (the shards' triggers write its
+        -- shards).
+        PERFORM counter_internal.exec_as_owner_cmd(r.owner, format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', r.rollup_table),
+                                                   true);
     END IF;
     IF r.distributed THEN
         PERFORM 1 FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) r.rollup_id FOR UPDATE;

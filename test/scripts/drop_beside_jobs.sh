@@ -41,16 +41,9 @@ make_sql() {
     c_buf) echo "SELECT counter.track('c_buf', 'ev', 'k', 't', buffered => true, watermark_lag => '0')" ;;
     esac
 }
-drop_sql() {
-    case $1 in
-    r_*) echo "SELECT counter.rollup_drop('$1')" ;;
-    c_*) echo "SELECT counter.untrack('$1')" ;;
-    esac
-}
 objects="r_trig r_def r_buf c_trig c_app c_buf"
-for o in $objects; do
-    ce_psql -q -c "SET client_min_messages = warning" -c "$(make_sql "$o")" >/dev/null
-done
+# shellcheck disable=SC2086
+ce_drop_make_all ce_psql $objects
 
 # writers: new rows over the last 3 hours, moves across hours, deletes
 cat >"$work/write.sql" <<'SQL'
@@ -86,15 +79,9 @@ bench=$!
 ce_holders+=($!)
 
 # drop and make again, each object in turn, until the writers stop
-rounds=0
-while kill -0 "$bench" 2>/dev/null; do
-    for o in $objects; do
-        out=$(ce_psql -q -c "$(drop_sql "$o")" 2>&1 >/dev/null) || fail "dropping $o failed: $out"
-        out=$(ce_psql -q -c "SET client_min_messages = warning" -c "$(make_sql "$o")" 2>&1 >/dev/null) ||
-            fail "making $o again failed: $out"
-    done
-    rounds=$((rounds + 1))
-done
+# shellcheck disable=SC2086
+ce_drop_make_rounds ce_psql "$bench" $objects
+rounds=$ce_drop_rounds
 wait "$bench" || true
 for p in "${ce_holders[@]}"; do kill "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
