@@ -1527,10 +1527,27 @@ CREATE OR REPLACE FUNCTION counter_internal.tracked_run_batch(t counter.tracked,
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    propagate text;
 BEGIN
     locked := counter_internal.lock_take('tracked', t.counter_id, wait => false);
     IF NOT locked THEN
         RETURN;
+    END IF;
+    IF t.distributed THEN
+        -- Citus: the table as a distributed query takes it, before any
+        -- shard. The batch reads and writes the shards by name, one after
+        -- another; a DDL on the table (Citus's DROP TRIGGER of another
+        -- counter's untrack or of a rollup_drop) takes it ACCESS EXCLUSIVE
+        -- on every node first and then all shards at once: without this
+        -- each held a shard the other waited for, across nodes, and Citus
+        -- cancelled one (test/scripts/citus_drop_beside_jobs.sh). On this
+        -- node only: the DDL takes it here before any shard, and Citus
+        -- would send a propagated LOCK to every node, each batch.
+        propagate := pg_catalog.current_setting('citus.enable_ddl_propagation');
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        PERFORM counter_internal.exec_as_owner_cmd(t.owner, format('LOCK TABLE %s IN ACCESS SHARE MODE', t.source), true);
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', propagate, true);
     END IF;
     WITH r AS MATERIALIZED (
         SELECT * FROM counter_internal.exec_as_owner(t.owner,

@@ -4,9 +4,10 @@
 # (drop_beside_jobs.sh does the same on one node). A distributed table (by
 # k, 4 shards) owned by an unprivileged role, written by another through the
 # coordinator all the time (inserts over the last 3 hours, event-time moves
-# to 200 minutes ago that mark hours dirty, deletes); a trigger-mode and a deferred rollup and
-# a trigger-mode and an application-mode counter keyed by the distribution
-# column; a loop runs their jobs' work as the owner without pause
+# to 200 minutes ago that mark hours dirty, deletes); a trigger-mode and a
+# deferred rollup, a trigger-mode and an application-mode counter keyed by
+# the distribution column and a trigger-mode counter keyed by another column
+# (anchored); a loop runs their jobs' work as the owner without pause
 # (rollup_refresh_dirty, reconcile), and the main loop drops each object and
 # makes it again as the owner, over and over (CE_DROP_SECONDS, default 30).
 # Then: no deadlock (40P01, or Citus's "distributed deadlock") in any
@@ -18,7 +19,9 @@
 # and (Citus cancelling the drop, or 40P01) with untrack dropping the state
 # while a reconciliation batch held some of its shards, and with rollup_drop
 # dropping the source's triggers before it locked the rollup table and its
-# dirty log. CE_DROP_TRACE=1 prints the time of each drop and make.
+# dirty log; and (Citus cancelling the batch) with a reconciliation batch of
+# another counter (keyed by v) before it took the table on the coordinator
+# first. CE_DROP_TRACE=1 prints the time of each drop and make.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
@@ -35,10 +38,11 @@ CREATE SCHEMA dj AUTHORIZATION dj_own;
 GRANT USAGE ON SCHEMA dj TO dj_app;
 SQL
 owner -q <<'SQL'
-CREATE TABLE dj.ev (id bigint NOT NULL, k integer NOT NULL, t timestamptz NOT NULL, PRIMARY KEY (k, id));
+CREATE TABLE dj.ev (id bigint NOT NULL, k integer NOT NULL, t timestamptz NOT NULL, v bigint NOT NULL,
+                    PRIMARY KEY (k, id));
 CREATE INDEX ON dj.ev (t);
 SELECT create_distributed_table('dj.ev', 'k', shard_count := 4);
-INSERT INTO dj.ev SELECT g, g % 20, now() - (g % 180) * interval '1 minute' FROM generate_series(1, 2000) g;
+INSERT INTO dj.ev SELECT g, g % 20, now() - (g % 180) * interval '1 minute', g % 7 FROM generate_series(1, 2000) g;
 GRANT SELECT, INSERT, UPDATE, DELETE ON dj.ev TO dj_app;
 SQL
 
@@ -48,19 +52,20 @@ make_sql() {
     r_def) echo "SELECT counter.rollup_create('r_def', 'dj.ev', 't', '{k}', mode => 'deferred')" ;;
     c_trig) echo "SELECT counter.track('c_trig', 'dj.ev', 'k', 't', watermark_lag => '0')" ;;
     c_app) echo "SELECT counter.track('c_app', 'dj.ev', 'k', 't', mode => 'application', watermark_lag => '0')" ;;
+    c_by_v) echo "SELECT counter.track('c_by_v', 'dj.ev', 'v', 't', watermark_lag => '0')" ;;
     esac
 }
-objects="r_trig r_def c_trig c_app"
+objects="r_trig r_def c_trig c_app c_by_v"
 # shellcheck disable=SC2086
 ce_drop_make_all owner $objects
 got=$(coord -tA -c "SELECT (SELECT string_agg(name || ':' || distributed, ' ' ORDER BY name) FROM counter.rollups)
                            || ' ' || (SELECT string_agg(name || ':' || distributed, ' ' ORDER BY name) FROM counter.tracked)")
-[ "$got" = "r_def:true r_trig:true c_app:true c_trig:true" ] || fail "made: $got"
+[ "$got" = "r_def:true r_trig:true c_app:true c_by_v:true c_trig:true" ] || fail "made: $got"
 
 cat >"$work/write.sql" <<'SQL'
 \set id random(100000, 900000000)
 \set k random(0, 19)
-INSERT INTO dj.ev VALUES (:id, :k, now() - random() * interval '3 hours') ON CONFLICT DO NOTHING;
+INSERT INTO dj.ev VALUES (:id, :k, now() - random() * interval '3 hours', :id % 7) ON CONFLICT DO NOTHING;
 SQL
 cat >"$work/move.sql" <<'SQL'
 \set k random(0, 19)
@@ -99,7 +104,7 @@ rounds=$ce_drop_rounds
 wait "$bench" || true
 kill "$jobs_loop" 2>/dev/null || true
 wait 2>/dev/null || true
-echo "ok: $rounds rounds of dropping and making again 4 objects of a distributed table beside their jobs and 3 writers"
+echo "ok: $rounds rounds of dropping and making again 5 objects of a distributed table beside their jobs and 3 writers"
 [ "$rounds" -ge 2 ] || fail "only $rounds rounds"
 
 gone='does not exist|could not open relation with OID'
@@ -132,9 +137,12 @@ SQL
     [ "$n" = 0 ] || fail "rollup $r: $n rows differ from GROUP BY"
 done
 owner -q -c "SELECT counter.reconcile('c_trig', now() + interval '2 minutes', all_keys => true)" >/dev/null
+owner -q -c "SELECT counter.reconcile('c_by_v', now() + interval '2 minutes', all_keys => true)" >/dev/null
 n=$(ce_citus_mismatches owner c_trig dj.ev true)
 [ "$n" = 0 ] || fail "counter c_trig: $n keys differ from count(*)"
-echo "ok: every rollup row equals GROUP BY, every key of the trigger-mode counter count(*)"
+n=$(ce_citus_mismatches owner c_by_v dj.ev true v)
+[ "$n" = 0 ] || fail "counter c_by_v: $n keys differ from count(*)"
+echo "ok: every rollup row equals GROUP BY, every key of the trigger-mode counters (keyed by k and by v) count(*)"
 ce_scan_log "$CE_citus_coord_LOG" && ce_scan_log "$CE_citus_w1_LOG" && ce_scan_log "$CE_citus_w2_LOG" ||
     fail "a server process crashed"
 rm -rf "$work"
