@@ -22,6 +22,25 @@ BEGIN
 END
 $$;
 
+-- The rollup row by id, or undefined_object: a rollup dropped since the
+-- caller read it (a refresh or flush beside rollup_drop) is 42704 wherever it
+-- is looked up again, never "query returned no rows".
+CREATE OR REPLACE FUNCTION counter_internal.rollup_by_id(rid integer)
+RETURNS counter.rollups
+LANGUAGE plpgsql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r counter.rollups;
+BEGIN
+    SELECT * INTO r FROM counter.rollups c WHERE c.rollup_id OPERATOR(pg_catalog.=) rid;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN r;
+END
+$$;
+
 -- The pieces of the SQL of rollup r (counter_internal.rollup_sql), one
 -- list per place, each with an entry for count, then each column of sums,
 -- then each of distinct_on (sketches are canonical, equal sets give equal
@@ -108,15 +127,11 @@ LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups;
+    r counter.rollups := counter_internal.rollup_by_id(rid);
     p record;               -- counter_internal.rollup_sql_parts
     hour_expr text;
     where_filter text;
 BEGIN
-    SELECT * INTO r FROM counter.rollups WHERE rollup_id = rid;
-    IF NOT FOUND THEN  -- dropped since the caller read it (a refresh beside rollup_drop)
-        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
-    END IF;
     hour_expr := format('pg_catalog.date_bin(''01:00:00''::pg_catalog.interval, %I, '
                         '''2000-01-01 00:00:00+00''::pg_catalog.timestamptz)', r.time_column);
     SELECT * INTO p FROM counter_internal.rollup_sql_parts(r);
@@ -519,15 +534,11 @@ LANGUAGE plpgsql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    r counter.rollups;
+    r counter.rollups := counter_internal.rollup_by_id(rid);
     lowest timestamptz;
     bound text;
     h timestamptz := '-infinity';
 BEGIN
-    SELECT * INTO r FROM counter.rollups WHERE rollup_id = rid;
-    IF NOT FOUND THEN  -- dropped since the caller read it (a refresh beside rollup_drop)
-        RAISE EXCEPTION 'rollup % does not exist', rid USING ERRCODE = 'undefined_object';
-    END IF;
     IF EXISTS (SELECT FROM pg_partitioned_table p
                JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
                WHERE p.partrelid = r.source AND p.partstrat = 'r' AND p.partnatts = 1
