@@ -16,6 +16,7 @@
 #include "counter_ext/buffer.hpp"
 #include "counter_ext/compat.hpp"
 #include "counter_ext/wall.hpp"
+#include "counter_ext/worker_shmem.hpp"
 
 extern "C" {
 #include "access/parallel.h"
@@ -152,6 +153,7 @@ struct Share {
 	Oid owner;
 	pg_atomic_uint32 entries;
 	pg_atomic_uint64 overflows;
+	pg_atomic_uint32 flush_asked; // 1 from a pressed commit's nudge until the owner's job worker takes it
 };
 
 struct Shared {
@@ -217,6 +219,7 @@ void shmem_startup() {
 			sh.owner = InvalidOid;
 			pg_atomic_init_u32(&sh.entries, 0);
 			pg_atomic_init_u64(&sh.overflows, 0);
+			pg_atomic_init_u32(&sh.flush_asked, 0);
 		}
 		shared->locks = GetNamedLWLockTranche("counter_ext buffer");
 		shared->share_locks = GetNamedLWLockTranche("counter_ext buffer shares");
@@ -328,6 +331,17 @@ void share_give_back(int i) {
 		pg_atomic_fetch_sub_u32(&shared->common_used, 1);
 }
 
+// A share is pressed from half its cap on: a transaction that took an
+// entry there (or found it full) asks, when it commits, for the owner's
+// flush jobs to run now (ask_flush), so that many distinct keys between two
+// flushes free their entries before the share overflows to the direct path.
+uint32 pressure_mark() {
+	return std::max<uint32>(1, shared->cap / 2);
+}
+
+// The share this transaction found pressed, or -1. Backend-local.
+int pressed_share = -1;
+
 int share_find(Oid owner) {
 	for (int i = 0; i < owner_slots; i++)
 		if (shared->shares[i].db == MyDatabaseId && shared->shares[i].owner == owner)
@@ -346,6 +360,8 @@ int share_reserve(Oid owner) {
 		bool ok = share_take(i);
 		if (!ok)
 			pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
+		if (!ok || pg_atomic_read_u32(&shared->shares[i].entries) >= pressure_mark())
+			pressed_share = i;
 		LWLockRelease(share_lock());
 		return ok ? i : -1;
 	}
@@ -367,10 +383,13 @@ int share_reserve(Oid owner) {
 		shared->shares[i].db = MyDatabaseId;
 		shared->shares[i].owner = owner;
 		pg_atomic_write_u64(&shared->shares[i].overflows, 0);
+		pg_atomic_write_u32(&shared->shares[i].flush_asked, 0);
 	}
 	bool ok = share_take(i);
 	if (!ok)
 		pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
+	if (!ok || pg_atomic_read_u32(&shared->shares[i].entries) >= pressure_mark())
+		pressed_share = i;
 	LWLockRelease(share_lock());
 	return ok ? i : -1;
 }
@@ -732,16 +751,39 @@ void write_before_prepare() {
 		a.levels.clear();
 }
 
+// At commit, after publishing: the owner of a share this transaction found
+// pressed gets one nudge of the launcher for its flush jobs in this database
+// (flush_asked: one until its job worker takes it, ce::buffer::take_flush_ask),
+// with the background worker preloaded. Never raises.
+void ask_flush() noexcept {
+	int i = pressed_share;
+	pressed_share = -1;
+	if (i < 0 || ce::worker_shm::shared == nullptr)
+		return;
+	Share &sh = shared->shares[i];
+	LWLockAcquire(share_lock(), LW_SHARED);
+	Oid db = sh.db;
+	Oid owner = sh.owner;
+	uint32 clear = 0;
+	bool ask = db == MyDatabaseId && OidIsValid(owner) && pg_atomic_read_u32(&sh.flush_asked) == 0 &&
+	           pg_atomic_compare_exchange_u32(&sh.flush_asked, &clear, 1);
+	LWLockRelease(share_lock());
+	if (ask)
+		ce::worker_shm::nudge_launcher(db, owner, GetCurrentTimestamp());
+}
+
 void xact_callback(XactEvent event, void *) {
 	switch (event) {
 		case XACT_EVENT_COMMIT:
 			publish_all();
 			end_claims(true);
+			ask_flush();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			unpin_all();
 			end_claims(false);
+			pressed_share = -1;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			write_before_prepare();
@@ -749,6 +791,7 @@ void xact_callback(XactEvent event, void *) {
 		case XACT_EVENT_PREPARE:
 			unpin_all();
 			end_claims(false);
+			pressed_share = -1;
 			break;
 		default:
 			break;
@@ -910,6 +953,7 @@ bool pin_slot(const EntryKey &k, Oid owner, int64 bucket, int stripe, Entry **en
 		LWLockRelease(lock);
 		share_give_back(share);
 		pg_atomic_fetch_add_u64(&shared->shares[share].overflows, 1);
+		pressed_share = share;
 		return false;
 	}
 	if (share >= 0 && found) // made by another backend meanwhile
@@ -1105,6 +1149,16 @@ bool available() {
 
 TimestampTz epoch() {
 	return available() ? shared->epoch : 0;
+}
+
+bool take_flush_ask(Oid owner) {
+	if (!available())
+		return false;
+	LWLockAcquire(share_lock(), LW_SHARED);
+	int i = share_find(owner);
+	bool asked = i >= 0 && pg_atomic_exchange_u32(&shared->shares[i].flush_asked, 0) != 0;
+	LWLockRelease(share_lock());
+	return asked;
 }
 
 uint64 overflows(Oid owner) {

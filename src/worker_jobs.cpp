@@ -45,6 +45,7 @@
 // No C++ objects live in this file's frames: PostgreSQL calls are made
 // directly, and ce::pg_guard turns the job's ERROR into a ce::PgError that is
 // handled after its catch block has ended.
+#include "counter_ext/buffer.hpp"
 #include "counter_ext/owner.hpp"
 #include "counter_ext/spine.hpp"
 #include "counter_ext/wall.hpp"
@@ -527,6 +528,20 @@ struct IdList {
 	uint64 count;
 };
 
+// Makes the owner's flush jobs due now when a transaction that committed
+// adds into the owner's pressed share of the buffer asked for it (ce::buffer::take_flush_ask;
+// doc/reference/tracked.md, "The flush job"): the flush frees entries before
+// the share overflows to the direct path. As the catalog's owner.
+void flush_when_asked(Runner *r) {
+	if (!ce::buffer::take_flush_ask(r->owner))
+		return;
+	Oid types[1] = {OIDOID};
+	Datum values[1] = {ObjectIdGetDatum(r->owner)};
+	spi_run("UPDATE counter.jobs SET next_run = clock_timestamp()"
+	        " WHERE kind = 'flush' AND owner = $1 AND enabled AND running_run IS NULL AND next_run > clock_timestamp()",
+	        1, types, values, nullptr, false, SPI_OK_UPDATE, "making the flush jobs due");
+}
+
 IdList due_jobs(Runner *r) {
 	Oid types[1] = {OIDOID};
 	Datum values[1] = {ObjectIdGetDatum(r->owner)};
@@ -623,6 +638,7 @@ void owner_session_run(FunctionCallInfo fcinfo) {
 		list.ids = static_cast<int64 *>(MemoryContextAlloc(r.cxt, sizeof(int64)));
 		list.ids[0] = a->job_id;
 	} else {
+		flush_when_asked(&r);
 		list = due_jobs(&r);
 	}
 	end_bookkeeping(b);

@@ -165,6 +165,12 @@ struct Stats {
 };
 Stats stats(int32 counter);
 
+// Whether a transaction that found the share of (this database, 'owner')
+// pressed (half its cap or more taken, or full) asked, at its commit, for the
+// owner's flush jobs to run now, since the last call; clears the ask. The
+// owner's job worker calls it before it reads its due jobs.
+bool take_flush_ask(Oid owner);
+
 // Adds of counters of 'owner' in this database that found no room in its
 // share and took the unbuffered path (since the share was given to it).
 uint64 overflows(Oid owner);
