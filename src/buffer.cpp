@@ -153,7 +153,8 @@ struct Share {
 	Oid owner;
 	pg_atomic_uint32 entries;
 	pg_atomic_uint64 overflows;
-	pg_atomic_uint32 flush_asked; // 1 from a pressed commit's nudge until the owner's job worker takes it
+	pg_atomic_uint32 flush_asked;   // 1 from a pressed commit's nudge until the owner's job worker takes it
+	pg_atomic_uint64 early_flushes; // asks its owner's job worker took (take_flush_ask)
 };
 
 struct Shared {
@@ -220,6 +221,7 @@ void shmem_startup() {
 			pg_atomic_init_u32(&sh.entries, 0);
 			pg_atomic_init_u64(&sh.overflows, 0);
 			pg_atomic_init_u32(&sh.flush_asked, 0);
+			pg_atomic_init_u64(&sh.early_flushes, 0);
 		}
 		shared->locks = GetNamedLWLockTranche("counter_ext buffer");
 		shared->share_locks = GetNamedLWLockTranche("counter_ext buffer shares");
@@ -384,6 +386,7 @@ int share_reserve(Oid owner) {
 		shared->shares[i].owner = owner;
 		pg_atomic_write_u64(&shared->shares[i].overflows, 0);
 		pg_atomic_write_u32(&shared->shares[i].flush_asked, 0);
+		pg_atomic_write_u64(&shared->shares[i].early_flushes, 0);
 	}
 	bool ok = share_take(i);
 	if (!ok)
@@ -1157,6 +1160,8 @@ bool take_flush_ask(Oid owner) {
 	LWLockAcquire(share_lock(), LW_SHARED);
 	int i = share_find(owner);
 	bool asked = i >= 0 && pg_atomic_exchange_u32(&shared->shares[i].flush_asked, 0) != 0;
+	if (asked)
+		pg_atomic_fetch_add_u64(&shared->shares[i].early_flushes, 1);
 	LWLockRelease(share_lock());
 	return asked;
 }
@@ -1169,6 +1174,27 @@ uint64 overflows(Oid owner) {
 	uint64 n = i >= 0 ? pg_atomic_read_u64(&shared->shares[i].overflows) : 0;
 	LWLockRelease(share_lock());
 	return n;
+}
+
+std::vector<ShareStats> shares() {
+	std::vector<ShareStats> out;
+	if (!available())
+		return out;
+	out.reserve(owner_slots); // before the lock: nothing below allocates
+	LWLockAcquire(share_lock(), LW_SHARED);
+	for (Share &sh : shared->shares)
+		if (sh.db == MyDatabaseId && OidIsValid(sh.owner))
+			out.push_back(ShareStats{sh.owner, static_cast<int64>(pg_atomic_read_u32(&sh.entries)),
+			                         static_cast<int64>(pg_atomic_read_u64(&sh.overflows)),
+			                         static_cast<int64>(pg_atomic_read_u64(&sh.early_flushes))});
+	LWLockRelease(share_lock());
+	return out;
+}
+
+ShareLimits share_limits() {
+	if (!available())
+		return ShareLimits{0, 0, 0};
+	return ShareLimits{shared->reserve, shared->cap, pressure_mark()};
 }
 
 bool add(int32 counter, Oid owner, const Image &key, int64 bucket, int64 delta) {

@@ -2833,6 +2833,33 @@ CE_FUNCTION(counter_buffer_status) {
 	return (Datum)0;
 }
 
+// counter.buffer_shares(): one row per share of the shared table in this
+// database whose owner's privileges the caller has (every share to a member
+// of pg_monitor): what it holds and the limits it has, its adds written
+// directly and its early flushes. Nothing when the library is not preloaded.
+CE_FUNCTION(counter_buffer_shares) {
+	std::vector<ce::buffer::ShareStats> all = ce::buffer::shares();
+	ce::buffer::ShareLimits limits = ce::buffer::share_limits();
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	bool monitor = ce::pg_guard([] { return has_privs_of_role(GetUserId(), ROLE_PG_MONITOR); });
+	for (const ce::buffer::ShareStats &sh : all) {
+		if (!monitor && !may_act_for(sh.owner))
+			continue;
+		const ce::buffer::ShareStats *shp = &sh;
+		const ce::buffer::ShareLimits *lp = &limits;
+		ce::pg_guard([rsinfo, shp, lp] {
+			Datum out[7] = {ObjectIdGetDatum(shp->owner),     Int64GetDatum(shp->entries),
+			                Int64GetDatum(lp->reserve),       Int64GetDatum(lp->cap),
+			                Int64GetDatum(lp->mark),          Int64GetDatum(shp->overflows),
+			                Int64GetDatum(shp->early_flushes)};
+			bool nulls[7] = {false, false, false, false, false, false, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+		});
+	}
+	return (Datum)0;
+}
+
 // counter.buffer_totals(): for a member of pg_monitor, one row per owner of
 // buffered counters whose privileges the caller does not have, with the sums
 // of what buffer_status shows for them (the counters named by neither); for

@@ -75,6 +75,19 @@ AS 'MODULE_PATHNAME', 'counter_buffer_totals';
 COMMENT ON FUNCTION counter.buffer_totals() IS
     'for pg_monitor members: buffered counters of the owners the caller does not belong to, summed per owner';
 
+-- The owners' shares of the shared table in this database (1.8): how full
+-- each is against the limits every share has, its adds written directly and
+-- its early flushes; the shares of the owners whose privileges the caller
+-- has, every share to a member of pg_monitor.
+CREATE OR REPLACE FUNCTION counter.buffer_shares()
+RETURNS TABLE (owner regrole, entries bigint, reserve bigint, cap bigint, pressed_from bigint, overflows bigint,
+               early_flushes bigint)
+LANGUAGE c STABLE
+AS 'MODULE_PATHNAME', 'counter_buffer_shares';
+COMMENT ON FUNCTION counter.buffer_shares() IS
+    'the shares of the shared table of buffered counters in this database: entries held, limits, adds written '
+    'directly, early flushes (the caller''s owners; every share for pg_monitor members)';
+
 CREATE OR REPLACE VIEW counter.buffered AS SELECT * FROM counter.buffer_status();
 COMMENT ON VIEW counter.buffered IS
     'buffered counters: whether the library is preloaded, what the shared table holds, flushes, repairs';

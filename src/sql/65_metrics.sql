@@ -24,8 +24,8 @@
 -- partition are the statistics' estimate (pg_stat_all_tables.n_live_tup;
 -- counter.partition_status counts them exactly, as the owner), and the
 -- buffered figures come from counter.buffer_status() (the counters the
--- caller may act for) and counter.buffer_totals() (for pg_monitor, the other
--- owners' sums).
+-- caller may act for), counter.buffer_totals() (for pg_monitor, the other
+-- owners' sums) and counter.buffer_shares() (the owners' shares).
 CREATE OR REPLACE VIEW counter.metrics WITH (security_barrier) AS
 WITH
 -- (NOT MATERIALIZED, and one branch per metric with its name a constant:
@@ -111,6 +111,18 @@ series (metric, owner, object, kind, value, agg) AS NOT MATERIALIZED (
     SELECT DISTINCT 'counter_ext_buffered_overflows_total'::text, c.owner::oid, ''::text, ''::text, b.overflows::float8,
            'sum'::text
     FROM counter.buffer_status() b JOIN counter.tracked c ON c.name OPERATOR(pg_catalog.=) b.counter
+    UNION ALL
+    -- per owner, its share of the shared table (1.8): object ''; another
+    -- owner's only to a pg_monitor member (buffer_shares), folded below
+    SELECT 'counter_ext_buffer_share_entries'::text, b.owner::oid, ''::text, ''::text, b.entries::float8, 'sum'::text
+    FROM counter.buffer_shares() b
+    UNION ALL
+    SELECT 'counter_ext_buffer_share_cap'::text, b.owner::oid, ''::text, ''::text, b.cap::float8, 'max'::text
+    FROM counter.buffer_shares() b
+    UNION ALL
+    SELECT 'counter_ext_buffer_share_early_flushes_total'::text, b.owner::oid, ''::text, ''::text,
+           b.early_flushes::float8, 'sum'::text
+    FROM counter.buffer_shares() b
     UNION ALL
     SELECT 'counter_ext_rollup_dirty_hours'::text, r.owner::oid, r.name, ''::text, (coalesce(d.n, 0))::float8, 'sum'::text
     FROM counter.rollups r

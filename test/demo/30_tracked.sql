@@ -42,6 +42,7 @@ SELECT counter.track('clicks_buffered', 'demo.tracked_clicks', 'link_id', 'occur
 INSERT INTO demo.tracked_clicks SELECT pg_catalog.gen_random_uuid(), 1, visitor_id, now() FROM demo.click_stream(500, now(), 1);
 SELECT counter.value('clicks_buffered', 1::bigint) AS since_registered;  -- the table plus what is buffered: 500
 SELECT counter, preloaded, entries, pending FROM counter.buffered;
+SELECT owner, entries, cap, pressed_from FROM counter.buffer_shares();  -- the owner's share: its flush runs early past half of it
 SELECT counter.flush('clicks_buffered') AS entries_written;                -- what the flush job does every second
 SELECT counter, pending, flushes FROM counter.buffered;
 -- Its first (full) reconciliation counts the rows from before it was registered: a

@@ -9,7 +9,10 @@
 # the worker flushes her counter (no entry left pending; every key equals
 # count(*); the worker's run of her job recorded). bob's counter, in the
 # same database, is not flushed: another owner's pressure makes no job of his
-# due, and alice cannot make it so.
+# due, and alice cannot make it so. counter.buffer_shares shows each role its
+# own share (entries against the cap of 388 and the mark of 194, early
+# flushes: alice 1 or more after hers, bob 0), never the other's; a member
+# of pg_monitor sees both.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 
@@ -20,7 +23,7 @@ ce_cluster_use bpress
 "$CE_PGBIN/createdb" press
 ce_psql -q -d press <<'SQL'
 CREATE EXTENSION counter_ext;
-CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN;
+CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
 GRANT CREATE ON SCHEMA public TO alice, bob;
 SQL
 mk() { # mk ROLE TABLE
@@ -53,6 +56,12 @@ sleep 3 # three naptimes: a flush here would be the bug
 got="$(flushes alice a_ev) $(flushes bob b_ev)"
 [ "$got" = "0 0" ] || fail "flushes (alice, bob) below the mark: $got"
 echo "ok: 150 keys, below half of alice's share: nothing flushed"
+got=$(q alice "SELECT string_agg(concat_ws(' ', owner, entries, reserve, cap, pressed_from, overflows, early_flushes),
+               ',' ORDER BY owner) FROM counter.buffer_shares()")
+[ "$got" = "alice 150 4 388 194 0 0" ] || fail "alice's counter.buffer_shares below the mark: $got"
+got=$(q bob "SELECT string_agg(concat_ws(' ', owner, entries, early_flushes), ',' ORDER BY owner) FROM counter.buffer_shares()")
+[ "$got" = "bob 20 0" ] || fail "bob's counter.buffer_shares (his share only): $got"
+echo "ok: counter.buffer_shares shows alice her share (150 of 388, mark 194) and bob his own only"
 
 q alice "INSERT INTO a_ev (k) SELECT g FROM generate_series(151, 250) g" >/dev/null
 for _ in $(seq 1 60); do
@@ -76,3 +85,13 @@ got="$(flushes bob b_ev) $(ce_psql -At -d press -c "SELECT next_run > now() + in
 got=$(q bob "SELECT pending FROM counter.buffered WHERE counter = 'b_ev'")
 [ "$got" = 20 ] || fail "bob's 20 adds pending: $got"
 echo "ok: bob's counter in the same database not flushed by alice's pressure (his 20 adds still pending, his job an hour away)"
+got=$(q watcher "SELECT string_agg(concat_ws(' ', owner, early_flushes >= 1, cap), ',' ORDER BY owner)
+                 FROM counter.buffer_shares()")
+[ "$got" = "alice t 388,bob f 388" ] || fail "a pg_monitor member's counter.buffer_shares (alice flushed early, bob not): $got"
+got=$(q watcher "SELECT string_agg(owner || ' ' || object || ' ' || value, ',' ORDER BY owner) FROM counter.metrics
+                 WHERE metric = 'counter_ext_buffer_share_early_flushes_total' AND value >= 1")
+[ "$got" = "alice * $(q watcher "SELECT early_flushes FROM counter.buffer_shares() WHERE owner = 'alice'::regrole")" ] ||
+    fail "counter_ext_buffer_share_early_flushes_total for a pg_monitor member: $got"
+got=$(q bob "SELECT count(*) FROM counter.buffer_shares() WHERE owner = 'alice'::regrole")
+[ "$got" = 0 ] || fail "bob sees alice's share"
+echo "ok: counter.buffer_shares: alice's share flushed early, bob's not; a pg_monitor member sees both (and the metric, folded), bob never alice's"

@@ -167,7 +167,10 @@ for n, l, v in sx + px:
         assert l["object"] == "*" and l["owner"] == "mx_owner", (n, l)
     else:
         assert l["owner"] == "mx_owner" and (l["object"].startswith(("mx_secret", "public.mx_secret")) or
-                                            (l["object"] == "" and n == "sql_counter_ext_buffered_overflows_total")), (n, l)
+                                            (l["object"] == "" and n in ("sql_counter_ext_buffered_overflows_total",
+                                                  "sql_counter_ext_buffer_share_entries",
+                                                  "sql_counter_ext_buffer_share_cap",
+                                                  "sql_counter_ext_buffer_share_early_flushes_total"))), (n, l)
 def value(got, name, user, **labels):
     vals = [v for n, l, v in got if n == name and l.get("user", "mx_monitor") == user
             and all(l.get(k) == x for k, x in labels.items())]
@@ -179,6 +182,7 @@ expect = {
     "sql_counter_ext_tracked_keys_corrected_total": ({"object": "mx_secret_counter"}, 1),
     "sql_counter_ext_tracked_reconcile_runs_total": ({"object": "mx_secret_counter"}, 2),
     "sql_counter_ext_buffered_pending": ({"object": "mx_secret_buffered"}, 3),
+    "sql_counter_ext_buffer_share_entries": ({"object": ""}, 3),
     "sql_counter_ext_rollup_dirty_hours": ({"object": "mx_secret_rollup"}, 3),
     "sql_counter_ext_partition_default_rows": ({"object": "public.mx_secret_parts"}, 3),
     "sql_counter_ext_job_failures": ({"object": "mx_secret_rollup", "kind": "rollup_refresh"}, 0),

@@ -175,4 +175,22 @@ bool take_flush_ask(Oid owner);
 // share and took the unbuffered path (since the share was given to it).
 uint64 overflows(Oid owner);
 
+// The shares of this database (counter.buffer_shares): the owner, the
+// entries it holds, its adds written directly (as overflows()) and the asks
+// for early flushes its job worker took (take_flush_ask), since the share
+// was given to it; and the limits every share has.
+struct ShareStats {
+	Oid owner;
+	int64 entries;
+	int64 overflows;
+	int64 early_flushes;
+};
+std::vector<ShareStats> shares();
+struct ShareLimits {
+	int64 reserve; // entries a share has for itself
+	int64 cap;     // most entries one share holds (while the common room has them)
+	int64 mark;    // from this many on a share is pressed (its flush jobs run early)
+};
+ShareLimits share_limits();
+
 } // namespace ce::buffer
