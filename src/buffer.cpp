@@ -344,6 +344,17 @@ uint32 pressure_mark() {
 // The share this transaction found pressed, or -1. Backend-local.
 int pressed_share = -1;
 
+// share_take, counting a miss as an overflow of share i and noting the
+// share as pressed when it is full or past its mark. Never raises.
+bool share_take_noting(int i) {
+	bool ok = share_take(i);
+	if (!ok)
+		pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
+	if (!ok || pg_atomic_read_u32(&shared->shares[i].entries) >= pressure_mark())
+		pressed_share = i;
+	return ok;
+}
+
 int share_find(Oid owner) {
 	for (int i = 0; i < owner_slots; i++)
 		if (shared->shares[i].db == MyDatabaseId && shared->shares[i].owner == owner)
@@ -359,11 +370,7 @@ int share_reserve(Oid owner) {
 	LWLockAcquire(share_lock(), LW_SHARED);
 	int i = share_find(owner);
 	if (i >= 0) {
-		bool ok = share_take(i);
-		if (!ok)
-			pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
-		if (!ok || pg_atomic_read_u32(&shared->shares[i].entries) >= pressure_mark())
-			pressed_share = i;
+		bool ok = share_take_noting(i);
 		LWLockRelease(share_lock());
 		return ok ? i : -1;
 	}
@@ -388,11 +395,7 @@ int share_reserve(Oid owner) {
 		pg_atomic_write_u32(&shared->shares[i].flush_asked, 0);
 		pg_atomic_write_u64(&shared->shares[i].early_flushes, 0);
 	}
-	bool ok = share_take(i);
-	if (!ok)
-		pg_atomic_fetch_add_u64(&shared->shares[i].overflows, 1);
-	if (!ok || pg_atomic_read_u32(&shared->shares[i].entries) >= pressure_mark())
-		pressed_share = i;
+	bool ok = share_take_noting(i);
 	LWLockRelease(share_lock());
 	return ok ? i : -1;
 }
@@ -1164,16 +1167,6 @@ bool take_flush_ask(Oid owner) {
 		pg_atomic_fetch_add_u64(&shared->shares[i].early_flushes, 1);
 	LWLockRelease(share_lock());
 	return asked;
-}
-
-uint64 overflows(Oid owner) {
-	if (!available())
-		return 0;
-	LWLockAcquire(share_lock(), LW_SHARED);
-	int i = share_find(owner);
-	uint64 n = i >= 0 ? pg_atomic_read_u64(&shared->shares[i].overflows) : 0;
-	LWLockRelease(share_lock());
-	return n;
 }
 
 std::vector<ShareStats> shares() {

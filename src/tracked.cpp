@@ -2653,6 +2653,15 @@ std::vector<Listed> list_buffered() {
 	return out;
 }
 
+// The overflows of the share of 'owner' among 'shares' (ce::buffer::shares),
+// 0 when it has none.
+int64 overflows_of(const std::vector<ce::buffer::ShareStats> &shares, Oid owner) {
+	for (const ce::buffer::ShareStats &sh : shares)
+		if (sh.owner == owner)
+			return sh.overflows;
+	return 0;
+}
+
 bool may_act_for(Oid owner) {
 	return ce::pg_guard([owner] { return has_privs_of_role(GetUserId(), owner); });
 }
@@ -2809,6 +2818,7 @@ CE_FUNCTION(counter_tracked_buffer_epoch) {
 // its flushes and repairs.
 CE_FUNCTION(counter_buffer_status) {
 	std::vector<Listed> listed = list_buffered();
+	std::vector<ce::buffer::ShareStats> shares = ce::buffer::shares();
 	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
 	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 	bool preloaded = ce::buffer::available();
@@ -2817,7 +2827,7 @@ CE_FUNCTION(counter_buffer_status) {
 			continue;
 		ce::buffer::Stats st = ce::buffer::stats(l.id);
 		// the figure of this owner's share in this database, not the cluster's
-		auto overflows = static_cast<int64>(ce::buffer::overflows(l.owner));
+		int64 overflows = overflows_of(shares, l.owner);
 		const Listed *lp = &l;
 		ce::pg_guard([rsinfo, lp, st, preloaded, overflows] {
 			Datum out[11] = {
@@ -2875,6 +2885,7 @@ CE_FUNCTION(counter_buffer_totals) {
 		int64 overflows;
 	};
 	std::vector<Listed> listed = list_buffered();
+	std::vector<ce::buffer::ShareStats> shares = ce::buffer::shares();
 	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
 	auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 	bool monitor = ce::pg_guard([] { return has_privs_of_role(GetUserId(), ROLE_PG_MONITOR); });
@@ -2890,7 +2901,7 @@ CE_FUNCTION(counter_buffer_totals) {
 			if (x.owner == l.owner)
 				t = &x;
 		if (t == nullptr) {
-			totals.push_back(Total{l.owner, 0, 0, 0, 0, static_cast<int64>(ce::buffer::overflows(l.owner))});
+			totals.push_back(Total{l.owner, 0, 0, 0, 0, overflows_of(shares, l.owner)});
 			t = &totals.back();
 		}
 		t->counters++;

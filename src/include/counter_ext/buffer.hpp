@@ -171,14 +171,11 @@ Stats stats(int32 counter);
 // owner's job worker calls it before it reads its due jobs.
 bool take_flush_ask(Oid owner);
 
-// Adds of counters of 'owner' in this database that found no room in its
-// share and took the unbuffered path (since the share was given to it).
-uint64 overflows(Oid owner);
-
-// The shares of this database (counter.buffer_shares): the owner, the
-// entries it holds, its adds written directly (as overflows()) and the asks
-// for early flushes its job worker took (take_flush_ask), since the share
-// was given to it; and the limits every share has.
+// The shares of this database (counter.buffer_shares, and the overflows
+// of counter.buffer_status): the owner, the entries it holds, its adds that
+// found no room and took the unbuffered path, and the asks for early flushes
+// its job worker took (take_flush_ask), since the share was given to it;
+// and the limits every share has.
 struct ShareStats {
 	Oid owner;
 	int64 entries;
