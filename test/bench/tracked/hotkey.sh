@@ -30,6 +30,11 @@
 # each run's ratio to SELECT 1 and the load average beside it: on a shared
 # machine the absolute figures are loaded, the ratios less so. Afterwards
 # every add is checked counted once (value = committed pgbench transactions).
+# CE_BENCH_CPU=1: each run's line also says where the machine's CPU went from
+# 2 s into the run to 3 s before its end (/proc, read twice): busy share of
+# the 2 cores, pgbench, the client backends, and the server's own processes
+# by kind, the short-lived ones (the job worker of each flush, autovacuum
+# workers) counted when the postmaster reaps them.
 # CE_BENCH_WAITS=1: meanwhile a psql samples pg_stat_activity every 20 ms,
 # and each run's line gives the share of pgbench's sessions' samples by wait
 # (cpu: running; LWLock:counter_ext buffer: a partition of the shared table,
@@ -82,6 +87,63 @@ cp "$work/value_hot.sql" "$work/value_tables.sql"
 cp "$work/add_zipf.sql" "$work/add_zipf_held.sql"
 sed 's/appz/appzp/' "$work/add_zipf.sql" >"$work/add_zipf_ff100.sql"
 read -r -a runs <<<"${CE_BENCH_RUNS:-select_1 add_hot select_zipf add_zipf add_hot_draw value_hot value_tables}"
+# cpu.py POSTMASTER SECONDS: the CE_BENCH_CPU line (above)
+cat >"$work/cpu.py" <<'PY'
+import os, sys, time
+pm, seconds = int(sys.argv[1]), float(sys.argv[2])
+tick = os.sysconf("SC_CLK_TCK")
+
+def read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:
+        return None
+
+def kind(pid):
+    args = read(f"/proc/{pid}/cmdline", "rb")
+    if args is None or not args.startswith(b"postgres: "):
+        return None
+    title = args.replace(b"\0", b" ").decode(errors="replace")[len("postgres: "):].strip()
+    if "127.0.0.1(" in title or "[local]" in title:
+        return "client backends"
+    return title.split(" for database")[0].split(" bench")[0].strip()
+
+def used(pid):  # (user + system ticks, children's when reaped) or None
+    stat = read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    f = stat[stat.rindex(")") + 2:].split()
+    return int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+
+def snapshot(extra):
+    cpu = {}
+    for pid in [int(p) for p in (read(f"/proc/{pm}/task/{pm}/children") or "").split()] + extra:
+        k, u = ("pgbench" if pid in extra else kind(pid)), used(pid)
+        if k is not None and u is not None:
+            cpu[pid] = (k, u[0])
+    u = used(pm)
+    cpu[pm], reaped = ("postmaster", u[0]), u[1]
+    f = (read("/proc/stat") or "").split("\n")[0].split()[1:]
+    return cpu, reaped, (sum(int(x) for x in f), int(f[3]) + int(f[4]))  # all, idle + iowait
+
+time.sleep(2)  # pgbench connected
+bench = [int(d) for d in os.listdir("/proc") if d.isdigit() and (read(f"/proc/{d}/comm") or "").strip() == "pgbench"]
+(a, ra, ma), t0 = snapshot(bench), time.time()
+time.sleep(max(seconds - 5, 1))  # before pgbench ends
+(b, rb, mb), t1 = snapshot(bench), time.time()
+wall = t1 - t0
+by = {}
+for pid, (k, u) in b.items():
+    by[k] = by.get(k, 0) + u - (a[pid][1] if pid in a and a[pid][0] == k else 0)
+by["exited (job workers, autovacuum workers)"] = rb - ra
+if "pgbench" not in by or "client backends" not in by:
+    print("                cpu: pgbench or its sessions not seen (a run too short for the samples)")
+    sys.exit(0)
+total, idle = mb[0] - ma[0], mb[1] - ma[1]
+parts = ", ".join(f"{k} {100 * v / tick / wall:.1f}%" for k, v in sorted(by.items(), key=lambda x: -x[1]) if v > 0)
+print(f"                cpu: machine busy {100 * (total - idle) / max(total, 1):.0f}%; of a core: {parts}")
+PY
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
 tx_of() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
@@ -99,6 +161,8 @@ run() { # run NAME CLIENTS
                 WHERE application_name = 'pgbench' AND backend_type = 'client backend'"
           echo '\watch 0.02'; } | timeout "$((seconds - 1))" "$CE_PGBIN/psql" -X -At >"$out.waits" 2>/dev/null &
     fi
+    [ -n "${CE_BENCH_CPU:-}" ] && python3 "$work/cpu.py" "$(head -1 "$CE_bench_DIR/data/postmaster.pid")" "$seconds" \
+        >"$out.cpu" &
     PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
     case $1 in
         add_hot | add_hot_draw | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
@@ -117,6 +181,10 @@ run() { # run NAME CLIENTS
         add_zipf_ff100) expect_zipfp=$((expect_zipfp + ${n:-0})) ;;
     esac
     printf '  %-13s %3s clients %10s tps   load %s%s\n' "$1" "$2" "${t:-FAILED}" "$(cut -d' ' -f1-3 /proc/loadavg)" "$flush"
+    if [ -n "${CE_BENCH_CPU:-}" ]; then
+        wait
+        cat "$out.cpu"
+    fi
     if [ -n "${CE_BENCH_WAITS:-}" ]; then
         wait
         echo "                waits: $(grep . "$out.waits" | sort | uniq -c | sort -rn |
