@@ -54,14 +54,17 @@ SELECT kind, target FROM counter.jobs;
 ALTER TABLE ops.events RENAME TO events_renamed;
 SELECT kind, target FROM counter.jobs;
 SELECT job_id AS job FROM counter.jobs WHERE kind = 'partition_maintenance' \gset
-CALL counter.run_job(:job);
+-- rows_affected: 0, or 1 when an hour turned since partition_manage
+CALL counter.run_job(:job) \gset
+SELECT :rows_affected <= 1 AS kept_ahead;
 SELECT outcome, sqlstate FROM counter.job_runs WHERE job_id = :job ORDER BY run_id;
 CREATE SCHEMA ops2;
 GRANT USAGE, CREATE ON SCHEMA ops2 TO ops_drop_owner;   -- the job runs as the owner, who makes partitions there
 ALTER TABLE ops.events_renamed SET SCHEMA ops2;
 ALTER SCHEMA ops2 RENAME TO "Ops 3";
 SELECT kind, target FROM counter.jobs;
-CALL counter.run_job(:job);
+CALL counter.run_job(:job) \gset
+SELECT :rows_affected <= 1 AS kept_ahead;
 SELECT outcome, sqlstate FROM counter.job_runs WHERE job_id = :job ORDER BY run_id;
 -- Unmanaged after the renames: the job goes.
 SELECT counter.partition_unmanage('"Ops 3".events_renamed');

@@ -59,7 +59,9 @@ SELECT job_id AS rollup_job FROM counter.jobs WHERE kind = 'rollup_refresh' AND 
 SELECT job_id AS partition_job FROM counter.jobs WHERE kind = 'partition_maintenance' AND target = 'public.ow_ev' \gset
 CALL counter.run_job(:reconcile_job);
 CALL counter.run_job(:rollup_job);
-CALL counter.run_job(:partition_job);
+-- 0, or 1 when an hour turned since partition_manage (the next slot made)
+CALL counter.run_job(:partition_job) \gset
+SELECT :rows_affected <= 1 AS partitions_kept_ahead;
 SELECT kind, outcome, run_as::text FROM counter.job_runs WHERE runner <> 'call' ORDER BY run_id;
 
 -- REASSIGN OWNED moves everything of ow_b to ow_c: counter_ext follows

@@ -107,7 +107,7 @@ SELECT * FROM clicks_hourly ORDER BY link_id, hour;
 CREATE TABLE clicks_h14 PARTITION OF clicks FOR VALUES FROM ('2026-10-06 14:00+00') TO ('2026-10-06 15:00+00');
 INSERT INTO clicks (event_id, link_id, visitor_id, amount, occurred_at) VALUES
     ('00000000-0000-0000-0000-000000000031', 3, 12, 1, '2026-10-06 14:40+00');
-SELECT tableoid::regclass, count(*) FROM clicks WHERE link_id = 3 GROUP BY 1;
+SELECT tableoid::regclass, count(*) FROM clicks WHERE link_id = 3 GROUP BY 1 ORDER BY tableoid::regclass::text;
 SELECT * FROM clicks_hourly WHERE link_id = 3;
 -- COPY adds its rows too.
 COPY clicks (event_id, link_id, visitor_id, kind, amount, occurred_at) FROM stdin;

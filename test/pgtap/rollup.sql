@@ -190,19 +190,21 @@ FROM generate_series(1, 30000) e ORDER BY e;
 SELECT * FROM pg_temp.distinct_tests();
 
 -- An explicit retention: hours older than now() - retention are never
--- recomputed, whatever the partitions say.
+-- recomputed, whatever the partitions say. One now() for the test (t0): its
+-- hours do not move if the clock passes an hour or hh:10 meanwhile.
+SELECT now() AS t0 \gset
 CREATE TABLE recent_ev (event_id bigint NOT NULL, link_id bigint NOT NULL, occurred_at timestamptz NOT NULL);
-INSERT INTO recent_ev VALUES (1, 1, now() - interval '5 hours'), (2, 1, now() - interval '10 minutes');
+INSERT INTO recent_ev VALUES (1, 1, (:'t0'::timestamptz) - interval '5 hours'), (2, 1, (:'t0'::timestamptz) - interval '10 minutes');
 SELECT counter.rollup_create('r_recent', 'recent_ev', 'occurred_at', '{link_id}', mode => 'deferred',
                              retention => '3 hours');
 CALL counter.run_steps('rollup_refresh', 'r_recent');
-SELECT is((SELECT array_agg(hour ORDER BY hour) FROM r_recent), ARRAY[counter.rollup_hour(now() - interval '10 minutes')],
+SELECT is((SELECT array_agg(hour ORDER BY hour) FROM r_recent), ARRAY[counter.rollup_hour((:'t0'::timestamptz) - interval '10 minutes')],
           'the job fills the retained hour and leaves the old one');
-INSERT INTO r_recent VALUES (1, counter.rollup_hour(now() - interval '5 hours'), 42);
-CALL counter.rollup_refresh('r_recent', counter.rollup_hour(now() - interval '1 day'), counter.rollup_hour(now()) + interval '1 hour');
-SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour(now() - interval '5 hours')), 42::bigint,
+INSERT INTO r_recent VALUES (1, counter.rollup_hour((:'t0'::timestamptz) - interval '5 hours'), 42);
+CALL counter.rollup_refresh('r_recent', counter.rollup_hour((:'t0'::timestamptz) - interval '1 day'), counter.rollup_hour(:'t0'::timestamptz) + interval '1 hour');
+SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour((:'t0'::timestamptz) - interval '5 hours')), 42::bigint,
           'a full recompute leaves an hour outside the retention as it was');
-SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour(now() - interval '10 minutes')), 1::bigint,
+SELECT is((SELECT count FROM r_recent WHERE hour = counter.rollup_hour((:'t0'::timestamptz) - interval '10 minutes')), 1::bigint,
           'and recomputes the retained hours');
 SELECT counter.rollup_drop('r_recent');
 DROP TABLE recent_ev;

@@ -223,13 +223,18 @@ done
 [ "$(ce_psql -At -c "SELECT count(*) FROM counter.rollup_dirty")" = 0 ] || fail "flushes under load marked hours dirty"
 # no flush while the totals are read: a read that overlaps a flush's commit may
 # miss or double its amounts for that one read (doc/reference/rollup.md)
-ce_psql -At -c "SELECT (counter.job_alter(job_id, next_run => now() + interval '1 hour')).kind FROM counter.jobs WHERE target = 'ev_hourly'" >/dev/null
-sleep 2
+# (run_every too: a run under way when this commits schedules its next by it)
+ce_psql -At -c "SELECT (counter.job_alter(job_id, run_every => '1 hour', next_run => now() + interval '1 hour')).kind FROM counter.jobs WHERE target = 'ev_hourly'" >/dev/null
+for _ in $(seq 1 100); do
+    [ "$(ce_psql -At -c "SELECT count(*) FROM counter.jobs WHERE target = 'ev_hourly' AND running_run IS NOT NULL")" = 0 ] && break
+    sleep 0.1
+done
+sleep 1
 same_totals || fail "totals after flushes under load differ from GROUP BY"
 ce_psql -At -c "SET ROLE bro" -c "SELECT counter.rollup_flush('ev_hourly')" >/dev/null
 same_table || fail "the table after flushes under load differs from GROUP BY"
 [ "$(ce_psql -At -c "SELECT count(*) FROM counter.rollup_dirty")" = 0 ] || fail "hours dirty after flushes under load"
-ce_psql -At -c "SELECT (counter.job_alter(job_id, next_run => now())).kind FROM counter.jobs WHERE target = 'ev_hourly'" >/dev/null
+ce_psql -At -c "SELECT (counter.job_alter(job_id, run_every => '1 second', next_run => now())).kind FROM counter.jobs WHERE target = 'ev_hourly'" >/dev/null
 echo "ok 2b: $runs flushes by the worker while 8 writers committed: every hour exact, none recomputed"
 
 # ---- 4. crash under load; the worker alone repairs

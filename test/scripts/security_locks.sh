@@ -130,9 +130,12 @@ q "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename =
 wait_for "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE usename = 'mallory')" 30 || fail "mallory still runs"
 
 echo "== 2. the work really busy: runs are recorded skipped"
+# (the rollup's lock is the day of the row whose delete below dirties its
+# hour: the day of section 1's inserts, which may not be today's any more)
 ce_psql -d sec -c "BEGIN" \
     -c "SELECT counter_internal.lock_take('tracked', $t_id), counter_internal.lock_take('partition', $pe_oid),
-               counter_internal.lock_take('flush', $b_id), counter_internal.lock_take('rollup_day', $r_id, now())" \
+               counter_internal.lock_take('flush', $b_id),
+               counter_internal.lock_take('rollup_day', $r_id, (SELECT at FROM v.ev WHERE id = 2))" \
     -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
 ce_holders+=($!)
 wait_for "SELECT count(*) = 4 FROM pg_locks WHERE locktype = 'object' AND granted
