@@ -60,6 +60,13 @@ void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
 		else
 			shared->nudge_overflow = true;
 	}
+	// a worker that lingers for this owner's jobs (worker_db.cpp) looks now
+	for (int i = 0; i < shared->nslots; i++) {
+		Slot &s = shared->slots[i];
+		if (s.dboid == dboid && OidIsValid(s.owner) && (s.owner == owner || !OidIsValid(owner)) &&
+		    s.state == slot_running && s.latch != nullptr)
+			SetLatch(s.latch);
+	}
 	Latch *latch = shared->launcher_latch;
 	LWLockRelease(shared->lock);
 	if (latch != nullptr)

@@ -10,7 +10,8 @@
 // (a dsm segment carries the outcome back). It runs the jobs through CALL
 // counter_internal.owner_session_run(), a top-level portal like a client's
 // simple query, so that jobs may COMMIT; then (scheduler modes) it reports in
-// its slot when each owner's jobs fall due next, and exits.
+// its slot when each owner's jobs fall due next, and exits, unless its
+// owner's jobs fall due again within one naptime (linger, below).
 //
 // An ERROR outside a job (a job's own failure never gets here: the runner
 // records it and goes on) ends the worker after logging it; the launcher
@@ -183,6 +184,66 @@ void pass() {
 		report();
 }
 
+// Passes a scheduled worker runs at most before it exits (see linger).
+constexpr int linger_passes = 60;
+
+// After a pass of a scheduled worker: true when it should run another pass
+// now, in this process, rather than exit and be started again by the
+// launcher, as it would be when its owner's jobs fall due (a flush every
+// second otherwise costs a process start every second: fork, connection,
+// caches, plans). It waits here when the owner's next jobs, as its report
+// says, fall due within one naptime, and leaves (false) when anything else
+// would have changed what the launcher does: a report it could not make or
+// a pass cut by its budget, the owner not in its report, another (database,
+// owner) pair waiting for a slot (the launcher sets slot_wanted and wakes
+// it), the database blocked by a database-level command, the worker
+// disabled, nothing due within a naptime, or linger_passes passes run. A
+// session's nudge for this owner (job_register, job_alter) or the
+// launcher's wakes it early; it then runs a pass, which runs what is due.
+bool linger(int passes) {
+	if (args.mode != ce::JobWorkerMode::scheduled || passes >= linger_passes)
+		return false;
+	for (;;) {
+		TimestampTz due = 0;
+		LWLockAcquire(shared->lock, LW_SHARED);
+		const Slot &s = shared->slots[args.slot];
+		bool go = s.pid == MyProcPid && s.reason == exit_done && !s.report.budget_cut && !shared->slot_wanted &&
+		          !is_blocked(args.dboid);
+		bool listed = false;
+		for (int i = 0; go && i < s.report.nowners; i++) {
+			if (s.report.owners[i].owner == args.owner) {
+				due = s.report.owners[i].due;
+				listed = true;
+			}
+		}
+		LWLockRelease(shared->lock);
+		if (!go || !listed || due == 0 || !ce::worker_enabled)
+			return false;
+		TimestampTz now = GetCurrentTimestamp();
+		if (due <= now)
+			return true;
+		long ms = TimestampDifferenceMilliseconds(now, due);
+		if (ms > ce::worker_naptime_s * 1000L)
+			return false;
+		pgstat_report_activity(STATE_IDLE, "counter_ext worker: waiting for its owner's next due jobs");
+		int rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending) {
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if ((rc & WL_LATCH_SET) != 0) {
+			// woken: a nudge (a pass looks at what is due now), or the
+			// launcher wanting the slot (the checks above, again)
+			LWLockAcquire(shared->lock, LW_SHARED);
+			bool leave = shared->slot_wanted || is_blocked(args.dboid);
+			LWLockRelease(shared->lock);
+			return !leave && ce::worker_enabled;
+		}
+	}
+}
+
 void log_failure(ErrorData *edata) {
 	HOLD_INTERRUPTS();
 	disable_all_timeouts(false);
@@ -259,6 +320,16 @@ void worker_main(Datum) {
 	MemoryContextSwitchTo(pass_context);
 	try {
 		ce::pg_guard([] { pass(); });
+		for (int passes = 1; ce::pg_guard([passes] { return linger(passes); }); passes++) {
+			ce::pg_guard([] {
+				MemoryContextSwitchTo(TopMemoryContext);
+				MemoryContextReset(pass_context);
+				MemoryContextSwitchTo(pass_context);
+				ce::job_worker_jobs_run = 0;
+				ce::job_worker_budget_cut = false;
+				pass();
+			});
+		}
 	} catch (const ce::PgError &e) {
 		failed = e.data();
 	}

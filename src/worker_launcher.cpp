@@ -16,7 +16,9 @@
 //
 // When an owner's jobs are due, the launcher starts a worker for that
 // database connected as that owner; it runs the due jobs (starting none
-// after one naptime), reports and exits. The due (database, owner) pairs are
+// after one naptime), reports and exits, or stays for the owner's next jobs
+// when they fall due within one naptime and no other pair waits for a slot
+// (worker_db.cpp, linger: slot_wanted tells it to go). The due (database, owner) pairs are
 // served oldest due first; a worker that stopped on its time budget puts its
 // owner back in the queue as due now, behind everything already waiting. So
 // idle databases hold no slot, and a due job starts within
@@ -476,6 +478,15 @@ TimestampTz start_workers() {
 		}
 	}
 	pfree(c);
+	// A pair left waiting: the workers that linger for their owner's next
+	// jobs leave, and their slots go to the oldest due.
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	shared->slot_wanted = out_of_slots;
+	if (out_of_slots)
+		for (int i = 0; i < shared->nslots; i++)
+			if (shared->slots[i].state == slot_running && shared->slots[i].latch != nullptr)
+				SetLatch(shared->slots[i].latch);
+	LWLockRelease(shared->lock);
 	// Said once until every due database had a slot again, not every pass.
 	static bool said = false;
 	if (out_of_slots && !said)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The background worker in a real preloaded cluster: it finds the database by
-# itself, runs due jobs in short-lived workers connected as the jobs' owner,
+# itself, runs due jobs in short-lived workers connected as the jobs' owner
+# (a worker stays for its owner's jobs that fall due again within a naptime),
 # records them; a failing job backs off while the others go on;
 # pg_stat_activity shows what a worker does and as whom; SIGTERM stops a
 # worker in the middle of a job (the run is marked failed, the jobs go on),
@@ -71,6 +72,14 @@ wait_for app "SELECT count(*) >= 3 FROM counter.job_runs WHERE target = 'public.
               AND runner = 'worker' AND rows_affected = 2" 30 || fail "the worker did not run the jobs"
 [ "$(q app "SELECT count(*) FROM public.ticks WHERE run_as <> 'life_owner'")" = 0 ] || fail "a job ran as another role"
 
+echo "== a worker whose owner's jobs fall due again within a naptime stays for them"
+# (the tick every second: one process runs run after run instead of a
+# process started for each; doc/reference/worker.md, "Slots")
+wait_for app "SELECT count(*) >= 6 AND 2 * count(DISTINCT (pid, backend_start)) <= count(*)
+              FROM counter.job_runs WHERE target = 'public.ticks' AND runner = 'worker'" 30 ||
+    fail "each run had its own process: $(q app "SELECT count(*) || ' runs, ' || count(DISTINCT (pid, backend_start))
+        || ' processes' FROM counter.job_runs WHERE target = 'public.ticks' AND runner = 'worker'")"
+
 echo "== counter.running_jobs and pg_stat_activity show a running job's progress"
 ce_psql -d app >/dev/null <<'SQL'
 CREATE PROCEDURE public.job_test_progress(target text, INOUT rows_affected bigint DEFAULT NULL)
@@ -107,12 +116,16 @@ CREATE FUNCTION public.slow_keep(timestamptz) RETURNS boolean LANGUAGE sql VOLAT
 ALTER FUNCTION public.slow_keep(timestamptz) OWNER TO life_owner;
 INSERT INTO public.slow_src SELECT g, 1, date_trunc('day', now()) - g * interval '1 day' + interval '1 hour'
 FROM generate_series(1, 12) g;
+-- made and given its timeout in one transaction: the owner's worker, waiting
+-- for its next jobs in its process, runs the job as soon as this commits
+BEGIN;
 SET ROLE life_owner;
 SELECT counter.rollup_create('slow_daily', 'public.slow_src', 'at', '{k}', mode => 'deferred',
                              filter => 'public.slow_keep(at)');
 RESET ROLE;
 SELECT counter.job_alter(job_id, timeout => '3 s', run_every => '1 s') FROM counter.jobs
 WHERE kind = 'rollup_refresh' AND target = 'slow_daily';
+COMMIT;
 SQL
 wait_for app "SELECT phase = 'days' AND total = 12 AND done BETWEEN 1 AND 11
               AND activity LIKE '%rollup_refresh(slow_daily) as life_owner: days %/12%'

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # No database starves, and idle databases hold no slot. 12 databases, each
-# with a tracked counter whose reconcile job runs every 2 s, share 3 slots
+# with a tracked counter whose reconcile job runs every second (so each
+# worker would stay for its owner's next run: it leaves when other pairs
+# wait for a slot), share 3 slots
 # (counter_ext.max_workers = 3) in a cluster with max_worker_processes = 8:
 #   - every database's job runs, again and again, and no run starts later than
 #     the documented bound after it fell due:
@@ -22,7 +24,7 @@ q() { ce_psql -d "$1" -At -c "$2"; }
 naptime=1
 slots=3
 ndb=12
-every=2
+every=1
 timeout_s=2
 ce_cluster_start slots "counter_ext.enabled = off" "counter_ext.naptime = $naptime" "counter_ext.max_workers = $slots" \
     "max_worker_processes = 8" "max_parallel_workers = 8" "log_min_messages = debug1"

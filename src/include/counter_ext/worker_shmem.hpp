@@ -89,6 +89,7 @@ struct Shared {
 	bool nudge_overflow;
 	Nudge nudges[max_nudges];
 	Block blocks[max_blocks];
+	bool slot_wanted;     // a due (database, owner) pair found no free slot: lingering workers leave (worker_db.cpp)
 	int nprogress;        // 2 x nslots: the scheduler's workers and as many started by sessions
 	Size progress_offset; // from the start of Shared
 	int nslots;
