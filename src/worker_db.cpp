@@ -322,6 +322,9 @@ void worker_main(Datum) {
 		ce::pg_guard([] { pass(); });
 		for (int passes = 1; ce::pg_guard([passes] { return linger(passes); }); passes++) {
 			ce::pg_guard([] {
+				// the last pass's report is not this one's: an ERROR in this
+				// pass must reach the launcher as one (it backs off)
+				set_reason(exit_unknown);
 				MemoryContextSwitchTo(TopMemoryContext);
 				MemoryContextReset(pass_context);
 				MemoryContextSwitchTo(pass_context);
