@@ -44,6 +44,15 @@ bool is_blocked(Oid dboid) {
 	return false;
 }
 
+void wake_slots(Oid dboid, Oid owner) {
+	for (int i = 0; i < shared->nslots; i++) {
+		Slot &s = shared->slots[i];
+		if ((!OidIsValid(dboid) || s.dboid == dboid) && (!OidIsValid(owner) || s.owner == owner) &&
+		    s.state == slot_running && s.latch != nullptr)
+			SetLatch(s.latch);
+	}
+}
+
 void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	bool merged = false;
@@ -61,12 +70,7 @@ void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
 			shared->nudge_overflow = true;
 	}
 	// a worker that lingers for this owner's jobs (worker_db.cpp) looks now
-	for (int i = 0; i < shared->nslots; i++) {
-		Slot &s = shared->slots[i];
-		if (s.dboid == dboid && OidIsValid(s.owner) && (s.owner == owner || !OidIsValid(owner)) &&
-		    s.state == slot_running && s.latch != nullptr)
-			SetLatch(s.latch);
-	}
+	wake_slots(dboid, owner);
 	Latch *latch = shared->launcher_latch;
 	LWLockRelease(shared->lock);
 	if (latch != nullptr)
@@ -150,11 +154,7 @@ void shmem_startup() {
 // The database's workers wake up and see the extension gone.
 void wake_worker(Oid dboid) {
 	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < shared->nslots; i++) {
-		Slot &s = shared->slots[i];
-		if (s.dboid == dboid && s.state == slot_running && s.latch != nullptr)
-			SetLatch(s.latch);
-	}
+	wake_slots(dboid, InvalidOid);
 	LWLockRelease(shared->lock);
 }
 
