@@ -1207,6 +1207,19 @@ CE_FUNCTION(counter_tracked_shard_add) {
 // to the batch. Arguments: counter id, 'citus', the source, its key
 // column, time column, the filter as SQL over ce_new (or ''), the delta
 // and base tables.
+// (1.8) A counter keyed by the distribution column (its state has no
+// anchor: a ninth argument, 'key') reconciles through its run table too
+// (counter_internal.tracked_citus_batch): each row carries the keys of the
+// batch on its shard, anchored by one of them, and the horizon from which
+// delta rows are folded as well (an application-mode counter's; NULL for
+// none); the trigger locks, compares and repairs them there, the truth
+// put as the key's one base.
+
+// Whether td is the run table trigger of a counter keyed by the
+// distribution column (above).
+bool run_keyed(const TriggerData *td) {
+	return td->tg_trigger->tgnargs == 9 && strcmp(td->tg_trigger->tgargs[8], "key") == 0;
+}
 
 // Owns nothing C++: inside SPI, as the table's owner. The statements of a
 // shard's part of a batch: 0 locks the delta rows of the keys ($1) before
@@ -1233,6 +1246,21 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	Oid anchor_array = get_array_type(anchor_type);
 	if (!OidIsValid(key_array) || !OidIsValid(anchor_array))
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
+	bool keyed = run_keyed(td);
+	if (which == 0 && keyed) {
+		char *sql = psprintf("SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket),"
+		                     " pg_catalog.array_agg(d.shard), NULL::%s FROM %s d"
+		                     " WHERE d.key %s ANY ($1) AND (d.bucket OPERATOR(pg_catalog.<) $2"
+		                     "  OR d.bucket OPERATOR(pg_catalog.>=) $3)"
+		                     " AND counter_internal.row_lock_skip(d.tableoid::pg_catalog.regclass, d.ctid)",
+		                     format_type_be_qualified(key_array), f->state[1], eq);
+		Oid types[3] = {key_array, TIMESTAMPTZOID, TIMESTAMPTZOID};
+		// planned at each call with its keys, as the batch function's
+		// statements are (plan_cache_mode there: a generic plan takes an
+		// array for 10 elements and joins a batch's keys in loops)
+		f->plans[0] = ce::prepare_kept(sql, 3, types, CURSOR_OPT_CUSTOM_PLAN);
+		return f->plans[0];
+	}
 	if (which == 0) {
 		char *sql = psprintf("SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket),"
 		                     " pg_catalog.array_agg(d.shard), pg_catalog.array_agg(d.anchor) FROM %s d"
@@ -1276,6 +1304,62 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 		Oid types[5] = {key_type, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
 		f->plans[3] = ce::prepare_kept(sql, 5, types, CURSOR_OPT_CUSTOM_PLAN);
 		return f->plans[3];
+	}
+	if (keyed) {
+		// as below, without anchors: $6 (the lock's fourth column) unused,
+		// $7 the horizon, and the truth put as the key's one base
+		char *sql = psprintf(
+		    "WITH l AS MATERIALIZED ("
+		    " SELECT * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5))"
+		    " AS l(k, b, h)"
+		    "), z AS MATERIALIZED ("
+		    " SELECT r.key, NULL::pg_catalog.int8 AS b, r.n, NULL::pg_catalog.timestamptz AS bucket,"
+		    " NULL::pg_catalog.int2 AS shard, NULL::pg_catalog.int8 AS delta, false AS held"
+		    " FROM (SELECT ce_new.%4$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new"
+		    "  WHERE ce_new.%4$s %6$s ANY ($1) AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %7$s GROUP BY 1) r"
+		    " UNION ALL"
+		    " SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %3$s b WHERE b.key %6$s ANY ($1)"
+		    " UNION ALL"
+		    " SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL FROM %2$s d"
+		    " LEFT JOIN l ON l.k %6$s d.key AND l.b OPERATOR(pg_catalog.=) d.bucket AND l.h OPERATOR(pg_catalog.=) "
+		    "d.shard"
+		    " WHERE d.key %6$s ANY ($1)"
+		    "  AND (d.bucket OPERATOR(pg_catalog.<) $2 OR d.bucket OPERATOR(pg_catalog.>=) $7)"
+		    "), s AS MATERIALIZED ("
+		    " SELECT z.key, LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) OPERATOR(pg_catalog.+)"
+		    " coalesce(pg_catalog.sum(z.delta), 0), -9223372036854775807), 9223372036854775807)::pg_catalog.int8 AS "
+		    "cached,"
+		    " pg_catalog.sum(z.n)::pg_catalog.int8 AS truth, pg_catalog.count(*) FILTER (WHERE z.held) AS held,"
+		    " coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false) AS busy"
+		    " FROM z GROUP BY z.key"
+		    "), absorbed AS ("
+		    " DELETE FROM %2$s d USING z, s"
+		    " WHERE d.key %6$s ANY ($1) AND z.held AND s.key %6$s z.key AND NOT s.busy AND d.key %6$s z.key"
+		    "  AND d.bucket OPERATOR(pg_catalog.=) z.bucket AND d.shard OPERATOR(pg_catalog.=) z.shard"
+		    "  AND d.delta OPERATOR(pg_catalog.=) z.delta"
+		    " RETURNING d.key"
+		    "), ok AS MATERIALIZED ("
+		    " SELECT s.key, s.truth FROM s"
+		    " LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %6$s s.key"
+		    " WHERE NOT s.busy AND s.held OPERATOR(pg_catalog.=) coalesce(a.n, 0)"
+		    "), gone AS ("
+		    " DELETE FROM %3$s b USING ok WHERE b.key %6$s ANY ($1) AND b.key %6$s ok.key"
+		    "  AND ok.truth OPERATOR(pg_catalog.=) 0"
+		    " RETURNING 1"
+		    "), put AS ("
+		    " INSERT INTO %3$s AS b (key, base) SELECT ok.key, ok.truth FROM ok"
+		    " WHERE ok.truth OPERATOR(pg_catalog.<>) 0"
+		    " ON CONFLICT (key) DO UPDATE SET base = excluded.base"
+		    " WHERE b.base OPERATOR(pg_catalog.<>) excluded.base"
+		    " RETURNING 1"
+		    ")"
+		    " SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),"
+		    " pg_catalog.array_agg(ok.key IS NULL) FROM s LEFT JOIN ok ON ok.key %6$s s.key",
+		    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]), eq, filter);
+		Oid types[7] = {key_array,    TIMESTAMPTZOID, key_array,     TIMESTAMPTZARRAYOID,
+		                INT2ARRAYOID, key_array,      TIMESTAMPTZOID};
+		f->plans[1] = ce::prepare_kept(sql, 7, types, CURSOR_OPT_CUSTOM_PLAN);
+		return f->plans[1];
 	}
 	char *sql = psprintf(
 	    "WITH l AS MATERIALIZED ("
@@ -1424,10 +1508,11 @@ Datum shard_pick(ShardFold *f, TriggerData *td, Datum pick, Datum w, const int *
 HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
 	Relation rel = td->tg_relation;
 	TupleDesc desc = RelationGetDescr(rel);
-	static const char *const names[11] = {"anchor", "w",    "keys", "found_keys", "cached", "truth",
-	                                      "busy",   "pick", "past", "w_from",     "every"};
-	int att[11];
-	for (int i = 0; i < 11; i++) {
+	static const char *const names[12] = {"anchor", "w",    "keys", "found_keys", "cached", "truth",
+	                                      "busy",   "pick", "past", "w_from",     "every",  "horizon"};
+	bool keyed = run_keyed(td);
+	int att[12];
+	for (int i = 0; i < (keyed ? 12 : 11); i++) {
 		att[i] = SPI_fnumber(desc, names[i]);
 		if (att[i] <= 0)
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
@@ -1472,19 +1557,25 @@ HeapTuple shard_reconcile_run(ShardFold *f, TriggerData *td, int32 id) {
 		SPI_finish();
 		return heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 1, &col, &found, &found_null);
 	}
-	bool none;
-	keys = shard_keys(f, td, keys, key_type, anchor_type, &none);
+	// keyed by the distribution column, the row holds this shard's keys;
+	// else those of the batch this shard has anything of
+	bool none = false;
+	if (!keyed)
+		keys = shard_keys(f, td, keys, key_type, anchor_type, &none);
 	if (none) { // none of the batch's keys is on this shard: nothing found, nothing to repair
 		SPI_finish();
 		return td->tg_trigtuple;
 	}
-	Datum lock_args[2] = {keys, w};
-	if (SPI_execute_plan(shard_reconcile_plan(f, td, 0, key_type, anchor_type), lock_args, nullptr, false, 1) !=
+	bool no_horizon = true;
+	Datum horizon = keyed ? heap_getattr(td->tg_trigtuple, att[11], desc, &no_horizon) : (Datum)0;
+	Datum lock_args[3] = {keys, w, horizon};
+	char lock_nulls[3] = {' ', ' ', no_horizon ? 'n' : ' '};
+	if (SPI_execute_plan(shard_reconcile_plan(f, td, 0, key_type, anchor_type), lock_args, lock_nulls, false, 1) !=
 	        SPI_OK_SELECT ||
 	    SPI_processed != 1)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("locking a tracked counter's deltas failed")));
-	Datum args[7] = {keys, w, 0, 0, 0, 0, anchor};
-	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum args[7] = {keys, w, 0, 0, 0, 0, keyed ? horizon : anchor};
+	char nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', keyed && no_horizon ? 'n' : ' '};
 	for (int i = 0; i < 4; i++) {
 		bool n;
 		args[2 + i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &n);
@@ -1516,10 +1607,10 @@ CE_FUNCTION(counter_tracked_shard_reconcile) {
 		throw ce::Error("39P01", "counter_internal.tracked_shard_reconcile must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
 	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || td->tg_trigger->tgnargs != 8 ||
+	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || (td->tg_trigger->tgnargs != 8 && !run_keyed(td)) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
 		throw ce::Error("39P01", "counter_internal.tracked_shard_reconcile must be a BEFORE INSERT row trigger with "
-		                         "the 8 arguments counter.track gives it");
+		                         "the arguments counter.track gives it");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	if (!ce::citus::caller_has_owner_rights(RelationGetRelid(td->tg_relation)))
 		throw ce::Error("42501", ce::format("only the owner of tracked counter %d reconciles it", id), "",

@@ -216,6 +216,26 @@ SELECT count(*) FROM truth t FULL JOIN (SELECT key::bigint AS $k, value FROM cou
 SQL
 }
 
+# ce_citus_run_table_refused APP OWNER RUN_TABLE ROLE ID: the writer (APP,
+# a function running psql as role ROLE) may not insert into the run table
+# of tracked counter ID (42501), nor, granted INSERT on it by the owner
+# (OWNER, likewise), make the owner's reconciliation run through it (its
+# trigger asks for the owner's rights); echoes what failed, nothing when
+# both were refused.
+ce_citus_run_table_refused() {
+    local app=$1 owner=$2 run=$3 role=$4 id=$5 out
+    out=$($app -v VERBOSITY=verbose -c "INSERT INTO $run (anchor, w, keys) VALUES (1, now(), '{1}')" 2>&1) &&
+        { echo "the writer inserted into the run table: $out"; return; }
+    grep -q "ERROR:  42501" <<<"$out" || { echo "an insert into the run table by the writer: $out"; return; }
+    $owner -q -c "GRANT INSERT ON $run TO $role"
+    out=$($app -v VERBOSITY=verbose -c "INSERT INTO $run (anchor, w, keys) VALUES (1, now(), '{1}')" 2>&1)
+    local st=$?
+    $owner -q -c "REVOKE INSERT ON $run FROM $role"
+    [ $st -ne 0 ] || { echo "the writer ran a reconciliation through the run table: $out"; return; }
+    grep -q "ERROR:  42501: only the owner of tracked counter $id reconciles it" <<<"$out" ||
+        echo "an insert into the run table by the writer granted INSERT: $out"
+}
+
 # ce_citus_script_start OWNER APP [CONF...]: the start of a test script that
 # writes as two unprivileged roles: builds and stages (when run by hand),
 # starts the cluster (unless CE_CITUS_KEEP: a cluster kept between runs;

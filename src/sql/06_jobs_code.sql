@@ -636,8 +636,8 @@ BEGIN
             IF g.proname IN ('tracked_shard_add', 'tracked_shard_reconcile') THEN
                 -- a state table's trigger: an application-mode counter's
                 -- inbox (tracked_make_inbox; tracked_shard_add) or the run
-                -- table of a trigger-mode counter keyed by another column
-                -- (1.8, tracked_make_run; tracked_shard_reconcile)
+                -- table of a counter whose state Citus distributes (1.8,
+                -- tracked_make_run; tracked_shard_reconcile)
                 part := CASE g.proname WHEN 'tracked_shard_add' THEN 'inbox' ELSE 'run' END;
                 IF on_coordinator THEN
                     -- on the coordinator, only on that table of the counter
@@ -649,14 +649,20 @@ BEGIN
                     -- counter of one's own, would take that role's adds
                     registered := EXISTS (
                         SELECT FROM counter.tracked c
-                        JOIN pg_catalog.pg_namespace s ON s.nspname OPERATOR(pg_catalog.=) c.state_schema
+                        -- (counter_internal: an owner who may not create
+                        -- in the source's schema; 31_tracked_code.sql,
+                        -- tracked_table)
+                        JOIN pg_catalog.pg_namespace s
+                          ON s.nspname OPERATOR(pg_catalog.=) coalesce(c.state_schema, 'counter_internal')
                         WHERE c.counter_id::text OPERATOR(pg_catalog.=) g.arg
                           AND CASE part WHEN 'inbox' THEN c.mode OPERATOR(pg_catalog.=) 'application'
                                                           AND c.name OPERATOR(pg_catalog.=) g.args[5]
-                                        ELSE c.anchor_column IS NOT NULL END
+                                        ELSE c.distributed END
                           AND s.oid OPERATOR(pg_catalog.=) g.relnamespace
                           AND g.relname OPERATOR(pg_catalog.~)
-                              pg_catalog.format('^counter_tracked_%s_%s(_[0-9]+)?$', c.counter_id, part));
+                              pg_catalog.format('^%s_%s_%s(_[0-9]+)?$',
+                                                CASE WHEN c.state_schema IS NULL THEN 'tracked' ELSE 'counter_tracked' END,
+                                                c.counter_id, part));
                 ELSE
                     -- on a worker node by its name: the table is distributed
                     -- in the transaction that makes its trigger, so the
@@ -664,7 +670,7 @@ BEGIN
                     -- metadata names them (the trigger on the coordinator was
                     -- checked there)
                     registered := registered OR g.relname OPERATOR(pg_catalog.~)
-                        pg_catalog.format('^counter_tracked_%s_%s(_[0-9]+)?$', g.arg, part);
+                        pg_catalog.format('^(counter_)?tracked_%s_%s(_[0-9]+)?$', g.arg, part);
                 END IF;
             ELSIF g.proname OPERATOR(pg_catalog.=) 'tracked_shard_fold'
                   AND pg_catalog.cardinality(g.args) OPERATOR(pg_catalog.>=) 10 AND on_coordinator THEN

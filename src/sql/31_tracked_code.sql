@@ -87,11 +87,11 @@ RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_add';
 
--- (1.8) The trigger on the shards of the run table of a trigger-mode counter
--- on Citus keyed by another column than the distribution column: one
--- shard's part of a reconciliation batch (counter_internal.tracked_make_run;
--- src/tracked.cpp, shard_reconcile). EXECUTE is revoked from PUBLIC
--- (99_internal.sql).
+-- (1.8) The trigger on the shards of the run table of a counter whose state
+-- Citus distributes: one shard's part of a reconciliation batch
+-- (counter_internal.tracked_make_run; src/tracked.cpp, shard_reconcile_run).
+-- PUBLIC may execute it, as tracked_shard_fold (99_internal.sql); it does
+-- nothing for a caller without the table's owner's rights.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_reconcile()
 RETURNS trigger
 LANGUAGE c
@@ -241,20 +241,28 @@ $fn$;
 -- A batch is a key range of every shard: the next ce_limit keys in key
 -- order (batch_size per shard: counter_internal.tracked_batch_keys),
 -- chosen by one distributed query (source rows looked for only when
--- [ce_from, ce_w) is not empty, as on one node); then each shard's
--- keys are taken with two statements Citus sends whole to that shard (the
--- keys are its distribution column's values): (1) the delta rows before the
--- watermark are locked, skipping those a writer holds or is changing
--- (counter_internal.row_lock_skip on the shard: it never waits for a writer,
--- so a writer is never a deadlock's victim); (2) one statement reads the shard's rows before the watermark
--- (with the filter, printed from its stored tree: f), base rows and delta
--- rows of those keys in one snapshot (a row and its delta are written in
--- one shard transaction: the snapshot sees both or neither) and, for each
--- key none of whose delta rows a writer holds (a busy key is left to the
--- next run), deletes the delta rows it holds whose amount is the amount it
--- saw (it holds them: nothing changed them since), and only when every one
--- of them went installs the truth as the base (deleted when 0). All in the
--- caller's distributed transaction.
+-- [ce_from, ce_w) is not empty, as on one node). Then (1.8) one INSERT
+-- puts a row into the counter's run table for each shard the batch's keys
+-- fall in, anchored by one of them, with the shard's keys, the watermark
+-- and the horizon (tracked_make_run): Citus sends every shard its row at
+-- once, and there the row's trigger (src/tracked.cpp, shard_reconcile_run)
+-- does, as the owner, what one shard's part of a batch is: (1) locks the
+-- delta rows of its keys before the watermark, skipping those a writer
+-- holds or is changing (counter_internal.row_lock_skip: it never waits for
+-- a writer, so a writer is never a deadlock's victim); (2) in one statement
+-- reads the shard's rows before the watermark (with the filter, printed
+-- from its stored tree), base rows and delta rows of those keys in one
+-- snapshot (a row and its delta are written in one shard transaction: the
+-- snapshot sees both or neither) and, for each key none of whose delta
+-- rows a writer holds (a busy key is left to the next run), deletes the
+-- delta rows it holds whose amount is the amount it saw (it holds them:
+-- nothing changed them since), and only when every one of them went
+-- installs the truth as the base (deleted when 0); the row returns what it
+-- found, and the batch deletes the rows. A counter made by 1.7 has no run
+-- table (run is false): its batch sends those statements to the shards
+-- one after another (two or three per shard: the new base rows apart, as
+-- Citus does not route an INSERT in a WITH). All in the caller's
+-- distributed transaction.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_batch(t counter.tracked, f text)
 RETURNS text
 LANGUAGE plpgsql STABLE
@@ -263,33 +271,36 @@ AS $fn$
 DECLARE
     ops text[] := counter_internal.key_operators(t.key_type);
     bk record := counter_internal.tracked_batch_buckets(t);
+    run text := counter_internal.tracked_table(t, 'run');
+    shards text;
 BEGIN
-    RETURN format($b$
-#variable_conflict use_column
-DECLARE
-    ce_keys %5$s[];
-    ce_after_key %5$s := ce_after::%5$s;
-    ce_g %5$s[];
-    ce_lk %5$s[];
-    ce_lb timestamptz[];
-    ce_ls smallint[];
-    ce_sk %5$s[];
-    ce_sc bigint[];
-    ce_st bigint[];
-    ce_sb boolean[];
-    ce_nk %5$s[];
-    ce_nt bigint[];
-    ce_rk %5$s[] := '{}';
-    ce_rc bigint[] := '{}';
-    ce_rt bigint[] := '{}';
-    ce_rb boolean[] := '{}';
-    ce_h timestamptz := %11$s;   -- counter_internal.tracked_batch_buckets
-BEGIN
-    %12$s
-    IF ce_keys IS NULL THEN
-        RETURN;
-    END IF;
-
+    IF pg_catalog.to_regclass(run) IS NOT NULL THEN
+        shards := format($s$
+    -- a row of the run table for each shard the keys fall in: each
+    -- shard's part of the batch, done there by the row's trigger; a
+    -- multi-row VALUES, which Citus sends to the shards as they are (an
+    -- INSERT ... SELECT of the same rows goes through an intermediate
+    -- result first: one more round trip to every shard)
+    SELECT pg_catalog.format('INSERT INTO %%s AS r (anchor, w, keys, horizon) VALUES %%s'
+                             ' RETURNING r.anchor, r.found_keys, r.cached, r.truth, r.busy', %1$L,
+               pg_catalog.string_agg(pg_catalog.format('(%%L::%%s, %%L::timestamptz, %%L::%%s[], %%L::timestamptz)',
+                                                       x.keys[1], %4$L, ce_w, x.keys, %4$L, ce_h), ', '))
+    INTO ce_run
+    FROM (SELECT pg_catalog.array_agg(g.k ORDER BY g.k) AS keys
+          FROM (SELECT k.k, pg_catalog.get_shard_id_for_distribution_column(%2$L::pg_catalog.regclass, k.k) AS sid
+                FROM pg_catalog.unnest(ce_keys) AS k(k)) g
+          GROUP BY g.sid) x;
+    FOR ce_r IN EXECUTE ce_run LOOP
+        ce_anchors := ce_anchors || ce_r.anchor;
+        ce_rk := ce_rk || ce_r.found_keys;
+        ce_rc := ce_rc || ce_r.cached;
+        ce_rt := ce_rt || ce_r.truth;
+        ce_rb := ce_rb || ce_r.busy;
+    END LOOP;
+    DELETE FROM %1$s r WHERE r.anchor %3$s ANY (ce_anchors);
+$s$, run, t.source::text, ops[1], t.key_type::text);
+    ELSE
+        shards := format($s$
     FOR ce_g IN SELECT pg_catalog.array_agg(g.k ORDER BY g.k) FROM (
                     SELECT k.k, pg_catalog.get_shard_id_for_distribution_column('%7$s'::pg_catalog.regclass, k.k) AS sid
                     FROM pg_catalog.unnest(ce_keys) AS k(k)) g
@@ -360,16 +371,46 @@ BEGIN
         ce_rt := ce_rt || ce_st;
         ce_rb := ce_rb || ce_sb;
     END LOOP;
-
+$s$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
+        bk.cond);
+    END IF;
+    RETURN format($b$
+#variable_conflict use_column
+DECLARE
+    ce_keys %1$s[];
+    ce_after_key %1$s := ce_after::%1$s;
+    ce_g %1$s[];
+    ce_lk %1$s[];
+    ce_lb timestamptz[];
+    ce_ls smallint[];
+    ce_sk %1$s[];
+    ce_sc bigint[];
+    ce_st bigint[];
+    ce_sb boolean[];
+    ce_nk %1$s[];
+    ce_nt bigint[];
+    ce_r record;
+    ce_run text;
+    ce_anchors %1$s[] := '{}';
+    ce_rk %1$s[] := '{}';
+    ce_rc bigint[] := '{}';
+    ce_rt bigint[] := '{}';
+    ce_rb boolean[] := '{}';
+    ce_h timestamptz := %2$s;   -- counter_internal.tracked_batch_buckets
+BEGIN
+    %3$s
+    IF ce_keys IS NULL THEN
+        RETURN;
+    END IF;
+%4$s
     RETURN QUERY
     SELECT k.key::text, coalesce(c.cached, 0::bigint), coalesce(c.truth, 0::bigint), coalesce(c.busy, false), k.o
     FROM pg_catalog.unnest(ce_keys) WITH ORDINALITY AS k(key, o)
     LEFT JOIN ROWS FROM (pg_catalog.unnest(ce_rk), pg_catalog.unnest(ce_rc), pg_catalog.unnest(ce_rt),
-                         pg_catalog.unnest(ce_rb)) AS c(key, cached, truth, busy) ON c.key %8$s k.key;
+                         pg_catalog.unnest(ce_rb)) AS c(key, cached, truth, busy) ON c.key %5$s k.key;
 END
-$b$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
-        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
-        bk.cond, bk.horizon, counter_internal.tracked_keys_sql(t, f, 'either'));
+$b$, t.key_type::text, bk.horizon, counter_internal.tracked_keys_sql(t, f, 'either'), shards, ops[1]);
 END
 $fn$;
 
@@ -905,7 +946,8 @@ AS $$
 SELECT ARRAY['base', 'delta']
        OPERATOR(pg_catalog.||) CASE WHEN t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application'
                                     THEN ARRAY['inbox'] ELSE '{}'::text[] END
-       OPERATOR(pg_catalog.||) CASE WHEN t.anchor_column IS NOT NULL THEN ARRAY['anchor', 'run'] ELSE '{}'::text[] END
+       OPERATOR(pg_catalog.||) CASE WHEN t.anchor_column IS NOT NULL THEN ARRAY['anchor', 'run']
+                                    WHEN t.distributed THEN ARRAY['run'] ELSE '{}'::text[] END
 $$;
 
 -- The type of the column counter t's state is anchored by (its source's
@@ -955,13 +997,25 @@ BEGIN
                        ' delta bigint NOT NULL, anchor %s NOT NULL, PRIMARY KEY (key, bucket, shard, anchor))'
                        ' WITH (fillfactor = 60)', delta_t, t.key_type, anchor_type);
     END IF;
-    IF t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application' THEN
+    IF t.distributed THEN
         -- first: the event trigger counter_citus_state wants every state
         -- table of the counter there at each ALTER TABLE
+        -- (tracked_make_run)
+        EXECUTE format('CREATE TABLE %s (anchor %s NOT NULL, w timestamptz NOT NULL, keys %s[] NOT NULL,'
+                       ' found_keys %s[], cached bigint[], truth bigint[], busy boolean[],'
+                       ' pick integer, past %s, w_from timestamptz, every boolean, horizon timestamptz)',
+                       counter_internal.tracked_table(t, 'run'), coalesce(anchor_type, t.key_type), t.key_type,
+                       t.key_type, t.key_type);
+        IF anchor_type IS NOT NULL THEN
+            EXECUTE format('CREATE TABLE %s (anchor %s PRIMARY KEY)', counter_internal.tracked_table(t, 'anchor'),
+                           anchor_type);
+        END IF;
+    END IF;
+    IF t.distributed AND t.mode OPERATOR(pg_catalog.=) 'application' THEN
         PERFORM counter_internal.tracked_make_inbox(t);
     END IF;
-    IF anchor_type IS NOT NULL THEN
-        PERFORM counter_internal.tracked_make_run(t, anchor_type);
+    IF t.distributed THEN
+        PERFORM counter_internal.tracked_make_run(t, coalesce(anchor_type, t.key_type));
     END IF;
     EXECUTE format('ALTER TABLE %s OWNER TO %s', base_t, t.owner);
     EXECUTE format('ALTER TABLE %s OWNER TO %s', delta_t, t.owner);
@@ -977,11 +1031,11 @@ BEGIN
 END
 $$;
 
--- The anchors and the run table of counter t, keyed by another column than
--- the distribution column of its source (doc/citus.md, "Keyed by another
--- column"), both the owner's, no right for PUBLIC, distributed colocated
--- with the source by their column anchor (of anchor_type, the distribution
--- column's):
+-- The run table of counter t, whose state Citus distributes colocated with
+-- its source, and, keyed by another column than the distribution column of
+-- its source (doc/citus.md, "Keyed by another column"), its anchors, both
+-- the owner's, no right for PUBLIC, distributed colocated with the source
+-- by their column anchor (of anchor_type, the distribution column's):
 -- - anchor: a value of the distribution column for each shard (or a few).
 --   A shard's trigger anchors what it counts to the least one in the
 --   shard's (src/tracked.cpp, shard_fold; it adds the distribution column
@@ -999,6 +1053,15 @@ $$;
 --   shard). Then a row with the batch's keys and the watermark w: the
 --   trigger compares and repairs those keys there, in one snapshot. Every
 --   shard's part is in the batch's distributed transaction.
+--   (1.8) Keyed by the distribution column (no anchor table; the trigger's
+--   last argument 'key'), the run table's anchor is a key: the batch
+--   function inserts a row per shard its batch's keys fall in, anchored
+--   by one of them, with that shard's keys, the watermark and horizon (the
+--   delta rows from horizon on are folded too: an application-mode
+--   counter's, tracked_batch_buckets); the trigger locks, compares and
+--   repairs them there (tracked_citus_batch).
+-- The tables are made by tracked_make_state (before the inbox: every
+-- state table there at each ALTER TABLE); this makes the rest.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_make_run(t counter.tracked, anchor_type regtype)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1008,28 +1071,29 @@ DECLARE
     anchor_t text := counter_internal.tracked_table(t, 'anchor');
     run_t text := counter_internal.tracked_table(t, 'run');
 BEGIN
-    EXECUTE format('CREATE TABLE %s (anchor %s PRIMARY KEY)', anchor_t, anchor_type);
-    EXECUTE format('CREATE TABLE %s (anchor %s NOT NULL, w timestamptz NOT NULL, keys %s[] NOT NULL,'
-                   ' found_keys %s[], cached bigint[], truth bigint[], busy boolean[],'
-                   ' pick integer, past %s, w_from timestamptz, every boolean)',
-                   run_t, anchor_type, t.key_type, t.key_type, t.key_type);
     -- moved and split with the source's shards by logical replication: a
     -- replica identity (it holds a row only within a batch)
     EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', run_t);
-    EXECUTE format('ALTER TABLE %s OWNER TO %s', anchor_t, t.owner);
+    IF t.anchor_column IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE %s OWNER TO %s', anchor_t, t.owner);
+        EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', anchor_t);
+        PERFORM counter_internal.citus_colocate(anchor_t::regclass, t.source, 'anchor');
+    END IF;
     EXECUTE format('ALTER TABLE %s OWNER TO %s', run_t, t.owner);
-    EXECUTE format('REVOKE ALL ON %s, %s FROM PUBLIC', anchor_t, run_t);
-    PERFORM counter_internal.citus_colocate(anchor_t::regclass, t.source, 'anchor');
+    EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', run_t);
     PERFORM counter_internal.citus_colocate(run_t::regclass, t.source, 'anchor');
     -- the arguments: counter id, 'citus', the source, its key column, time
     -- column, the filter as SQL printed from its stored tree (or ''), the
-    -- delta and base tables (none changes after track)
+    -- delta and base tables (none changes after track), and 'key' for a
+    -- counter keyed by the distribution column (its state has no anchor)
     PERFORM counter_internal.citus_trigger_ddl(format(
-        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_reconcile(%L, %L, %L, %L, %L, %L, %L, %L)',
-        format('counter_%s_run', t.counter_id), run_t, t.counter_id, 'citus', t.source::text, t.key_column,
-        t.time_column,
-        coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner, 'ce_new'), ''),
-        counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base')));
+        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_reconcile(%s)',
+        format('counter_%s_run', t.counter_id), run_t,
+        concat_ws(', ', format('%L, %L, %L, %L, %L, %L, %L, %L', t.counter_id, 'citus', t.source::text, t.key_column,
+            t.time_column,
+            coalesce(counter_internal.filter_sql(t.source, t.filter, t.filter_tree, t.filter_relid, t.owner, 'ce_new'), ''),
+            counter_internal.tracked_table(t, 'delta'), counter_internal.tracked_table(t, 'base')),
+            CASE WHEN t.anchor_column IS NULL THEN quote_literal('key') END)));
 END
 $$;
 

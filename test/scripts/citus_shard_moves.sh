@@ -300,7 +300,7 @@ got=$(coord -tA -c "SELECT string_agg(c.relname || ':' || c.relowner::regrole ||
                     FROM pg_class c WHERE c.relnamespace = 'sm'::regnamespace AND c.relname ~ '^counter_(tracked|rollup)_' AND c.relkind = 'r'")
 want=$(coord -tA -c "SELECT string_agg(n || ':sm_own:{sm_own=arwdDxt' || CASE WHEN current_setting('server_version_num')::int >= 170000 THEN 'm' ELSE '' END || '/sm_own}', ' ' ORDER BY n)
                      FROM (SELECT format('counter_tracked_%s_%s', c.counter_id, p) AS n FROM counter.tracked c,
-                           unnest(CASE WHEN c.anchor_column IS NULL THEN '{base,delta}' ELSE '{base,delta,anchor,run}' END::text[]) p
+                           unnest(CASE WHEN c.anchor_column IS NULL THEN '{base,delta,run}' ELSE '{base,delta,anchor,run}' END::text[]) p
                            UNION ALL SELECT format('counter_rollup_%s_dirty', r.rollup_id) FROM counter.rollups r) x")
 # the application-mode counter's inbox: the owner's, PUBLIC may insert
 # (its trigger asks for INSERT on sm.aev)

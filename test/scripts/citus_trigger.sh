@@ -303,14 +303,27 @@ for t in ev ev_one pev pev_one; do
     done
 done
 check_all "reconciled"
-# the comparison is pushed down: one statement per shard reads the source's
-# shard, the base shard and the delta shard together (one snapshot there)
+# the comparison is pushed down: one INSERT puts a row into the counter's
+# run table for each shard its batch's keys fall in, and Citus sends every
+# shard its row at once; there the row's trigger reads the source's shard,
+# the base shard and the delta shard (one snapshot there). No statement
+# that compares (names the source's, base and delta shards) or locks delta
+# rows goes from the coordinator (1.7's batch sent two or three to each
+# shard, one shard after another).
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_f'")
 out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
     -c "SELECT outcome FROM counter.reconcile('ev_f', '2026-07-06', all_keys => true)" 2>&1)
-n=$(printf '%s\n' "$out" | grep -c "ev_[0-9][0-9]* .*tracked_${id}_base_[0-9][0-9]* .*tracked_${id}_delta_[0-9][0-9]* " || true)
-[ "$n" -ge 4 ] || fail "the reconciliation's comparison was not sent whole to the shards ($n statements): $out"
-echo "ok: the reconciliation compares each shard's rows, base and deltas in one statement there ($n shards)"
+n=$(printf '%s\n' "$out" | grep -c "INSERT INTO [^ ]*tracked_${id}_run_[0-9][0-9]* " || true)
+m=$(printf '%s\n' "$out" | grep -c "ev_[0-9][0-9]* .*tracked_${id}_base_[0-9][0-9]* .*tracked_${id}_delta_[0-9][0-9]* \|row_lock_skip" || true)
+[ "$n" -ge 4 ] && [ "$m" = 0 ] ||
+    fail "the reconciliation's comparison was not sent to the shards through the run table ($n run rows, $m statements comparing or locking sent from the coordinator): $out"
+echo "ok: the reconciliation compares each shard's rows, base and deltas there, through one INSERT into the run table per batch ($n rows in all)"
+# the writer may not write the run table, nor, granted INSERT on it by the
+# owner, make the owner's reconciliation run (its trigger asks for the
+# owner's rights)
+got=$(ce_citus_run_table_refused app owner "ct.counter_tracked_${id}_run" ct_app "$id")
+[ -z "$got" ] || fail "$got"
+echo "ok: the writer may not write the run table (42501), nor run the owner's reconciliation through it granted INSERT"
 ce_citus_drift "$F" ev_f ev_n pev_f pev_n
 check_all "drift injected on the cluster, reconciled"
 # a late row (before the watermark) written after a reconciliation, and the
@@ -383,16 +396,19 @@ for how in "reconcile(all_keys)" "the job"; do
     check_all "drift on many keys of every shard, repaired by $how (the same drift found as on one node)"
 done
 # Each shard is reached by a bounded number of statements per run, not one
-# set per batch of keys: for 97 keys in 8 shards (one batch), 8 locks and 8
-# comparisons, and the key choice (3 pushed-down queries, twice) on top
+# set per batch of keys: for 97 keys in 8 shards (one batch), the key choice
+# (3 pushed-down queries, twice), then a row of the run table for each shard
+# (inserted, deleted: 2 statements per shard), and no lock or comparison
+# sent from the coordinator (the run table's trigger does them on the shard)
 id=$(coord -tA -c "SELECT counter_id FROM counter.tracked WHERE name = 'ev_n'")
 out=$(owner -c "SET citus.log_remote_commands = on" -c "SET client_min_messages = log" \
     -c "SELECT outcome FROM counter.reconcile('ev_n', '2026-07-06', all_keys => true)" 2>&1)
 locks=$(grep -c "issuing .*tracked_${id}_delta_[0-9]* d .*counter_internal.row_lock_skip(" <<<"$out" || true)
 cmps=$(grep -c "issuing WITH .*ev_[0-9]* .*tracked_${id}_base_[0-9]* .*tracked_${id}_delta_[0-9]* " <<<"$out" || true)
+runs=$(grep -c "issuing INSERT INTO [^ ]*tracked_${id}_run_[0-9]* " <<<"$out" || true)
 all=$(grep "issuing " <<<"$out" | grep -cv "issuing \(BEGIN\|COMMIT\|PREPARE\|ROLLBACK\)" || true)
-[ "$locks $cmps" = "8 8" ] && [ "$all" -le $((8 * 8)) ] ||
-    fail "statements to the shards for one run of 97 keys: $locks locks, $cmps comparisons, $all in all: $out"
+[ "$locks $cmps $runs" = "0 0 8" ] && [ "$all" -le $((8 * 8)) ] ||
+    fail "statements to the shards for one run of 97 keys: $locks locks, $cmps comparisons, $runs run rows, $all in all: $out"
 echo "ok: a run reaches each shard with a bounded number of statements ($all in all for 8 shards)"
 
 # Writers (through the coordinator and through a worker) and
