@@ -44,15 +44,6 @@ bool is_blocked(Oid dboid) {
 	return false;
 }
 
-void wake_slots(Oid dboid, Oid owner) {
-	for (int i = 0; i < shared->nslots; i++) {
-		Slot &s = shared->slots[i];
-		if ((!OidIsValid(dboid) || s.dboid == dboid) && (!OidIsValid(owner) || s.owner == owner) &&
-		    s.state == slot_running && s.latch != nullptr)
-			SetLatch(s.latch);
-	}
-}
-
 void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	bool merged = false;
@@ -70,7 +61,12 @@ void nudge_launcher(Oid dboid, Oid owner, TimestampTz due) {
 			shared->nudge_overflow = true;
 	}
 	// a worker that lingers for this owner's jobs (worker_db.cpp) looks now
-	wake_slots(dboid, owner);
+	for (int i = 0; i < shared->nslots; i++) {
+		Slot &s = shared->slots[i];
+		if (s.dboid == dboid && OidIsValid(s.owner) && (s.owner == owner || !OidIsValid(owner)) &&
+		    s.state == slot_running && s.latch != nullptr)
+			SetLatch(s.latch);
+	}
 	Latch *latch = shared->launcher_latch;
 	LWLockRelease(shared->lock);
 	if (latch != nullptr)
@@ -154,7 +150,11 @@ void shmem_startup() {
 // The database's workers wake up and see the extension gone.
 void wake_worker(Oid dboid) {
 	LWLockAcquire(shared->lock, LW_SHARED);
-	wake_slots(dboid, InvalidOid);
+	for (int i = 0; i < shared->nslots; i++) {
+		Slot &s = shared->slots[i];
+		if (s.dboid == dboid && s.state == slot_running && s.latch != nullptr)
+			SetLatch(s.latch);
+	}
 	LWLockRelease(shared->lock);
 }
 

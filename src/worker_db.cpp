@@ -203,7 +203,7 @@ constexpr int linger_passes = 60;
 bool linger(int passes) {
 	if (args.mode != ce::JobWorkerMode::scheduled || passes >= linger_passes)
 		return false;
-	for (bool woken = false;;) {
+	for (;;) {
 		TimestampTz due = 0;
 		LWLockAcquire(shared->lock, LW_SHARED);
 		const Slot &s = shared->slots[args.slot];
@@ -219,10 +219,6 @@ bool linger(int passes) {
 		LWLockRelease(shared->lock);
 		if (!go || !listed || due == 0 || !ce::worker_enabled)
 			return false;
-		// woken by a nudge (a pass looks at what is due now) and not asked
-		// to leave by the launcher (the checks above)
-		if (woken)
-			return true;
 		TimestampTz now = GetCurrentTimestamp();
 		if (due <= now)
 			return true;
@@ -237,7 +233,14 @@ bool linger(int passes) {
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		woken = (rc & WL_LATCH_SET) != 0;
+		if ((rc & WL_LATCH_SET) != 0) {
+			// woken: a nudge (a pass looks at what is due now), or the
+			// launcher wanting the slot (the checks above, again)
+			LWLockAcquire(shared->lock, LW_SHARED);
+			bool leave = shared->slot_wanted || is_blocked(args.dboid);
+			LWLockRelease(shared->lock);
+			return !leave && ce::worker_enabled;
+		}
 	}
 }
 

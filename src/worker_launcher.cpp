@@ -483,7 +483,9 @@ TimestampTz start_workers() {
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	shared->slot_wanted = out_of_slots;
 	if (out_of_slots)
-		wake_slots(InvalidOid, InvalidOid);
+		for (int i = 0; i < shared->nslots; i++)
+			if (shared->slots[i].state == slot_running && shared->slots[i].latch != nullptr)
+				SetLatch(shared->slots[i].latch);
 	LWLockRelease(shared->lock);
 	// Said once until every due database had a slot again, not every pass.
 	static bool said = false;

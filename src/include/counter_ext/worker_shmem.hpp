@@ -109,10 +109,6 @@ bool is_blocked(Oid dboid);
 // Queues a nudge and wakes the launcher (takes the lock).
 void nudge_launcher(Oid dboid, Oid owner, TimestampTz due);
 
-// Sets the latch of every running job worker of database dboid serving
-// owner (InvalidOid: any database, any owner). Caller holds the lock.
-void wake_slots(Oid dboid, Oid owner);
-
 } // namespace ce::worker_shm
 
 namespace ce {
