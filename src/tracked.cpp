@@ -1305,62 +1305,10 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 		f->plans[3] = ce::prepare_kept(sql, 5, types, CURSOR_OPT_CUSTOM_PLAN);
 		return f->plans[3];
 	}
-	if (keyed) {
-		// as below, without anchors: $6 (the lock's fourth column) unused,
-		// $7 the horizon, and the truth put as the key's one base
-		char *sql = psprintf(
-		    "WITH l AS MATERIALIZED ("
-		    " SELECT * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5))"
-		    " AS l(k, b, h)"
-		    "), z AS MATERIALIZED ("
-		    " SELECT r.key, NULL::pg_catalog.int8 AS b, r.n, NULL::pg_catalog.timestamptz AS bucket,"
-		    " NULL::pg_catalog.int2 AS shard, NULL::pg_catalog.int8 AS delta, false AS held"
-		    " FROM (SELECT ce_new.%4$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new"
-		    "  WHERE ce_new.%4$s %6$s ANY ($1) AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %7$s GROUP BY 1) r"
-		    " UNION ALL"
-		    " SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %3$s b WHERE b.key %6$s ANY ($1)"
-		    " UNION ALL"
-		    " SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL FROM %2$s d"
-		    " LEFT JOIN l ON l.k %6$s d.key AND l.b OPERATOR(pg_catalog.=) d.bucket AND l.h OPERATOR(pg_catalog.=) "
-		    "d.shard"
-		    " WHERE d.key %6$s ANY ($1)"
-		    "  AND (d.bucket OPERATOR(pg_catalog.<) $2 OR d.bucket OPERATOR(pg_catalog.>=) $7)"
-		    "), s AS MATERIALIZED ("
-		    " SELECT z.key, LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) OPERATOR(pg_catalog.+)"
-		    " coalesce(pg_catalog.sum(z.delta), 0), -9223372036854775807), 9223372036854775807)::pg_catalog.int8 AS "
-		    "cached,"
-		    " pg_catalog.sum(z.n)::pg_catalog.int8 AS truth, pg_catalog.count(*) FILTER (WHERE z.held) AS held,"
-		    " coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false) AS busy"
-		    " FROM z GROUP BY z.key"
-		    "), absorbed AS ("
-		    " DELETE FROM %2$s d USING z, s"
-		    " WHERE d.key %6$s ANY ($1) AND z.held AND s.key %6$s z.key AND NOT s.busy AND d.key %6$s z.key"
-		    "  AND d.bucket OPERATOR(pg_catalog.=) z.bucket AND d.shard OPERATOR(pg_catalog.=) z.shard"
-		    "  AND d.delta OPERATOR(pg_catalog.=) z.delta"
-		    " RETURNING d.key"
-		    "), ok AS MATERIALIZED ("
-		    " SELECT s.key, s.truth FROM s"
-		    " LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %6$s s.key"
-		    " WHERE NOT s.busy AND s.held OPERATOR(pg_catalog.=) coalesce(a.n, 0)"
-		    "), gone AS ("
-		    " DELETE FROM %3$s b USING ok WHERE b.key %6$s ANY ($1) AND b.key %6$s ok.key"
-		    "  AND ok.truth OPERATOR(pg_catalog.=) 0"
-		    " RETURNING 1"
-		    "), put AS ("
-		    " INSERT INTO %3$s AS b (key, base) SELECT ok.key, ok.truth FROM ok"
-		    " WHERE ok.truth OPERATOR(pg_catalog.<>) 0"
-		    " ON CONFLICT (key) DO UPDATE SET base = excluded.base"
-		    " WHERE b.base OPERATOR(pg_catalog.<>) excluded.base"
-		    " RETURNING 1"
-		    ")"
-		    " SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),"
-		    " pg_catalog.array_agg(ok.key IS NULL) FROM s LEFT JOIN ok ON ok.key %6$s s.key",
-		    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]), eq, filter);
-		Oid types[7] = {key_array,    TIMESTAMPTZOID, key_array,     TIMESTAMPTZARRAYOID,
-		                INT2ARRAYOID, key_array,      TIMESTAMPTZOID};
-		f->plans[1] = ce::prepare_kept(sql, 7, types, CURSOR_OPT_CUSTOM_PLAN);
-		return f->plans[1];
-	}
+	// 1: the anchored form; keyed (run_keyed), the same without anchors
+	// (the lock's fourth array is NULL: no l.a), $7 the horizon from
+	// which delta rows are folded as well, and the truth put as the key's
+	// one base
 	char *sql = psprintf(
 	    "WITH l AS MATERIALIZED ("
 	    " SELECT * FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
@@ -1369,14 +1317,14 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	    " SELECT r.key, NULL::pg_catalog.int8 AS b, r.n, NULL::pg_catalog.timestamptz AS bucket,"
 	    " NULL::pg_catalog.int2 AS shard, NULL::%6$s AS anchor, NULL::pg_catalog.int8 AS delta, false AS held"
 	    " FROM (SELECT ce_new.%4$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new"
-	    "  WHERE ce_new.%4$s %7$s ANY ($1) AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %9$s GROUP BY 1) r"
+	    "  WHERE ce_new.%4$s %7$s ANY ($1) AND ce_new.%5$s OPERATOR(pg_catalog.<) $2 AND %8$s GROUP BY 1) r"
 	    " UNION ALL"
-	    " SELECT b.key, b.base, 0, NULL, NULL, b.anchor, NULL, false FROM %3$s b WHERE b.key %7$s ANY ($1)"
+	    " SELECT b.key, b.base, 0, NULL, NULL, %9$s, NULL, false FROM %3$s b WHERE b.key %7$s ANY ($1)"
 	    " UNION ALL"
-	    " SELECT d.key, NULL, 0, d.bucket, d.shard, d.anchor, d.delta, l.k IS NOT NULL FROM %2$s d"
+	    " SELECT d.key, NULL, 0, d.bucket, d.shard, %10$s, d.delta, l.k IS NOT NULL FROM %2$s d"
 	    " LEFT JOIN l ON l.k %7$s d.key AND l.b OPERATOR(pg_catalog.=) d.bucket AND l.h OPERATOR(pg_catalog.=) d.shard"
-	    "  AND l.a %8$s d.anchor"
-	    " WHERE d.key %7$s ANY ($1) AND d.bucket OPERATOR(pg_catalog.<) $2"
+	    "%11$s"
+	    " WHERE d.key %7$s ANY ($1) AND %12$s"
 	    "), s AS MATERIALIZED ("
 	    // numeric, then bounded: no sum of deltas makes the batch fail
 	    " SELECT z.key, LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) OPERATOR(pg_catalog.+)"
@@ -1388,7 +1336,7 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	    " DELETE FROM %2$s d USING z, s"
 	    " WHERE d.key %7$s ANY ($1) AND z.held AND s.key %7$s z.key AND NOT s.busy AND d.key %7$s z.key"
 	    "  AND d.bucket OPERATOR(pg_catalog.=) z.bucket AND d.shard OPERATOR(pg_catalog.=) z.shard"
-	    "  AND d.anchor %8$s z.anchor AND d.delta OPERATOR(pg_catalog.=) z.delta"
+	    "%13$s AND d.delta OPERATOR(pg_catalog.=) z.delta"
 	    " RETURNING d.key"
 	    "), ok AS MATERIALIZED ("
 	    " SELECT s.key, s.truth FROM s"
@@ -1396,21 +1344,32 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	    " WHERE NOT s.busy AND s.held OPERATOR(pg_catalog.=) coalesce(a.n, 0)"
 	    "), gone AS ("
 	    " DELETE FROM %3$s b USING ok WHERE b.key %7$s ANY ($1) AND b.key %7$s ok.key"
-	    "  AND (ok.truth OPERATOR(pg_catalog.=) 0 OR NOT b.anchor %8$s $7)"
+	    "  AND (ok.truth OPERATOR(pg_catalog.=) 0%14$s)"
 	    " RETURNING 1"
 	    "), put AS ("
-	    " INSERT INTO %3$s AS b (key, anchor, base) SELECT ok.key, $7, ok.truth FROM ok"
+	    " INSERT INTO %3$s AS b (key%15$s, base) SELECT ok.key%16$s, ok.truth FROM ok"
 	    " WHERE ok.truth OPERATOR(pg_catalog.<>) 0"
-	    " ON CONFLICT (key, anchor) DO UPDATE SET base = excluded.base"
+	    " ON CONFLICT (key%15$s) DO UPDATE SET base = excluded.base"
 	    " WHERE b.base OPERATOR(pg_catalog.<>) excluded.base"
 	    " RETURNING 1"
 	    ")"
 	    " SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),"
 	    " pg_catalog.array_agg(ok.key IS NULL) FROM s LEFT JOIN ok ON ok.key %7$s s.key",
 	    f->state[0], f->state[1], f->state[2], quote_identifier(a[3]), quote_identifier(a[4]),
-	    format_type_be_qualified(anchor_type), eq, anchor_eq, filter);
-	Oid types[7] = {key_array, TIMESTAMPTZOID, key_array, TIMESTAMPTZARRAYOID, INT2ARRAYOID, anchor_array, anchor_type};
-	f->plans[1] = ce::prepare_kept(sql, 7, types);
+	    format_type_be_qualified(anchor_type), eq, filter, keyed ? "NULL" : "b.anchor", keyed ? "NULL" : "d.anchor",
+	    keyed ? "" : psprintf("  AND l.a %s d.anchor", anchor_eq),
+	    keyed ? "(d.bucket OPERATOR(pg_catalog.<) $2 OR d.bucket OPERATOR(pg_catalog.>=) $7)"
+	          : "d.bucket OPERATOR(pg_catalog.<) $2",
+	    keyed ? "" : psprintf("  AND d.anchor %s z.anchor", anchor_eq),
+	    keyed ? "" : psprintf(" OR NOT b.anchor %s $7", anchor_eq), keyed ? "" : ", anchor", keyed ? "" : ", $7");
+	Oid types[7] = {key_array,
+	                TIMESTAMPTZOID,
+	                key_array,
+	                TIMESTAMPTZARRAYOID,
+	                INT2ARRAYOID,
+	                keyed ? key_array : anchor_array,
+	                keyed ? TIMESTAMPTZOID : anchor_type};
+	f->plans[1] = ce::prepare_kept(sql, 7, types, keyed ? CURSOR_OPT_CUSTOM_PLAN : 0);
 	return f->plans[1];
 }
 

@@ -302,13 +302,13 @@ $s$, run, t.source::text, ops[1], t.key_type::text);
     ELSE
         shards := format($s$
     FOR ce_g IN SELECT pg_catalog.array_agg(g.k ORDER BY g.k) FROM (
-                    SELECT k.k, pg_catalog.get_shard_id_for_distribution_column('%7$s'::pg_catalog.regclass, k.k) AS sid
+                    SELECT k.k, pg_catalog.get_shard_id_for_distribution_column('%6$s'::pg_catalog.regclass, k.k) AS sid
                     FROM pg_catalog.unnest(ce_keys) AS k(k)) g
                 GROUP BY g.sid LOOP
         -- (1) the rows no writer holds, locked
         SELECT pg_catalog.array_agg(d.key), pg_catalog.array_agg(d.bucket), pg_catalog.array_agg(d.shard)
         INTO ce_lk, ce_lb, ce_ls
-        FROM %7$s d WHERE d.key %8$s ANY (ce_g) AND %10$s
+        FROM %6$s d WHERE d.key %7$s ANY (ce_g) AND %8$s
           AND counter_internal.row_lock_skip(d.tableoid::pg_catalog.regclass, d.ctid);
         -- (2) rows, base and deltas of the shard's keys, one snapshot, and
         -- the repair of the keys no writer holds: one statement
@@ -319,13 +319,13 @@ $s$, run, t.source::text, ops[1], t.key_type::text);
             SELECT r.key, NULL::bigint AS b, r.n, NULL::timestamptz AS bucket, NULL::smallint AS shard,
                    NULL::bigint AS delta, false AS held
             FROM (SELECT ce_new.%2$s AS key, pg_catalog.count(*) AS n FROM %1$s AS ce_new
-                  WHERE ce_new.%2$s %8$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s GROUP BY 1) r
+                  WHERE ce_new.%2$s %7$s ANY (ce_g) AND ce_new.%3$s < ce_w AND %4$s GROUP BY 1) r
             UNION ALL
-            SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %6$s b WHERE b.key %8$s ANY (ce_g)
+            SELECT b.key, b.base, 0, NULL, NULL, NULL, false FROM %5$s b WHERE b.key %7$s ANY (ce_g)
             UNION ALL
             SELECT d.key, NULL, 0, d.bucket, d.shard, d.delta, l.k IS NOT NULL
-            FROM %7$s d LEFT JOIN l ON l.k %8$s d.key AND l.b = d.bucket AND l.h = d.shard
-            WHERE d.key %8$s ANY (ce_g) AND %10$s
+            FROM %6$s d LEFT JOIN l ON l.k %7$s d.key AND l.b = d.bucket AND l.h = d.shard
+            WHERE d.key %7$s ANY (ce_g) AND %8$s
         ), s AS MATERIALIZED (
             -- numeric, then bounded: no sum of deltas makes the batch fail
             SELECT z.key, pg_catalog.sum(z.b) AS base,
@@ -337,20 +337,20 @@ $s$, run, t.source::text, ops[1], t.key_type::text);
             FROM z GROUP BY z.key
         ), absorbed AS (
             -- the rows it holds, whose amount is the amount it saw
-            DELETE FROM %7$s d USING z, s
-            WHERE d.key %8$s ANY (ce_g) AND z.held AND s.key %8$s z.key AND NOT s.busy
-              AND d.key %8$s z.key AND d.bucket = z.bucket AND d.shard = z.shard AND d.delta = z.delta
+            DELETE FROM %6$s d USING z, s
+            WHERE d.key %7$s ANY (ce_g) AND z.held AND s.key %7$s z.key AND NOT s.busy
+              AND d.key %7$s z.key AND d.bucket = z.bucket AND d.shard = z.shard AND d.delta = z.delta
             RETURNING d.key
         ), ok AS MATERIALIZED (
             SELECT s.key, s.truth, s.base
-            FROM s LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %8$s s.key
+            FROM s LEFT JOIN (SELECT a.key, pg_catalog.count(*) AS n FROM absorbed a GROUP BY 1) a ON a.key %7$s s.key
             WHERE NOT s.busy AND s.held = coalesce(a.n, 0)
         ), updated AS (
-            UPDATE %6$s b SET base = ok.truth FROM ok
-            WHERE b.key %8$s ANY (ce_g) AND b.key %8$s ok.key AND ok.truth <> 0 AND b.base <> ok.truth
+            UPDATE %5$s b SET base = ok.truth FROM ok
+            WHERE b.key %7$s ANY (ce_g) AND b.key %7$s ok.key AND ok.truth <> 0 AND b.base <> ok.truth
             RETURNING 1
         ), emptied AS (
-            DELETE FROM %6$s b USING ok WHERE b.key %8$s ANY (ce_g) AND b.key %8$s ok.key AND ok.truth = 0
+            DELETE FROM %5$s b USING ok WHERE b.key %7$s ANY (ce_g) AND b.key %7$s ok.key AND ok.truth = 0
             RETURNING 1
         )
         SELECT pg_catalog.array_agg(s.key), pg_catalog.array_agg(s.cached), pg_catalog.array_agg(s.truth),
@@ -358,11 +358,11 @@ $s$, run, t.source::text, ops[1], t.key_type::text);
                pg_catalog.array_agg(ok.key) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0),
                pg_catalog.array_agg(ok.truth) FILTER (WHERE ok.base IS NULL AND ok.truth <> 0)
         INTO ce_sk, ce_sc, ce_st, ce_sb, ce_nk, ce_nt
-        FROM s LEFT JOIN ok ON ok.key %8$s s.key;
+        FROM s LEFT JOIN ok ON ok.key %7$s s.key;
         -- (3) a base row for each repaired key that had none (Citus does not
         -- route an INSERT in a WITH): only when there are such keys
         IF ce_nk IS NOT NULL THEN
-            INSERT INTO %6$s AS b (key, base)
+            INSERT INTO %5$s AS b (key, base)
             SELECT c.key, c.truth FROM ROWS FROM (pg_catalog.unnest(ce_nk), pg_catalog.unnest(ce_nt)) AS c(key, truth)
             ON CONFLICT (key) DO UPDATE SET base = excluded.base;
         END IF;
@@ -371,9 +371,8 @@ $s$, run, t.source::text, ops[1], t.key_type::text);
         ce_rt := ce_rt || ce_st;
         ce_rb := ce_rb || ce_sb;
     END LOOP;
-$s$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f, t.key_type::text,
-        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], ops[3],
-        bk.cond);
+$s$, t.source::text, format('%I', t.key_column), format('%I', t.time_column), f,
+        counter_internal.tracked_table(t, 'base'), counter_internal.tracked_table(t, 'delta'), ops[1], bk.cond);
     END IF;
     RETURN format($b$
 #variable_conflict use_column
