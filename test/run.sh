@@ -333,6 +333,13 @@ if [ ${#script_files[@]} -gt 0 ]; then
             record "script/$(basename "$f" .sh)" 1
         done
     fi
+    # each script ran once, in the lane that claimed it (seen failing with
+    # a claim that always succeeds)
+    twice=$(awk '{ print $1 }' "$out/script-times.txt" | sort | uniq -d | tr '\n' ' ')
+    if [ -n "$twice" ]; then
+        echo "scripts run in both lanes: $twice... FAILED"
+        record script-lanes 1
+    fi
 fi
 
 echo "== server log"
