@@ -257,44 +257,29 @@ report() {
 # and share nothing with the others (a cluster of their own, no staged
 # script; package installations take turns, ce_require_packages) say so on a
 # line "# lane: side" and run one after another beside the rest, which also
-# run one after another (CE_SCRIPT_LANES=1: all in one lane). Scripts of the
-# rest that share nothing either say "# lane: any": the side lane, done with
-# its own, takes them from the end of the list while the main lane goes on
-# from its start (each script is run by the lane that claims it first, a
-# mkdir), so neither lane idles while the other has most of the list left.
-# Results are printed as the scripts end.
+# run one after another (CE_SCRIPT_LANES=1: all in one lane). Results are
+# printed as the scripts end.
 side_files=()
 main_files=()
-any_files=()
 for f in "${script_files[@]}"; do
     if [ "${CE_SCRIPT_LANES:-2}" != 1 ] && grep -qx '# lane: side' "$f"; then
         side_files+=("$f")
     else
         main_files+=("$f")
-        [ "${CE_SCRIPT_LANES:-2}" != 1 ] && grep -qx '# lane: any' "$f" && any_files+=("$f")
     fi
 done
 side_pid=
-taken=()  # the main list's scripts the side lane claimed, to report
-# claim FILE: whether this lane is the first to claim the script
-claim() { mkdir "$out/claim-$(basename "$1" .sh)" 2>/dev/null; }
-# report_side: reports the side lane's scripts that have ended, in order,
-# then those it took from the main list that have ended.
+# report_side: reports the side lane's scripts that have ended, in order.
 report_side() {
     while [ ${#side_files[@]} -gt 0 ] && [ -e "$out/script-$(basename "${side_files[0]}" .sh).status" ]; do
         report "${side_files[0]}"
         side_files=("${side_files[@]:1}")
     done
-    local left=() f
-    for f in "${taken[@]}"; do
-        if [ -e "$out/script-$(basename "$f" .sh).status" ]; then report "$f"; else left+=("$f"); fi
-    done
-    taken=("${left[@]}")
 }
 if [ ${#script_files[@]} -gt 0 ]; then
     echo "== scripts"
     : >"$out/script-times.txt"
-    rm -rf "$out"/script-*.status "$out"/claim-*
+    rm -f "$out"/script-*.status
     if [ ${#side_files[@]} -gt 0 ]; then
         (
             child=
@@ -304,22 +289,10 @@ if [ ${#script_files[@]} -gt 0 ]; then
                 child=$!
                 wait "$child"
             done
-            # then the main list's "any" scripts, from its end, until the
-            # main lane has reached them
-            for ((i = ${#any_files[@]} - 1; i >= 0; i--)); do
-                claim "${any_files[$i]}" || break
-                run_script "${any_files[$i]}" &
-                child=$!
-                wait "$child"
-            done
         ) &
         side_pid=$!
     fi
     for f in "${main_files[@]}"; do
-        if [ -n "$side_pid" ] && ! claim "$f"; then
-            taken+=("$f") # the side lane runs it
-            continue
-        fi
         run_script "$f"
         report "$f"
         report_side
@@ -328,17 +301,10 @@ if [ ${#script_files[@]} -gt 0 ]; then
         wait "$side_pid"
         side_pid=
         report_side
-        for f in "${side_files[@]}" "${taken[@]}"; do
+        for f in "${side_files[@]}"; do
             echo "$f ... FAILED (it did not end)"
             record "script/$(basename "$f" .sh)" 1
         done
-    fi
-    # each script ran once, in the lane that claimed it (seen failing with
-    # a claim that always succeeds)
-    twice=$(awk '{ print $1 }' "$out/script-times.txt" | sort | uniq -d | tr '\n' ' ')
-    if [ -n "$twice" ]; then
-        echo "scripts run in both lanes: $twice... FAILED"
-        record script-lanes 1
     fi
 fi
 

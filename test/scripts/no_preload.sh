@@ -2,7 +2,6 @@
 # Without shared_preload_libraries, CREATE EXTENSION and the SQL features work;
 # only the background worker and the buffer of buffered counters need the
 # preload: a buffered counter then writes its adds directly, and says so.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

@@ -7,7 +7,6 @@
 # (dump_restore/fingerprint.sql), the filters still call the owner's
 # functions (whose OIDs pg_upgrade does not keep), and the database keeps
 # working (dump_restore/check.sql and new writes through the filters).
-# lane: any
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 here=$CE_TOP/test/scripts/dump_restore

@@ -12,7 +12,6 @@
 #     plain SET is shown to leak to the next client, SET LOCAL not;
 #   - drift: counter.tracked_history / counter.tracked_drift polled through
 #     the pooler show the reconciliation run and its drift.
-# lane: any
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 fail() { echo "FAILED: $*"; exit 1; }

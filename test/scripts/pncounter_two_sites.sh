@@ -12,7 +12,6 @@
 # states whose value is every increment minus every decrement made anywhere
 # (recorded per transaction in each site's ops table), each node's totals are
 # exactly what that site did, and re-delivering old states changes nothing.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 

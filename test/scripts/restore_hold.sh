@@ -20,7 +20,6 @@
 #    from-scratch GROUP BY, no row of the partitioned table is lost, and every
 #    job has run and succeeded since.
 # CE_DEBUG=1 prints the server log and the new database's runs on a failure.
-# lane: any
 set -uo pipefail
 source "$(dirname "$0")/../lib.sh"
 rows=${CE_RESTORE_ROWS:-4000000}

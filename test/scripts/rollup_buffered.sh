@@ -23,7 +23,6 @@
 #   5. a SERIALIZABLE writer and rows that find the shared table full (128
 #      entries) have their hours marked dirty; after the refresh, exact;
 #   6. without the library preloaded, writers mark their hours dirty.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 

@@ -7,7 +7,6 @@
 # so the call acts for the function's owner whether or not the library was
 # preloaded: the attacker's function is refused, the attacker gains nothing,
 # and the superuser's own direct calls in a fresh session work.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

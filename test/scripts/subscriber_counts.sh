@@ -20,7 +20,6 @@
 # subscription writes (at counter.track, or when the table becomes one's
 # target later) is reported loudly: a WARNING and tracked_status /
 # rollup_state.replication_warning.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 seconds=${CE_REPL_SECONDS:-15}

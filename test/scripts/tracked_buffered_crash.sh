@@ -11,7 +11,6 @@
 # sees a new shared table, schedules a full reconciliation, and the worker
 # runs it. Prints what the crash lost (the repair's drift) and how long the
 # repair took.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 

@@ -9,7 +9,6 @@
 # with no other step, every key equals count(*) (the reads add what is
 # buffered), and no reconciliation ever found drift: there is no source of
 # drift here, so any would be an add lost or counted twice.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 

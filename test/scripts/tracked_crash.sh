@@ -4,7 +4,6 @@
 # postmaster is killed with SIGKILL under that load, the cluster restarted,
 # one reconcile of every key run: every key equals the true count, and the
 # run cut by the crash is marked interrupted.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 work=$(mktemp -d)

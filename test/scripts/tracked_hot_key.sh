@@ -14,7 +14,6 @@
 # value equals exactly the committed adds (pgbench's 'add' transactions plus
 # the rows) while they are all in the shared table, after a flush, and
 # through counter.tracked_values.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 

@@ -4,7 +4,6 @@
 # worker off; then nothing is called: the worker is switched on and within a
 # bounded wait it has reconciled, refreshed and created the partitions, and
 # counter.job_runs shows each job run by the worker and succeeded.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

@@ -3,7 +3,6 @@
 # counter.run_jobs() and CALL counter.run_job(id) still run every job in a
 # background-worker session of its owner (started as a dynamic background
 # worker), never in the calling superuser's session.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT

@@ -12,7 +12,6 @@
 # one in counter or counter_internal at all), a kind whose procedure a
 # non-superuser owns is refused, a job follows REASSIGN OWNED to the new
 # owner, and a job whose owner was dropped is disabled with its reason.
-# lane: any
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 trap ce_cluster_stop_all EXIT
