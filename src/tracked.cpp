@@ -197,7 +197,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 8)"
 	                "  OR (t.tgfoid OPERATOR(pg_catalog.=)"
 	                "   'counter_internal.tracked_shard_fold()'::pg_catalog.regprocedure"
-	                "   AND t.tgnargs IN (10, 12))"
+	                "   AND t.tgnargs IN (10, 11, 12))"
 	                " ORDER BY t.tgrelid",
 	                true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
@@ -238,7 +238,9 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.source = source;
 				w.name = MemoryContextStrdup(keep, g->tgargs[4]);
 				w.max_future = pg_strtoint64(g->tgargs[7]);
-			} else if (strcmp(fn, "tracked_shard_fold") == 0 && (g->tgnargs == 10 || g->tgnargs == 12)) {
+			} else if (strcmp(fn, "tracked_shard_fold") == 0 &&
+			           (g->tgnargs == 10 || g->tgnargs == 12 ||
+			            (g->tgnargs == 11 && strcmp(g->tgargs[10], "buffered") == 0))) {
 				// a trigger-mode counter's INSERT trigger on its source,
 				// its state beside the source under the names track gives
 				// it (id, 'citus', key column, time column, width, slots,
@@ -267,6 +269,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.source = RelationGetRelid(rel);
 				w.name = MemoryContextStrdup(keep, g->tgargs[9]);
 				w.max_future = 0;
+				w.buffered = g->tgnargs == 11;
 			} else
 				continue;
 			w.id = id;
@@ -585,6 +588,7 @@ void fold_fill(FoldCache *c, const Counter &k, Relation rel, MemoryContext conte
 int64 flush_counter(const Counter &c, bool wait);
 void notice_unpreloaded(const char *name);
 void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts);
+void write_shard_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts);
 
 // The image of a folded key (the same as ce::buffer::image_of makes).
 bool fold_image(const ce::tracked::FoldKey &key, ce::buffer::Image *out) {
@@ -872,6 +876,25 @@ void truncate_state(FoldCache *c) {
 
 using ShardFold = ce::citus::ShardTrigger; // state[0]: the delta shard, state[1]: the base shard
 
+void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int shards);
+
+// Inside SPI, as the owner; owns nothing C++. Runs the flush of a buffered
+// counter's delta table 'delta' (qualified) on every node
+// (counter_internal.tracked_node_flush, each node in a transaction of its
+// own); an error on any node is raised here.
+void flush_nodes(const char *delta) {
+	Oid types[1] = {TEXTOID};
+	Datum args[1] = {CStringGetTextDatum(delta)};
+	if (SPI_execute_with_args("SELECT r.result FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format("
+	                          "'SELECT counter_internal.tracked_node_flush(%L)', $1)) r WHERE NOT r.success",
+	                          1, types, args, nullptr, false, 1) != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("flushing the nodes of a buffered counter failed")));
+	if (SPI_processed > 0)
+		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+		                errmsg("flushing the buffered amounts of %s on a node failed: %s", delta,
+		                       SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1))));
+}
+
 // The delta and base tables of counter id: named by the trigger (1.8:
 // beside the source), or 1.7's in counter_internal; and its anchors when
 // it is keyed by another column than the distribution column (tables[2],
@@ -1015,6 +1038,15 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 	// keyed by another column than the distribution column: every row
 	// anchored to this shard's anchor ($2, shard_anchor)
 	bool anchored = td->tg_trigger->tgnargs == 12;
+	if (td->tg_trigger->tgnargs == 11) {
+		// buffered (shard_fold_buffered): the same folded rows, returned
+		f->plans[kind] = ce::prepare_kept(
+		    psprintf("SELECT x.k, x.b, pg_catalog.sum(x.s)::pg_catalog.int8 FROM (%s) x GROUP BY x.k, x.b"
+		             " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0",
+		             rows),
+		    0, nullptr);
+		return f->plans[kind];
+	}
 	char *sql =
 	    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta%s)"
 	             " SELECT x.k, x.b, $1, pg_catalog.sum(x.s)%s FROM (%s) x GROUP BY x.k, x.b"
@@ -1037,7 +1069,14 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	}
 	if (f->shell && TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		// Citus copies no TRUNCATE trigger to the shards: the distributed
-		// table's own empties the state, on every shard (distributed DELETEs)
+		// table's own empties the state, on every shard (distributed DELETEs);
+		// a buffered counter's nodes first write what they hold (each node
+		// in a transaction of its own), so that it goes with the rest
+		if (td->tg_trigger->tgnargs == 11) {
+			const char *tables[3];
+			shard_fold_tables(td, id, tables);
+			flush_nodes(tables[0]);
+		}
 		if (f->plans[3] == nullptr) {
 			const char *tables[3];
 			shard_fold_tables(td, id, tables);
@@ -1083,16 +1122,22 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 // 1.8 the delta and base tables).
 void shard_fold(TriggerData *td) {
 	int nargs = td->tg_trigger->tgnargs;
-	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) || (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 12))
+	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
+	    (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 11 && nargs != 12) ||
+	    (nargs == 11 && strcmp(td->tg_trigger->tgargs[10], "buffered") != 0))
 		throw ce::Error("39P01",
-		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments, 12 "
-		                "when its key is not the distribution column (7 made by 1.7, 9 by 1.8 before the counter's "
-		                "name)");
+		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments, 11 "
+		                "when it is buffered, 12 when its key is not the distribution column (7 made by 1.7, 9 by 1.8 "
+		                "before the counter's name)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the counter's owner
 	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
+	if (nargs == 11 && !TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+		shard_fold_buffered(td, f, owner, id, shards);
+		return;
+	}
 	ce::as_owner(owner, [f, td, id, shards] { shard_fold_run(f, td, id, shards); });
 }
 
@@ -1325,12 +1370,12 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	    " LEFT JOIN l ON l.k %7$s d.key AND l.b OPERATOR(pg_catalog.=) d.bucket AND l.h OPERATOR(pg_catalog.=) d.shard"
 	    "%11$s"
 	    " WHERE d.key %7$s ANY ($1) AND %12$s"
-	    "), s AS MATERIALIZED ("
+	    ")%17$s, s AS MATERIALIZED ("
 	    // numeric, then bounded: no sum of deltas makes the batch fail
 	    " SELECT z.key, LEAST(GREATEST(coalesce(pg_catalog.sum(z.b), 0) OPERATOR(pg_catalog.+)"
 	    " coalesce(pg_catalog.sum(z.delta), 0), -9223372036854775807), 9223372036854775807)::pg_catalog.int8 AS cached,"
 	    " pg_catalog.sum(z.n)::pg_catalog.int8 AS truth, pg_catalog.count(*) FILTER (WHERE z.held) AS held,"
-	    " coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false) AS busy"
+	    " coalesce(pg_catalog.bool_or(z.delta IS NOT NULL AND NOT z.held), false)%18$s AS busy"
 	    " FROM z GROUP BY z.key"
 	    "), absorbed AS ("
 	    " DELETE FROM %2$s d USING z, s"
@@ -1361,7 +1406,15 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	    keyed ? "(d.bucket OPERATOR(pg_catalog.<) $2 OR d.bucket OPERATOR(pg_catalog.>=) $7)"
 	          : "d.bucket OPERATOR(pg_catalog.<) $2",
 	    keyed ? "" : psprintf("  AND d.anchor %s z.anchor", anchor_eq),
-	    keyed ? "" : psprintf(" OR NOT b.anchor %s $7", anchor_eq), keyed ? "" : ", anchor", keyed ? "" : ", $7");
+	    keyed ? "" : psprintf(" OR NOT b.anchor %s $7", anchor_eq), keyed ? "" : ", anchor", keyed ? "" : ", $7",
+	    // keyed: a key that what this node's buffer holds makes busy (1.8,
+	    // a buffered counter: tracked_shard_busy, with this statement's
+	    // snapshot; nothing for a counter that is not buffered)
+	    keyed ? psprintf(", bb AS MATERIALIZED (SELECT u.k FROM pg_catalog.unnest("
+	                     "counter_internal.tracked_shard_busy(%s::pg_catalog.regclass, $2, $1)) AS u(k))",
+	                     quote_literal_cstr(f->state[1]))
+	          : "",
+	    keyed ? psprintf(" OR z.key %s ANY (SELECT bb.k FROM bb)", eq) : "");
 	Oid types[7] = {key_array,
 	                TIMESTAMPTZOID,
 	                key_array,
@@ -1593,8 +1646,7 @@ CE_FUNCTION(counter_tracked_shard_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) ||
-	    (td->tg_trigger->tgnargs != 9 && td->tg_trigger->tgnargs != 10 && td->tg_trigger->tgnargs != 12) ||
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || (td->tg_trigger->tgnargs < 9 || td->tg_trigger->tgnargs > 12) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the arguments "
 		                         "counter.track gives it");
@@ -1862,10 +1914,11 @@ CE_FUNCTION(counter_tracked_worker_counters) {
 			worker_counters(nullptr, CurrentMemoryContext, [rsinfo](const Counter &w) {
 				NameData schema;
 				namestrcpy(&schema, w.state_schema);
-				Datum values[6] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id),
+				Datum values[7] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id),
 				                   ObjectIdGetDatum(w.source),  ObjectIdGetDatum(w.owner),
-				                   NameGetDatum(&schema),       BoolGetDatum(w.anchor_column != nullptr)};
-				bool nulls[6] = {false, false, false, false, false, false};
+				                   NameGetDatum(&schema),       BoolGetDatum(w.anchor_column != nullptr),
+				                   BoolGetDatum(w.buffered)};
+				bool nulls[7] = {false, false, false, false, false, false, false};
 				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 			});
 		SPI_finish();
@@ -1950,9 +2003,16 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 		char *state = psprintf("SELECT b.key, %s b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
 		                       " UNION ALL SELECT d.key, %s d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s",
 		                       anchored ? "b.anchor," : "", base, cond, anchored ? "d.anchor," : "", delta, cond);
+		// buffered (1.8): what the node that holds the key's shard has in
+		// its buffer, added there (tracked_shard_pending runs where Citus
+		// routes the query; values_of reads such a counter key by key)
 		if (!many)
-			sql =
-			    psprintf("SELECT %scoalesce(pg_catalog.sum(z.v), 0)%s FROM (%s) z", bounded_open, bounded_close, state);
+			sql = psprintf("SELECT %scoalesce(pg_catalog.sum(z.v), 0)%s%s FROM (%s) z", bounded_open,
+			               c.buffered ? psprintf(" OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%s::"
+			                                     "pg_catalog.regclass, $1)",
+			                                     quote_literal_cstr(delta))
+			                          : "",
+			               bounded_close, state);
 		else
 			sql = psprintf("WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM (%s) z GROUP BY z.key)"
 			               " SELECT u.o, %scoalesce(x.s, 0)%s FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(k, o)"
@@ -2158,36 +2218,44 @@ struct FlushRow {
 	int128 sum;
 };
 
-// Owns nothing C++: as the counter's owner, writes amounts to its delta
-// table in one statement, one row per (key, bucket) in (key, bucket) order.
+// Where a flush writes: a delta table (or, on Citus, a delta shard), its
+// key type, its owner, the value of its shard column, and the plan kept for
+// it (by the buffer's counter id).
+struct DeltaTarget {
+	const char *table; // qualified
+	Oid key_type;
+	Oid owner;
+	int16 shard;
+	int32 id;
+};
+
+// Owns nothing C++: as the target's owner, writes rows to its delta table
+// in one statement, one row per (key, bucket) in (key, bucket) order.
 // The rows are sorted and merged here (equal keys with different images,
 // numeric 1.0 and 1.00 say, are one key: the key type's btree comparison), so
 // that the statement only unnests its arrays: no table function's tuplestore,
 // no sort, no GROUP BY, and no numeric (the sums are bounded here, the row's
 // new delta by integer comparisons). Bounded, not refused: a flush never
 // fails on what adds summed to (reconciliation repairs a key that reached a
-// bound).
-void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
+// bound). rows: palloc'd, in a context that outlives the call.
+void write_rows(const DeltaTarget &t, FlushRow *rows, size_t n) {
 	if (n == 0)
 		return;
-	KeptPlans *plans = plans_of(c.id);
-	ce::as_owner(c.owner, [&c, plans, a, n] {
+	KeptPlans *plans = plans_of(t.id);
+	ce::as_owner(t.owner, [&t, plans, rows, n] {
 		int16 len;
 		bool byval;
 		char align;
-		get_typlenbyvalalign(c.key_type, &len, &byval, &align);
-		Oid array_type = get_array_type(c.key_type);
+		get_typlenbyvalalign(t.key_type, &len, &byval, &align);
+		Oid array_type = get_array_type(t.key_type);
 		if (!OidIsValid(array_type))
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT), errmsg("tracked key type has no array type")));
-		TypeCacheEntry *type = lookup_type_cache(c.key_type, TYPECACHE_CMP_PROC_FINFO);
+		TypeCacheEntry *type = lookup_type_cache(t.key_type, TYPECACHE_CMP_PROC_FINFO);
 		if (!OidIsValid(type->cmp_proc))
 			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
-			                errmsg("tracked key type %s has no btree comparison", format_type_be(c.key_type))));
+			                errmsg("tracked key type %s has no btree comparison", format_type_be(t.key_type))));
 		if (SPI_connect() != SPI_OK_CONNECT) // what is palloc'd below goes with SPI_finish
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-		FlushRow *rows = static_cast<FlushRow *>(palloc(sizeof(FlushRow) * n));
-		for (size_t i = 0; i < n; i++)
-			rows[i] = FlushRow{ce::buffer::datum_of(a[i].key, len, byval), a[i].bucket, a[i].amount};
 		size_t kept = sort_merge(
 		    rows, n, &type->cmp_proc_finfo, type->typcollation, [](const FlushRow &r) { return r.key; },
 		    [](FlushRow &into, const FlushRow &r) { into.sum += r.sum; }); // 128 bits: no overflow from int64 amounts
@@ -2212,15 +2280,15 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 			             " WHEN excluded.delta OPERATOR(pg_catalog.<) 0 AND d.delta OPERATOR(pg_catalog.<)"
 			             " ((-9223372036854775807) OPERATOR(pg_catalog.-) excluded.delta) THEN -9223372036854775807"
 			             " ELSE d.delta OPERATOR(pg_catalog.+) excluded.delta END",
-			             state_table(c, "delta"));
+			             t.table);
 			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
 			plans->flush = ce::prepare_kept(sql, 4, types);
 		}
 		int count = static_cast<int>(kept);
 		Datum values[4] = {
-		    PointerGetDatum(construct_array(keys, count, c.key_type, len, byval, align)),
+		    PointerGetDatum(construct_array(keys, count, t.key_type, len, byval, align)),
 		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-		    Int16GetDatum(shard_of(c.shards)),
+		    Int16GetDatum(t.shard),
 		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
 		int rc = SPI_execute_plan(plans->flush, values, nullptr, false, 0);
 		if (rc != SPI_OK_INSERT)
@@ -2230,10 +2298,272 @@ void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
 	});
 }
 
+// The rows of amounts (images of keys of type key_type), palloc'd in the
+// current context. Owns nothing C++.
+FlushRow *rows_of(Oid key_type, const ce::buffer::Amount *a, size_t n) {
+	int16 len;
+	bool byval;
+	get_typlenbyval(key_type, &len, &byval);
+	FlushRow *rows = static_cast<FlushRow *>(palloc(sizeof(FlushRow) * n));
+	for (size_t i = 0; i < n; i++)
+		rows[i] = FlushRow{ce::buffer::datum_of(a[i].key, len, byval), a[i].bucket, a[i].amount};
+	return rows;
+}
+
+// As the counter's owner, writes amounts to its delta table (write_rows).
+void write_amounts(const Counter &c, const ce::buffer::Amount *a, size_t n) {
+	if (n == 0)
+		return;
+	FlushRow *rows = ce::pg_guard([&c, a, n] { return rows_of(c.key_type, a, n); });
+	DeltaTarget t{state_table(c, "delta"), c.key_type, c.owner, shard_of(c.shards), c.id};
+	write_rows(t, rows, n);
+}
+
 // PREPARE TRANSACTION: the transaction's adds of counter 'id', written now.
 void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
+	if (id < 0) { // a delta shard's buffer on this Citus node (below)
+		write_shard_direct(id, amounts);
+		return;
+	}
 	Counter c = load_counter(Int32GetDatum(id), true, CurrentMemoryContext);
 	write_amounts(c, amounts.data(), amounts.size());
+}
+
+// ---------------------------------------------------------------------------
+// Citus (doc/citus.md, "Buffered trigger-mode counters"; 1.8): a buffered
+// trigger-mode counter keyed by the distribution column of a hash-distributed
+// table. Each shard's trigger adds what its statement counts to the shared
+// table of the node it fires on, under the buffer id of the placement of the
+// colocated delta shard on that node, -(placement id): the same entries,
+// shares, lanes and publication at commit as on one node (ids of counters
+// are positive). The flush (tracked_node_flush, run on every node by the
+// coordinator's: counter_internal.tracked_citus_flush) writes each of the
+// node's placements' amounts into its delta shard there, in a transaction of
+// that node alone (Citus prepares a transaction that writes two nodes, and a
+// flush's claim is not prepared); a read of a key adds what the node that
+// holds the key's shard has (tracked_shard_pending, in the query Citus
+// routes there); a shard's reconciliation leaves alone the keys busy in that
+// node's buffer (tracked_shard_busy, in its statement). A placement id is
+// never given again: a move or a split makes new ones, so what a node holds
+// for a placement it no longer has is never read nor flushed, and the
+// coordinator's flush, finding the shard's new placement (or a node's new
+// shared table after a restart), schedules the reconciliation of every key,
+// which counts those rows again.
+
+// Where the buffer of a delta shard's placement on this node writes.
+struct ShardBuffer {
+	Oid owner;
+	Oid key_type;
+	int16 shard; // the value of the delta's shard column its direct writes use
+	char *table; // the delta shard, qualified (in TopMemoryContext)
+};
+std::unordered_map<int32, ShardBuffer> *shard_buffers = nullptr; // by buffer id, bounded
+
+// Owns nothing C++ but the map: remembers where buffer 'id' writes (for the
+// writer of PREPARE TRANSACTION, which has only the id).
+void shard_buffer_remember(int32 id, Oid owner, Oid key_type, int16 shard, const char *table) {
+	if (shard_buffers == nullptr)
+		shard_buffers = new std::unordered_map<int32, ShardBuffer>();
+	auto found = shard_buffers->find(id);
+	if (found != shard_buffers->end() && found->second.owner == owner && found->second.key_type == key_type &&
+	    strcmp(found->second.table, table) == 0)
+		return;
+	if (shard_buffers->size() >= cache_limit) {
+		for (auto &entry : *shard_buffers)
+			ce::pg_guard([&entry] { pfree(entry.second.table); });
+		shard_buffers->clear();
+	}
+	char *kept = ce::pg_guard([table] { return MemoryContextStrdup(TopMemoryContext, table); });
+	ShardBuffer &b = (*shard_buffers)[id];
+	if (b.table != nullptr)
+		ce::pg_guard([&b] { pfree(b.table); });
+	b = ShardBuffer{owner, key_type, shard, kept};
+}
+
+// The shard id a shard's table name ends with (<table>_<shard id>), 0 when none.
+int64 shard_id_of_name(const char *name) {
+	const char *us = strrchr(name, '_');
+	if (us == nullptr || us[1] == '\0' || strspn(us + 1, "0123456789") != strlen(us + 1) || strlen(us + 1) >= 19)
+		return 0;
+	return strtoll(us + 1, nullptr, 10);
+}
+
+// Inside SPI; owns nothing C++. The buffer of the placement on this node of
+// shard 'shardid' of the table 'rel' names: that shard itself (is_shard), or
+// the distributed table. 0 when the shard has no placement on this node (or
+// a placement id past what a buffer id holds: its adds are written
+// directly); its qualified name into *name (palloc'd) when asked.
+int32 placement_buffer(int64 shardid, Oid rel, bool is_shard, char **name) {
+	Oid types[3] = {INT8OID, OIDOID, BOOLOID};
+	Datum args[3] = {Int64GetDatum(shardid), ObjectIdGetDatum(rel), BoolGetDatum(is_shard)};
+	int rc =
+	    SPI_execute_with_args("SELECT p.placementid, pg_catalog.shard_name(s.logicalrelid, s.shardid, false)"
+	                          " FROM pg_catalog.pg_dist_shard s"
+	                          " JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+	                          " JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
+	                          " WHERE s.shardid OPERATOR(pg_catalog.=) $1 AND CASE WHEN $3"
+	                          "  THEN pg_catalog.to_regclass(pg_catalog.shard_name(s.logicalrelid, s.shardid, false))"
+	                          "       OPERATOR(pg_catalog.=) $2::pg_catalog.regclass"
+	                          "  ELSE s.logicalrelid OPERATOR(pg_catalog.=) $2::pg_catalog.regclass END",
+	                          3, types, args, nullptr, true, 2);
+	if (rc != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	if (SPI_processed != 1)
+		return 0;
+	bool isnull;
+	int64 placement = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (placement <= 0 || placement > PG_INT32_MAX)
+		return 0;
+	if (name != nullptr)
+		*name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	return static_cast<int32>(-placement);
+}
+
+// Inside SPI; owns nothing C++. The buffer of the shard of the distributed
+// table rel that holds 'key' (of key_type), on this node (0: not here).
+int32 key_buffer(Oid rel, Oid key_type, Datum key) {
+	Oid types[2] = {REGCLASSOID, key_type};
+	Datum args[2] = {ObjectIdGetDatum(rel), key};
+	if (SPI_execute_with_args("SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2)", 2, types, args, nullptr,
+	                          true, 1) != SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	bool isnull;
+	Datum shard = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : placement_buffer(DatumGetInt64(shard), rel, false, nullptr);
+}
+
+// The key type of a delta table (its column 'key'). Owns nothing C++.
+Oid delta_key_type(Oid rel) {
+	AttrNumber att = get_attnum(rel, "key");
+	if (att == InvalidAttrNumber)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+		                errmsg("%s is not the delta table of a tracked counter", get_rel_name(rel))));
+	return get_atttype(rel, att);
+}
+
+// The functions PUBLIC may execute on every node (99_internal.sql) act on a
+// table whose owner's rights their caller has, and nothing else.
+void require_table_owner_rights(Oid rel, const char *what) {
+	if (!ce::citus::caller_has_owner_rights(rel))
+		throw ce::Error(ce::sqlstate::insufficient_privilege,
+		                ce::format("permission denied to %s the buffered amounts of this table", what),
+		                "Only a role with the rights of the table's owner may.");
+}
+
+// PREPARE TRANSACTION on a node (Citus prepares every transaction that
+// writes two nodes): the transaction's adds to buffer 'id', written now to
+// the delta shard its trigger named.
+void write_shard_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
+	auto found = shard_buffers == nullptr ? decltype(shard_buffers->end()){} : shard_buffers->find(id);
+	if (shard_buffers == nullptr || found == shard_buffers->end())
+		throw ce::Error(ce::sqlstate::internal_error, "buffered adds of a Citus shard have no writer here");
+	ShardBuffer b = found->second;
+	FlushRow *rows = ce::pg_guard([&b, &amounts] { return rows_of(b.key_type, amounts.data(), amounts.size()); });
+	write_rows(DeltaTarget{b.table, b.key_type, b.owner, b.shard, id}, rows, amounts.size());
+}
+
+// Rows a buffered shard trigger's statement counted, folded per (key,
+// bucket), copied out of SPI.
+struct ShardFolded {
+	FlushRow *rows;
+	size_t n;
+	bool done; // nothing to buffer (a TRUNCATE, the distributed table itself, a trigger left behind)
+};
+
+// Owns nothing C++: as the table's owner. The rows the statement of a
+// buffered shard trigger counted (shard_fold_plan), folded per (key,
+// bucket), in the caller's memory context; done when there is nothing to
+// buffer (the distributed table itself, a TRUNCATE trigger left behind).
+ShardFolded shard_fold_rows(ShardFold *f, TriggerData *td, int32 id) {
+	ShardFolded out{nullptr, 0, true};
+	MemoryContext caller = CurrentMemoryContext;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	if ((!f->valid && !shard_fold_fill(f, td, id)) || f->shell) {
+		SPI_finish();
+		return out;
+	}
+	if (f->buffer == 0) {
+		Oid delta = ce::citus::relation_named(f->state[0]);
+		int32 buffer =
+		    OidIsValid(delta) ? placement_buffer(shard_id_of_name(get_rel_name(delta)), delta, true, nullptr) : 0;
+		if (buffer == 0)
+			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			                errmsg("the delta shard %s of buffered tracked counter %d has no placement on this node "
+			                       "that a buffer can name",
+			                       f->state[0], id)));
+		// the buffer's amounts are written by its flush as the delta's
+		// owner: only a trigger on a table of that owner adds to them
+		// (what the unbuffered path's write as the table's owner asks)
+		if (ce::citus::relation_owner(delta) != f->owner)
+			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			                errmsg("the trigger %s on %s names the delta table %s of another owner",
+			                       td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), f->state[0])));
+		f->key_type = delta_key_type(delta);
+		f->buffer = buffer;
+	}
+	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
+	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
+	int rc = SPI_execute_plan(shard_fold_plan(f, td, kind), nullptr, nullptr, true, 0);
+	if (rc != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+		                errmsg("folding tracked deltas failed: %s", SPI_result_code_string(rc))));
+	int16 len;
+	bool byval;
+	get_typlenbyval(f->key_type, &len, &byval);
+	out.done = false;
+	out.n = SPI_processed;
+	out.rows = static_cast<FlushRow *>(MemoryContextAlloc(caller, sizeof(FlushRow) * (out.n + 1)));
+	MemoryContext old = MemoryContextSwitchTo(caller);
+	for (uint64 i = 0; i < SPI_processed; i++) {
+		bool isnull;
+		HeapTuple t = SPI_tuptable->vals[i];
+		TupleDesc d = SPI_tuptable->tupdesc;
+		out.rows[i].key = datumCopy(SPI_getbinval(t, d, 1, &isnull), byval, len);
+		out.rows[i].bucket = DatumGetTimestampTz(SPI_getbinval(t, d, 2, &isnull));
+		out.rows[i].sum = DatumGetInt64(SPI_getbinval(t, d, 3, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+	SPI_finish();
+	return out;
+}
+
+// The buffered path of a shard trigger (above): as the table's owner, the
+// statement's rows folded, each (key, bucket) added to the placement's
+// buffer, and what cannot be buffered written to the delta shard at once.
+void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int shards) {
+	ce::OwnerSwitch as = ce::pg_guard([owner] { return ce::owner_enter(owner); });
+	try {
+		ShardFolded got = ce::pg_guard([f, td, id] { return shard_fold_rows(f, td, id); });
+		if (!got.done && got.n > 0) {
+			int16 shard = shard_of(shards);
+			shard_buffer_remember(f->buffer, f->owner, f->key_type, shard, f->state[0]);
+			ce::buffer::set_direct_writer(write_direct);
+			int16 len;
+			bool byval;
+			Oid key_type = f->key_type;
+			ce::pg_guard([key_type, &len, &byval] { get_typlenbyval(key_type, &len, &byval); });
+			size_t direct = 0;
+			for (size_t i = 0; i < got.n; i++) {
+				FlushRow r = got.rows[i];
+				ce::buffer::Image image;
+				ce::buffer::Image *ip = &image;
+				bool ok = ce::buffer::available() &&
+				          ce::pg_guard([&r, len, byval, ip] { return ce::buffer::image_of(r.key, len, byval, ip); }) &&
+				          ce::buffer::add(f->buffer, f->owner, image, r.bucket, static_cast<int64>(r.sum));
+				if (!ok)
+					got.rows[direct++] = r;
+			}
+			if (direct > 0)
+				write_rows(DeltaTarget{f->state[0], f->key_type, f->owner, shard, f->buffer}, got.rows, direct);
+		}
+	} catch (...) {
+		ce::owner_leave(as);
+		throw;
+	}
+	ce::owner_leave(as);
 }
 
 SPIPlanPtr flush_plans[3] = {nullptr, nullptr, nullptr}; // epoch, repair, record
@@ -2253,7 +2583,7 @@ void check_epoch() {
 		    "SELECT pg_catalog.array_agg(t.counter_id), pg_catalog.string_agg(t.name, ', ' ORDER BY t.name)"
 		    " FROM counter.tracked t LEFT JOIN counter_internal.tracked_flushes f"
 		    " ON f.counter_id OPERATOR(pg_catalog.=) t.counter_id"
-		    " WHERE t.buffered AND f.epoch IS DISTINCT FROM $1",
+		    " WHERE t.buffered AND NOT t.distributed AND f.epoch IS DISTINCT FROM $1",
 		    1, types);
 	}
 	Datum args[2] = {TimestampTzGetDatum(ce::buffer::epoch()), (Datum)0};
@@ -2313,7 +2643,7 @@ void record_flush(const Counter &c, int64 entries) {
 // 'wait' false, returns -1 at once when another transaction is flushing the
 // counter. Returns the entries written.
 int64 flush_counter(const Counter &c, bool wait) {
-	if (!ce::buffer::available())
+	if (!ce::buffer::available() && !c.distributed) // (on Citus the nodes' buffers are flushed)
 		return 0;
 	ce::buffer::set_direct_writer(write_direct);
 	int32 id = c.id;
@@ -2328,6 +2658,29 @@ int64 flush_counter(const Counter &c, bool wait) {
 		check_epoch();
 		SPI_finish();
 	});
+	if (c.distributed) {
+		// Citus (1.8): every node writes what its buffers hold for the
+		// counter's shards there, each in a transaction of its own
+		// (tracked_node_flush, as the owner); what they answer is recorded,
+		// and a shard found on a new placement or a node whose shared table
+		// was made again schedules the repair (tracked_citus_flushed)
+		int32 cid = c.id;
+		return ce::as_owner(catalog, [cid] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			Oid types[1] = {INT4OID};
+			Datum args[1] = {Int32GetDatum(cid)};
+			if (SPI_execute_with_args("SELECT counter_internal.tracked_citus_flush(t, false) FROM counter.tracked t"
+			                          " WHERE t.counter_id OPERATOR(pg_catalog.=) $1",
+			                          1, types, args, nullptr, false, 1) != SPI_OK_SELECT ||
+			    SPI_processed != 1)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("flushing a buffered counter failed")));
+			bool isnull;
+			int64 n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			SPI_finish();
+			return isnull ? int64{0} : n;
+		});
+	}
 	int64 total = 0;
 	for (;;) {
 		std::vector<ce::buffer::Amount> batch = ce::buffer::claim(c.id, flush_batch);
@@ -2404,7 +2757,7 @@ bool buffer_add(const Counter &c, Oid given, Datum key, int64 delta, TimestampTz
 
 // What the buffer adds to the table's value of a key (its image).
 int64 buffered_amount(const Counter &c, bool ok, const ce::buffer::Image &image) {
-	if (!c.buffered || !ok || !ce::buffer::available())
+	if (!c.buffered || c.distributed || !ok || !ce::buffer::available())
 		return 0;
 	return ce::pg_guard([&c, &image] { return ce::buffer::amount(c.id, image, GetActiveSnapshot()); });
 }
@@ -2601,16 +2954,29 @@ CE_FUNCTION(counter_tracked_values_of) {
 		int64 *value = static_cast<int64 *>(palloc(sizeof(int64) * (distinct + 1)));
 		if (SPI_connect() != SPI_OK_CONNECT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-		if (SPI_execute_plan(value_plan(c, &plans->values, true), arg, nullptr, true, 0) != SPI_OK_SELECT ||
-		    SPI_processed != static_cast<uint64>(distinct))
-			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
-		for (uint64 i = 0; i < SPI_processed; i++) {
-			bool isnull;
-			int64 o = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-			value[o - 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		if (c.distributed && c.buffered) {
+			// Citus, buffered: key by key, each read where its shard is
+			// (value_plan: the buffer of that node is added there)
+			for (int i = 0; i < distinct; i++) {
+				Datum one[1] = {converted[i]};
+				if (SPI_execute_plan(value_plan(c, &plans->value, false), one, nullptr, true, 1) != SPI_OK_SELECT ||
+				    SPI_processed != 1)
+					ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
+				bool isnull;
+				value[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+			}
+		} else {
+			if (SPI_execute_plan(value_plan(c, &plans->values, true), arg, nullptr, true, 0) != SPI_OK_SELECT ||
+			    SPI_processed != static_cast<uint64>(distinct))
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter failed")));
+			for (uint64 i = 0; i < SPI_processed; i++) {
+				bool isnull;
+				int64 o = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+				value[o - 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+			}
 		}
 		SPI_finish();
-		if (c.buffered && ce::buffer::available()) {
+		if (c.buffered && !c.distributed && ce::buffer::available()) {
 			Snapshot snapshot = GetActiveSnapshot();
 			for (int i = 0; i < distinct; i++) {
 				ce::buffer::Image image;
@@ -2763,6 +3129,10 @@ CE_FUNCTION(counter_flush) {
 	if (!PG_ARGISNULL(0)) {
 		Counter c = find_counter(fcinfo);
 		require_owner_rights(c, "flush");
+		if (OidIsValid(c.described_by))
+			throw ce::Error(ce::sqlstate::feature_not_supported,
+			                ce::format("tracked counter \"%s\" is flushed on the coordinator", c.name),
+			                "Its catalog is the coordinator's: call counter.flush there (its flush job runs there).");
 		if (c.buffered)
 			total = flush_or_skip(c);
 		PG_RETURN_INT64(total);
@@ -2856,6 +3226,172 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 
 // counter_internal.tracked_buffer_epoch(): when the shared table was made,
 // NULL when the library is not preloaded.
+// counter_internal.tracked_node_flush(delta text) -> text (1.8; Citus,
+// doc/citus.md "Buffered trigger-mode counters"): writes what this node's
+// buffers hold for the placements here of the shards of a buffered
+// counter's distributed delta table into those shards, as the table's
+// owner, in the caller's transaction (one of this node alone: the
+// coordinator's flush runs it on every node, src/tracked.cpp flush_nodes).
+// Returns {"epoch": when this node's shared table was made (microseconds,
+// null without the preload), "shards": [[shard id, placement id, entries
+// written], ...]}; no shards when 'delta' is no table here (counter.track
+// asks each node's epoch before its tables are committed). PUBLIC may
+// execute it (99_internal.sql): it acts only on a table whose owner's
+// rights its caller has.
+CE_FUNCTION(counter_tracked_node_flush) {
+	char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid rel = ce::pg_guard([name] { return ce::citus::relation_named(name); });
+	if (OidIsValid(rel))
+		require_table_owner_rights(rel, "flush");
+	struct Local {
+		int64 shard;
+		int32 id;
+		char *table;
+	};
+	int n = 0;
+	int *np = &n;
+	Oid key_type = InvalidOid;
+	Oid *kp = &key_type;
+	Oid owner = ce::pg_guard([rel] { return ce::citus::relation_owner(rel); });
+	Local *local = !OidIsValid(rel) ? nullptr : ce::pg_guard([rel, np, kp] {
+		*kp = delta_key_type(rel);
+		MemoryContext caller = CurrentMemoryContext;
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		Oid types[1] = {OIDOID};
+		Datum args[1] = {ObjectIdGetDatum(rel)};
+		if (SPI_execute_with_args("SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
+		                          " JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+		                          " JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
+		                          " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass ORDER BY 1",
+		                          1, types, args, nullptr, true, 0) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+		uint64 m = SPI_processed;
+		auto *shards = static_cast<int64 *>(palloc(sizeof(int64) * (m + 1)));
+		for (uint64 i = 0; i < m; i++) {
+			bool isnull;
+			shards[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		}
+		auto *out = static_cast<Local *>(MemoryContextAlloc(caller, sizeof(Local) * (m + 1)));
+		for (uint64 i = 0; i < m; i++) {
+			char *shard = nullptr;
+			int32 id = placement_buffer(shards[i], rel, false, &shard);
+			if (id == 0)
+				continue;
+			out[*np] = Local{shards[i], id, MemoryContextStrdup(caller, shard)};
+			(*np)++;
+		}
+		SPI_finish();
+		return out;
+	});
+	std::string json = "{\"epoch\": ";
+	// (microseconds since 1970, as extract(epoch ...) * 1000000 gives them)
+	json += ce::buffer::available()
+	            ? std::to_string(ce::buffer::epoch() +
+	                             int64{POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE} * SECS_PER_DAY * USECS_PER_SEC)
+	            : std::string("null");
+	json += ", \"shards\": [";
+	for (int i = 0; i < n; i++) {
+		int64 entries = 0;
+		if (ce::buffer::available()) {
+			uint32 lock = static_cast<uint32>(local[i].id);
+			ce::pg_guard([lock] { ce::locks::take(ce::locks::flush, lock, false, true); });
+			for (;;) {
+				std::vector<ce::buffer::Amount> batch = ce::buffer::claim(local[i].id, flush_batch);
+				if (batch.empty())
+					break;
+				FlushRow *rows =
+				    ce::pg_guard([key_type, &batch] { return rows_of(key_type, batch.data(), batch.size()); });
+				write_rows(DeltaTarget{local[i].table, key_type, owner, 0, local[i].id}, rows, batch.size());
+				entries += static_cast<int64>(batch.size());
+				if (batch.size() < flush_batch)
+					break;
+				ce::check_for_interrupts();
+			}
+		}
+		json += (i > 0 ? ", [" : "[") + std::to_string(local[i].shard) + ", " + std::to_string(-int64{local[i].id}) +
+		        ", " + std::to_string(entries) + "]";
+	}
+	json += "]}";
+	PG_RETURN_TEXT_P(
+	    ce::pg_guard([&json] { return cstring_to_text_with_len(json.data(), static_cast<int>(json.size())); }));
+}
+
+// counter_internal.tracked_shard_pending(delta regclass, key anyelement) ->
+// bigint (1.8; Citus): what the buffer of this node adds to the value of
+// 'key' of a buffered counter whose distributed delta table is 'delta' (0
+// when the key's shard is not here), as a read with the statement's
+// snapshot sees it: counter.value's query, routed by Citus to the node that
+// holds the key's shard, adds it there. PUBLIC may execute it
+// (99_internal.sql): it reads only for a table whose owner's rights its
+// caller has.
+CE_FUNCTION(counter_tracked_shard_pending) {
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		PG_RETURN_INT64(0);
+	Oid rel = PG_GETARG_OID(0);
+	require_table_owner_rights(rel, "read");
+	Oid type = get_fn_expr_argtype(fcinfo->flinfo, 1);
+	Datum key = PG_GETARG_DATUM(1);
+	if (ce::pg_guard([rel] { return delta_key_type(rel); }) != type)
+		throw ce::Error(ce::sqlstate::datatype_mismatch, "the key is not of the counter's key type");
+	if (!ce::buffer::available())
+		PG_RETURN_INT64(0);
+	ce::buffer::Image image;
+	ce::buffer::Image *ip = &image;
+	int32 id = ce::pg_guard([rel, type, key, ip] {
+		int16 len;
+		bool byval;
+		get_typlenbyval(type, &len, &byval);
+		if (!ce::buffer::image_of(key, len, byval, ip))
+			return 0;
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		int32 found = key_buffer(rel, type, key);
+		SPI_finish();
+		return found;
+	});
+	if (id == 0)
+		PG_RETURN_INT64(0);
+	PG_RETURN_INT64(ce::pg_guard([id, &image] { return ce::buffer::amount(id, image, GetActiveSnapshot()); }));
+}
+
+// counter_internal.tracked_shard_busy(shard regclass, w timestamptz, keys
+// anyarray) -> anyarray (1.8; Citus): the keys among 'keys' that a
+// reconciliation up to w of the delta shard 'shard' (on this node) must
+// leave alone because of what this node's buffer holds for them (see
+// ce::buffer::busy), judged with the statement's snapshot: the shard's
+// compare-and-repair statement calls it (shard_reconcile_plan). PUBLIC may
+// execute it (99_internal.sql): it reads only for a table whose owner's
+// rights its caller has.
+CE_FUNCTION(counter_tracked_shard_busy) {
+	Oid rel = PG_GETARG_OID(0);
+	require_table_owner_rights(rel, "reconcile");
+	TimestampTz w = PG_GETARG_TIMESTAMPTZ(1);
+	ArrayType *keys = PG_GETARG_ARRAYTYPE_P(2);
+	Oid elem = ARR_ELEMTYPE(keys);
+	bool buffered = ce::buffer::available();
+	return ce::pg_guard([rel, keys, elem, w, buffered] {
+		Elements in = elements_of(keys, elem);
+		Datum *out = static_cast<Datum *>(palloc(sizeof(Datum) * (in.n + 1)));
+		int busy = 0;
+		int32 id = 0;
+		if (buffered && in.n > 0) {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			id = placement_buffer(shard_id_of_name(get_rel_name(rel)), rel, true, nullptr);
+			SPI_finish();
+		}
+		Snapshot snapshot = GetActiveSnapshot();
+		for (int i = 0; id != 0 && i < in.n; i++) {
+			ce::buffer::Image image;
+			if (!in.nulls[i] && ce::buffer::image_of(in.values[i], in.len, in.byval, &image) &&
+			    ce::buffer::busy(id, image, w, snapshot))
+				out[busy++] = in.values[i];
+		}
+		return PointerGetDatum(construct_array(out, busy, elem, in.len, in.byval, in.align));
+	});
+}
+
 CE_FUNCTION(counter_tracked_buffer_epoch) {
 	(void)fcinfo;
 	if (!ce::buffer::available())

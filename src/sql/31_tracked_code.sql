@@ -102,7 +102,8 @@ AS 'MODULE_PATHNAME', 'counter_tracked_shard_reconcile';
 -- trigger, a trigger-mode counter's INSERT trigger; src/tracked.cpp,
 -- worker_counters): what counter.tracked_values reads on a worker node.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_worker_counters()
-RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name, anchored boolean)
+RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name, anchored boolean,
+               buffered boolean)
 LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_tracked_worker_counters';
@@ -770,6 +771,9 @@ BEGIN
                           -- state is anchored by, and its anchors
                           || CASE WHEN t.anchor_column IS NOT NULL
                                   THEN format(', %L, %L', t.anchor_column, counter_internal.tracked_table(t, 'anchor'))
+                                  -- (1.8) buffered: its shards' adds go to
+                                  -- the buffer of their node
+                                  WHEN t.buffered THEN ', ''buffered'''
                                   ELSE '' END
                      ELSE format('%L', t.counter_id) END;
         FOR cmd IN SELECT format('DROP TRIGGER %I ON %s', g.tgname, t.source) FROM pg_catalog.pg_trigger g
@@ -1256,6 +1260,10 @@ BEGIN
         VALUES (t.counter_id, counter_internal.tracked_buffer_epoch());
         PERFORM counter.job_register('flush', name,
             coalesce(pg_catalog.current_setting('counter_ext.flush_interval', true), '1s')::interval);
+        IF distributed THEN
+            -- Citus: where each shard is, and its node's shared table
+            PERFORM counter_internal.tracked_citus_flush(t, true);
+        END IF;
         IF counter_internal.tracked_buffer_epoch() IS NULL THEN
             RAISE WARNING 'counter_ext is not loaded by shared_preload_libraries: the adds of buffered counter "%" are written directly', name
                 USING HINT = 'Add counter_ext to shared_preload_libraries and restart the server.';
@@ -1334,6 +1342,11 @@ BEGIN
         -- waited for each other across nodes and Citus cancelled the drop
         -- (test/scripts/citus_drop_beside_jobs.sh)
         PERFORM counter_internal.lock_take('tracked', t.counter_id);
+        IF t.buffered AND pg_catalog.to_regclass(counter_internal.tracked_table(t, 'delta')) IS NOT NULL THEN
+            -- buffered: what the nodes hold goes to the delta shards first
+            -- (each node in a transaction of its own), and with them
+            PERFORM counter_internal.tracked_citus_flush(t, false);
+        END IF;
     END IF;
     IF t.mode = 'trigger' AND src IS NOT NULL THEN
         FOR trg IN SELECT g.tgname FROM pg_catalog.pg_trigger g
@@ -1369,8 +1382,10 @@ BEGIN
         -- and Citus cancelled one, seen in test/scripts/citus_trigger.sh)
         PERFORM 1 FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id FOR UPDATE;
     END IF;
-    IF t.buffered THEN
+    IF t.buffered AND NOT t.distributed THEN
         PERFORM counter_internal.tracked_buffer_forget(t.counter_id);
+    END IF;
+    IF t.buffered THEN
         PERFORM counter.job_unregister('flush', name);
     END IF;
     DELETE FROM counter.tracked c WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
@@ -1420,21 +1435,26 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- summed on its shard, in numeric, bounded to bigint; $1 is exec_as_owner's
 -- argument. tracked_all_values runs it on the coordinator and on a worker
 -- node.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text, anchored boolean)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text, anchored boolean,
+    buffered boolean)
 RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 -- (anchored: a counter keyed by another column than the distribution
 -- column, whose state is distributed by its column anchor: the union names
--- it, so that Citus pushes the union down to the shards)
+-- it, so that Citus pushes the union down to the shards; buffered, 1.8:
+-- each key's sum plus what the buffer of its shard's node holds, added
+-- there, where its group is made)
 SELECT pg_catalog.format(
-    'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM ('
+    'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v)%5$s AS s FROM ('
     ' SELECT b.key, %3$s b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, %4$s d.delta::numeric FROM %2$s d) z'
     ' GROUP BY z.key)'
     ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
     ' FROM x WHERE $1 ORDER BY x.key', base, delta, CASE WHEN anchored THEN 'b.anchor,' ELSE '' END,
-    CASE WHEN anchored THEN 'd.anchor,' ELSE '' END)
+    CASE WHEN anchored THEN 'd.anchor,' ELSE '' END,
+    CASE WHEN buffered THEN pg_catalog.format(' OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%L::pg_catalog.regclass, z.key)', delta)
+         ELSE '' END)
 $$;
 
 -- Every key with state of every tracked counter the caller may read (SELECT
@@ -1480,7 +1500,7 @@ BEGIN
                     counter_internal.tracked_distributed_values_sql(
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
-                        w.anchored),
+                        w.anchored, w.buffered),
                     true) AS v(key text, value bigint);
             EXCEPTION WHEN OTHERS THEN
                 IF counter_internal.owner_read_failed('tracked counter', w.name, w.owner, 'counter.tracked_values',
@@ -1498,7 +1518,7 @@ BEGIN
             -- per key on the shards (src/tracked.cpp, value_plan)
             q := counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
                                                                  counter_internal.tracked_table(t, 'delta'),
-                                                                 t.anchor_column IS NOT NULL);
+                                                                 t.anchor_column IS NOT NULL, t.buffered);
         ELSE
             -- a buffered counter adds what its buffer holds beyond the table
             q := format(

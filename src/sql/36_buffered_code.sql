@@ -30,6 +30,130 @@ RETURNS bigint
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_forget';
 
+-- Citus (1.8; doc/citus.md, "Buffered trigger-mode counters"): a buffered
+-- trigger-mode counter keyed by the distribution column of a hash-distributed
+-- table buffers on each node, per placement of its delta shards there
+-- (src/tracked.cpp). PUBLIC may execute these three on every node
+-- (99_internal.sql): each acts only on a table whose owner's rights its
+-- caller has.
+-- On this node: writes what its buffers hold for the placements here of the
+-- shards of the delta table named 'delta' into those shards, as the owner,
+-- in the caller's transaction; answers {"epoch": when this node's shared
+-- table was made, "shards": [[shard id, placement id, entries], ...]}.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_node_flush(delta text)
+RETURNS text
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'counter_tracked_node_flush';
+
+-- What this node's buffer adds to the value of 'key' of the counter whose
+-- distributed delta table is 'delta' (0 when the key's shard is elsewhere):
+-- counter.value's query, which Citus routes to the node of the key's shard,
+-- adds it there.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_pending(delta regclass, key anyelement)
+RETURNS bigint
+LANGUAGE c STABLE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'counter_tracked_shard_pending';
+
+-- The keys among 'keys' that a reconciliation up to w of the delta shard
+-- 'shard' must leave alone because of this node's buffer (the shard's
+-- compare-and-repair statement calls it with its snapshot).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_busy(shard regclass, w timestamptz, keys anyarray)
+RETURNS anyarray
+LANGUAGE c STABLE STRICT PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'counter_tracked_shard_busy';
+
+-- The flush of such a counter (src/tracked.cpp, flush_counter): every node
+-- writes what it holds for the counter's shards there
+-- (tracked_node_flush, run by run_command_on_all_nodes as the owner, each
+-- node in a transaction of its own: a transaction writing two nodes is
+-- prepared, and a flush's claim is not) and answers where each shard is and
+-- when its shared table was made. A shard on a placement, or on a node with
+-- a shared table, that the last flush did not see (a move, a split, a
+-- restart: what was published there and not flushed is gone, or stays on a
+-- node that no longer holds the shard) schedules the repair: the counter's
+-- next reconciliation checks every key (full_pending), now. 'initial'
+-- (counter.track, before its tables are committed: the nodes cannot see
+-- them yet): records each shard's placement from this node's metadata and
+-- its node's shared table, nothing else. Returns the entries written. As
+-- the catalog's owner.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_citus_flush(t counter.tracked, initial boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    delta text := counter_internal.tracked_table(t, 'delta');
+    r record;
+    node jsonb;
+    s jsonb;
+    epochs jsonb := '{}';
+    entries bigint := 0;
+    moved bigint[] := '{}';
+    seen bigint[] := '{}';
+    old record;
+BEGIN
+    FOR r IN SELECT x.nodeid, x.success, x.result FROM counter_internal.exec_as_owner(t.owner,
+                 'SELECT r.nodeid, r.success, r.result FROM pg_catalog.run_command_on_all_nodes('
+                 'pg_catalog.format(''SELECT counter_internal.tracked_node_flush(%L)'', $1)) r', delta)
+                 AS x(nodeid integer, success boolean, result text) LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'flushing buffered counter "%" on node % failed: %', t.name, r.nodeid, r.result
+                USING ERRCODE = 'connection_failure',
+                      HINT = 'Its flush job tries again at its next run; what the node holds stays there until then.';
+        END IF;
+        node := r.result::jsonb;
+        epochs := epochs OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(r.nodeid::text, node -> 'epoch');
+        FOR s IN SELECT e.v FROM pg_catalog.jsonb_array_elements(node -> 'shards') AS e(v) LOOP
+            entries := entries OPERATOR(pg_catalog.+) (s ->> 2)::bigint;
+            seen := seen OPERATOR(pg_catalog.||) (s ->> 0)::bigint;
+            SELECT f.placement, f.epoch INTO old FROM counter_internal.tracked_shard_flushes f
+            WHERE f.counter_id OPERATOR(pg_catalog.=) t.counter_id AND f.shardid OPERATOR(pg_catalog.=) (s ->> 0)::bigint;
+            IF NOT FOUND OR old.placement IS DISTINCT FROM (s ->> 1)::bigint
+               OR old.epoch IS DISTINCT FROM (node ->> 'epoch')::bigint THEN
+                moved := moved OPERATOR(pg_catalog.||) (s ->> 0)::bigint;
+                INSERT INTO counter_internal.tracked_shard_flushes AS f (counter_id, shardid, placement, epoch)
+                VALUES (t.counter_id, (s ->> 0)::bigint, (s ->> 1)::bigint, (node ->> 'epoch')::bigint)
+                ON CONFLICT (counter_id, shardid) DO UPDATE SET placement = excluded.placement, epoch = excluded.epoch;
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF initial THEN
+        -- the shards of the new delta table, as this transaction sees them
+        INSERT INTO counter_internal.tracked_shard_flushes (counter_id, shardid, placement, epoch)
+        SELECT t.counter_id, s.shardid, p.placementid, (epochs ->> n.nodeid::text)::bigint
+        FROM pg_catalog.pg_dist_shard s
+        JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid
+        JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid
+        WHERE s.logicalrelid OPERATOR(pg_catalog.=) delta::pg_catalog.regclass
+          AND n.noderole OPERATOR(pg_catalog.=) 'primary'
+        ON CONFLICT (counter_id, shardid) DO UPDATE SET placement = excluded.placement, epoch = excluded.epoch;
+        RETURN 0;
+    END IF;
+    DELETE FROM counter_internal.tracked_shard_flushes f
+    WHERE f.counter_id OPERATOR(pg_catalog.=) t.counter_id AND f.shardid OPERATOR(pg_catalog.<>) ALL (seen);
+    IF pg_catalog.cardinality(moved) OPERATOR(pg_catalog.>) 0 THEN
+        UPDATE counter.tracked c SET full_pending = true WHERE c.counter_id OPERATOR(pg_catalog.=) t.counter_id;
+        UPDATE counter.jobs j SET next_run = pg_catalog.now()
+        WHERE j.kind OPERATOR(pg_catalog.=) 'reconcile' AND j.target OPERATOR(pg_catalog.=) t.name
+          AND j.next_run OPERATOR(pg_catalog.>) pg_catalog.now();
+        INSERT INTO counter_internal.tracked_flushes AS f (counter_id, repairs, repair_requested_at)
+        VALUES (t.counter_id, 1, pg_catalog.now())
+        ON CONFLICT (counter_id) DO UPDATE SET repairs = f.repairs OPERATOR(pg_catalog.+) 1,
+            repair_requested_at = excluded.repair_requested_at;
+        RAISE LOG 'counter_ext: buffered counter "%" has % shards on a placement or node whose buffer its last flush did not see (a move, a split, a restart): adds published there and not flushed may be lost; a reconciliation of every key is scheduled to repair them',
+            t.name, pg_catalog.cardinality(moved);
+    END IF;
+    IF entries OPERATOR(pg_catalog.>) 0 THEN
+        INSERT INTO counter_internal.tracked_flushes AS f (counter_id, flushed_at, flushes, entries_flushed)
+        VALUES (t.counter_id, pg_catalog.now(), 1, entries)
+        ON CONFLICT (counter_id) DO UPDATE SET flushed_at = excluded.flushed_at,
+            flushes = f.flushes OPERATOR(pg_catalog.+) 1,
+            entries_flushed = f.entries_flushed OPERATOR(pg_catalog.+) excluded.entries_flushed;
+    END IF;
+    RETURN entries;
+END
+$fn$;
+
 -- Writes what is published for a buffered counter (NULL: for every buffered
 -- counter of this database the caller may act for) to its delta table, as
 -- the counter's owner, in the caller's transaction; the shared table lets

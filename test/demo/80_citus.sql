@@ -104,8 +104,22 @@ COMMIT;
 SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_app_clicks', all_keys => true);
 SELECT counter.value('citus_app_clicks', 7::bigint) AS link_7;
 SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;
+-- A buffered trigger-mode counter: each shard's trigger adds to the shared
+-- memory of its node, not to a delta row; counter.value adds what the key's
+-- node holds, and the flush (its job, every second; here by hand) has every
+-- node write what it holds to its delta shards. The rows from before the
+-- counter are taken in by its first reconciliation.
+SELECT counter.track('citus_buffered_clicks', 'demo.clicks', 'link_id', 'occurred_at', buffered => true);
+SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_buffered_clicks', all_keys => true);
+BEGIN;
+INSERT INTO demo.clicks VALUES (900004, 7, 45, 'view', '2026-10-06 11:33+00');
+SELECT counter.add('citus_app_clicks', 7::bigint, 1, '2026-10-06 11:33+00');  -- the application's add, as above
+COMMIT;
+SELECT counter.value('citus_buffered_clicks', 7::bigint) AS link_7;
+SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;
+SELECT counter.flush('citus_buffered_clicks') > 0 AS flushed;
 -- Read through the worker node as well: there counter.tracked_values lists
--- the counters whose state is beside their rows (both of them), with the
+-- the counters whose state is beside their rows (all of them), with the
 -- coordinator's numbers.
 \connect - - 127.0.0.1 :worker_1
 SELECT counter, key, value FROM counter.tracked_values WHERE key = '7';

@@ -48,6 +48,8 @@ struct ShardTrigger {
 	Oid space;           // the caller's: a trigger-mode rollup's table on this node (its hour locks)
 	char *sql;           // the caller's: a trigger-mode rollup's upsert into state[1], in context
 	char *mark;          // the caller's: the same rows' hours marked in state[0] instead, in context
+	int32 buffer;        // the caller's: a buffered tracked counter's buffer on this node (src/tracked.cpp)
+	Oid key_type;        // the caller's: that counter's key type
 };
 
 // The entry of trigger tgoid on rel (zeroed when new, invalid when rel is

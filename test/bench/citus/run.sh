@@ -38,7 +38,11 @@
 #       count(*), on the coordinator and on worker 1;
 #   (i) a trigger-mode counter keyed by another column than the
 #       distribution column (1.8): ingest beside the plain INSERT,
-#       reconciliation of KEYS keys, reads beside count(*).
+#       reconciliation of KEYS keys, reads beside count(*);
+#   (j) a buffered trigger-mode counter keyed by the distribution column
+#       (1.8): single-row INSERTs on one hot key and on KEYS keys, beside
+#       the plain INSERT and the unbuffered trigger-mode counter, with a
+#       flush every second (the flush job's), ROUNDS interleaved rounds.
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -50,7 +54,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcdefghi (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
+# CE_BENCH_PARTS=abcdefghij (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
 # batch_size of the counters of (a)), CE_BENCH_ROUNDS=1 (interleaved rounds of (d)).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -64,7 +68,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcdefghi}  # which of the workloads (a)-(i) to run
+PARTS=${CE_BENCH_PARTS:-abcdefghij} # which of the workloads (a)-(j) to run
 BATCH=${CE_BENCH_BATCH:-1000}      # (a): the counters' batch_size (track's default 1000)
 ROUNDS=${CE_BENCH_ROUNDS:-1}       # (d): rounds of the ingest runs, interleaved
 LINKS=10000
@@ -717,6 +721,63 @@ part_i() {
     done
 }
 run_part i
+
+# ---------------------------------------------------------------- (j) buffered trigger mode
+# A buffered trigger-mode counter keyed by the distribution column (1.8;
+# doc/citus.md, "Buffered": each shard's trigger adds to its node's shared
+# memory, a single-row INSERT commits on one node, so it is buffered there)
+# beside the same table with no counter and with an unbuffered trigger-mode
+# counter: single-row INSERTs through the coordinator on one hot key, then
+# on KEYS keys drawn at random, INGEST transactions over CLIENTS clients,
+# ROUNDS interleaved rounds, on one node and on the cluster; counter.flush
+# of the buffered counter every second meanwhile (what its flush job does;
+# the worker is off here). Every value = count(*) after each run (flushed
+# first).
+part_j() {
+    echo "== (j) a buffered trigger-mode counter: single-row INSERTs, one hot key and $KEYS keys"
+    local t n r l keyset flusher
+    for t in jb_plain jb_trig jb_buf; do
+        table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+        for n in single citus_coord; do
+            q "$n" -q -c "CREATE INDEX ON $t (at)" >/dev/null
+        done
+    done
+    for n in single citus_coord; do
+        q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.track('jb_trig', 'jb_trig', 'k', 'at')" \
+            -c "SELECT counter.track('jb_buf', 'jb_buf', 'k', 'at', buffered => true)" >/dev/null
+    done
+    for keyset in hot many; do
+        for t in jb_plain jb_trig jb_buf; do
+            if [ $keyset = hot ]; then
+                printf '%s\n' "INSERT INTO $t (k) VALUES (1);" >"$work/$t.sql"
+            else
+                printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO $t (k) VALUES (:k);" >"$work/$t.sql"
+            fi
+        done
+        for r in $(seq 1 "$ROUNDS"); do
+            for t in jb_plain jb_trig jb_buf; do
+                for n in single citus_coord; do
+                    flusher=
+                    if [ $t = jb_buf ]; then
+                        (while :; do q "$n" -q -c "SELECT counter.flush('jb_buf')" >/dev/null 2>&1; sleep 1; done) &
+                        flusher=$!
+                    fi
+                    ms[$n.load]=$(load)
+                    ms[$n]=$(ingest "$n" "$t")
+                    [ -z "$flusher" ] || { kill "$flusher"; wait "$flusher" 2>/dev/null || true; }
+                    if [ $t != jb_plain ]; then
+                        q "$n" -q -c "SELECT counter.flush('$t')" >/dev/null 2>&1 || true
+                        [ "$(mismatches "$n" $t k::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
+                    fi
+                done
+                row "(j) single-row INSERT, $([ $keyset = hot ] && echo "one hot key" || echo "$KEYS keys"), $(case $t in jb_plain) echo "no counter" ;; jb_trig) echo "trigger-mode counter" ;; *) echo "buffered trigger-mode counter" ;; esac), $((per * CLIENTS)) transactions, round $r" \
+                    "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" \
+                    "$([ $t = jb_plain ] && echo "rows written" || echo "every value = count(*)")"
+            done
+        done
+    done
+}
+run_part j
 
 echo "[${SECONDS}s] done"
 echo
