@@ -274,6 +274,14 @@ for q in "SELECT counter_internal.tracked_node_flush('$delta')" \
         grep -q "ERROR:  42501" <<<"$out" || fail "the writer's $q ($run): $out"
     done
 done
+# bad input from the owner: a key of another type (42804), a table that is
+# no delta table (42703)
+out=$(owner -v VERBOSITY=verbose -c "SELECT counter_internal.tracked_shard_pending('$delta'::regclass, 'x'::text)" 2>&1) &&
+    fail "tracked_shard_pending took a text key: $out"
+grep -q "ERROR:  42804" <<<"$out" || fail "tracked_shard_pending with a text key: $out"
+out=$(owner -v VERBOSITY=verbose -c "SELECT counter_internal.tracked_node_flush('cb.ev')" 2>&1) &&
+    fail "tracked_node_flush took a table that is no delta table: $out"
+grep -q "ERROR:  42703" <<<"$out" || fail "tracked_node_flush of cb.ev: $out"
 out=$(app -v VERBOSITY=verbose -c "SELECT counter.flush('ev_n')" 2>&1) && fail "the writer flushed ev_n: $out"
 grep -q "ERROR:  42501" <<<"$out" || fail "the writer's counter.flush: $out"
 none() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -U cb_none -d postgres -v ON_ERROR_STOP=1 "$@"; }
