@@ -92,6 +92,11 @@ constexpr int deadline_grace_s = 5;
 
 const char orphan_message[] = "run abandoned: the process running it ended before recording an outcome "
                               "(crash, termination, timeout, or an error outside the job)";
+// A 'running' run of a job not armed in this database was recorded in
+// another one: the database this one was restored from, where the run was
+// in progress when the dump was taken. It never ran here.
+const char restored_message[] = "run abandoned: it was in progress in the database this one was restored from "
+                                "when the dump was taken; it never ran here";
 
 // Next run after a failure: run_every doubled per earlier consecutive failure,
 // at most max(run_every, 1 hour), minus up to 20% jitter. j.failures is the
@@ -162,7 +167,9 @@ Datum column(int row, int col, bool *isnull) {
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
-// Whether the backend that claimed a run is still there (and running it).
+// Whether the backend that claimed a run is still there, in this database
+// (a run restored into another database of the same cluster names a process
+// of the database it was dumped from, alive and running something else).
 bool owner_alive(int pid, TimestampTz started, int64 run_id) {
 	if (pid == MyProcPid)
 		return started == MyStartTimestamp && run_id == session_run;
@@ -170,19 +177,31 @@ bool owner_alive(int pid, TimestampTz started, int64 run_id) {
 	for (int i = 1; i <= n; i++) {
 		PgBackendStatus *be = ce::compat::backend_status_by_index(i);
 		if (be != nullptr && be->st_procpid == pid)
-			return be->st_proc_start_timestamp == started;
+			return be->st_proc_start_timestamp == started && be->st_databaseid == MyDatabaseId;
 	}
 	return false;
 }
 
-void fail_orphan(int64 run_id) {
-	Oid types[2] = {INT8OID, TEXTOID};
-	Datum values[2] = {Int64GetDatum(run_id), CStringGetTextDatum(orphan_message)};
-	spi_run("SELECT counter_internal.run_abandon($1, $2)", 2, types, values, nullptr, false, SPI_OK_SELECT,
-	        "marking an abandoned run");
+// Marks an abandoned run failed. Its job backs off like after any failure,
+// unless the job is not armed here (counter_internal.job_armed, not dumped):
+// then the run was restored, not interrupted, and the job keeps its next run
+// and its count of failures. True when the job backed off.
+bool fail_orphan(int64 run_id) {
+	Oid types[3] = {INT8OID, TEXTOID, TEXTOID};
+	Datum values[3] = {Int64GetDatum(run_id), CStringGetTextDatum(orphan_message),
+	                   CStringGetTextDatum(restored_message)};
+	spi_run("SELECT counter_internal.run_abandon(r.run_id, CASE WHEN r.job_id IS NULL OR EXISTS (SELECT FROM"
+	        " counter_internal.job_armed a WHERE a.job_id = r.job_id) THEN $2 ELSE $3 END)"
+	        " FROM counter.job_runs r WHERE r.run_id = $1",
+	        3, types, values, nullptr, false, SPI_OK_SELECT, "marking an abandoned run");
 	spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
-	        " WHERE j.running_run = $1",
+	        " WHERE j.running_run = $1 AND EXISTS (SELECT FROM counter_internal.job_armed a WHERE a.job_id = j.job_id)",
 	        1, types, values, nullptr, false, SPI_OK_UPDATE, "backing off a job whose run was abandoned");
+	if (SPI_processed > 0)
+		return true;
+	spi_run("UPDATE counter.jobs j SET running_run = NULL WHERE j.running_run = $1", 1, types, values, nullptr, false,
+	        SPI_OK_UPDATE, "freeing a restored job of the run it was dumped with");
+	return false;
 }
 
 // Whether the SQL objects have the run record's functions (1.7's; the
@@ -320,8 +339,8 @@ ClaimResult claim(Runner *r, int64 job_id, bool force, Claim *out, int *busy_pid
 			*busy_pid = pid;
 			return busy;
 		}
-		fail_orphan(running);
-		due = false; // it backs off like any failure
+		if (fail_orphan(running))
+			due = false; // it backs off like any failure
 	}
 	if (!force && !due)
 		return not_due;

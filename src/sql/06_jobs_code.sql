@@ -81,6 +81,7 @@ BEGIN
         WHERE y.kind OPERATOR(pg_catalog.=) run_begin.kind AND y.target OPERATOR(pg_catalog.=) run_begin.target
           AND y.finished_at OPERATOR(pg_catalog.<) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) keep)
         ORDER BY y.run_id LIMIT 100);
+    PERFORM counter_internal.run_ids_ahead();
     INSERT INTO counter.job_runs AS x (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as,
                                        object_id, info)
     VALUES (NULL, kind, target, 'call', pg_catalog.pg_backend_pid(),
@@ -1032,6 +1033,33 @@ $$;
 
 -- The job runner's side of the run record (src/worker_jobs.cpp calls these,
 -- as the extension's owner, between the job's transactions).
+-- run_ids_ahead: called before a new row of counter.job_runs, it moves the
+-- run-id sequence past the highest run id when it is behind it. A restore
+-- loads counter.job_runs' rows and sets that sequence as two separate steps
+-- (a plain restore sets every sequence after all the tables' rows, hours
+-- later for a big database; pg_restore -j in any order) while the worker
+-- already records held runs of the restored jobs: without this, the next id
+-- would be one the restore loaded (the insert fails, the worker's pass fails
+-- and backs off, and no held run is recorded), or, once the restore has set
+-- the sequence back to the source's value, one recorded here meanwhile.
+CREATE OR REPLACE FUNCTION counter_internal.run_ids_ahead()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    top bigint := (SELECT pg_catalog.max(x.run_id) FROM counter.job_runs x);
+    next_id bigint;
+BEGIN
+    SELECT CASE WHEN q.is_called THEN q.last_value OPERATOR(pg_catalog.+) 1 ELSE q.last_value END
+    INTO next_id FROM counter.job_runs_run_id_seq q;
+    IF top OPERATOR(pg_catalog.>=) next_id THEN
+        PERFORM pg_catalog.setval('counter.job_runs_run_id_seq', top);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION counter_internal.run_ids_ahead() FROM PUBLIC;
+
 -- run_claim: the 'running' row of job 'job' run by this backend (runner
 -- 'worker' or 'session'); the owner's oldest runs beyond the bound go.
 CREATE OR REPLACE FUNCTION counter_internal.run_claim(job bigint, runner text, backend_start timestamptz)
@@ -1042,6 +1070,7 @@ AS $$
 DECLARE
     run bigint;
 BEGIN
+    PERFORM counter_internal.run_ids_ahead();
     INSERT INTO counter.job_runs AS x (job_id, kind, target, runner, pid, backend_start, started_at, outcome, run_as)
     SELECT j.job_id, j.kind, j.target, run_claim.runner, pg_catalog.pg_backend_pid(), run_claim.backend_start,
            pg_catalog.clock_timestamp(), 'running', pg_catalog.quote_ident(session_user)::pg_catalog.regrole
@@ -1062,6 +1091,7 @@ RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    SELECT counter_internal.run_ids_ahead();
     INSERT INTO counter.job_runs (job_id, kind, target, runner, pid, backend_start, started_at, finished_at, outcome,
                                   sqlstate, message, run_as)
     VALUES (job, kind, target, runner, pg_catalog.pg_backend_pid(), backend_start, pg_catalog.clock_timestamp(),

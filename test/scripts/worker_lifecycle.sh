@@ -10,7 +10,9 @@
 # crash interrupted is marked failed and the jobs carry on; an ERROR outside
 # any job is logged and retried later; CREATE EXTENSION in another database
 # gets its jobs run, DROP EXTENSION leaves it without workers; DROP DATABASE
-# and CREATE DATABASE ... TEMPLATE of a database with a busy worker succeed.
+# and CREATE DATABASE ... TEMPLATE of a database with a busy worker succeed;
+# a job dumped while it runs and restored beside its source runs there, and
+# a restore that loads the run record before its sequence has its jobs run.
 # lane: side
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -304,6 +306,41 @@ for i in $(seq 1 10); do
     sleep 0.2
 done
 
+echo "== a restore that loads the run record before it sets its sequence: the worker records its runs all along"
+# A plain restore sets every sequence after all the tables' rows (for a big
+# database, hours after counter.job_runs' rows and the jobs are in), so the
+# restore is made in steps here: schema, rows without the run-id sequence's
+# value (the jobs are in and fall due: the worker runs them), that value
+# (which sets the sequence back, below the ids of runs recorded meanwhile),
+# then the indexes and triggers. At no step may the worker's pass fail on an
+# id the restore loaded or one it used itself, nor its runs stop.
+dump=$(mktemp) && chmod 644 "$dump"
+"$CE_PGBIN/pg_dump" -d app -Fc -f "$dump" || fail "pg_dump of app"
+"$CE_PGBIN/pg_restore" -l "$dump" >"$dump.all"
+grep -v "SEQUENCE SET counter job_runs_run_id_seq" "$dump.all" >"$dump.rest"
+grep "SEQUENCE SET counter job_runs_run_id_seq" "$dump.all" >"$dump.seq" || fail "no SEQUENCE SET of the run ids in the dump"
+q postgres "CREATE DATABASE app_steps"
+"$CE_PGBIN/pg_restore" -d app_steps --exit-on-error --section=pre-data "$dump" || fail "pre-data"
+t_rows=$(q app_steps "SELECT clock_timestamp()")
+"$CE_PGBIN/pg_restore" -d app_steps --exit-on-error --section=data -L "$dump.rest" "$dump" || fail "data"
+# (the sequence starts from 1: a loaded id among the first ten)
+[ "$(q app_steps "SELECT min(run_id) <= 10 FROM counter.job_runs WHERE started_at < '$t_rows'")" = t ] ||
+    fail "no loaded run id among the sequence's first ten: the check below would prove nothing"
+wait_for app_steps "SELECT count(*) >= 10 FROM counter.job_runs WHERE started_at > '$t_rows' AND outcome = 'succeeded'" 60 ||
+    fail "the restored jobs were not run while the run ids' sequence was not set:
+$(grep "database app_steps" "$CE_life_LOG" | tail -3)"
+"$CE_PGBIN/pg_restore" -d app_steps --exit-on-error -L "$dump.seq" "$dump" || fail "the sequence's value"
+[ "$(q app_steps "SELECT (SELECT last_value FROM counter.job_runs_run_id_seq) < max(run_id) FROM counter.job_runs")" = t ] ||
+    fail "the restore did not set the sequence back below the runs recorded meanwhile: the check below would prove nothing"
+t_seq=$(q app_steps "SELECT clock_timestamp()")
+wait_for app_steps "SELECT count(*) >= 6 FROM counter.job_runs WHERE started_at > '$t_seq' AND outcome = 'succeeded'" 60 ||
+    fail "the restored jobs stopped once the restore set the run ids' sequence back"
+"$CE_PGBIN/pg_restore" -d app_steps --exit-on-error --section=post-data "$dump" || fail "post-data"
+if grep "counter_ext worker for database app_steps: a pass failed" "$CE_life_LOG"; then fail "a pass failed in the restore"; fi
+echo "runs recorded in the restored database: $(q app_steps "SELECT count(*) FROM counter.job_runs WHERE started_at > '$t_rows'")"
+q postgres "DROP DATABASE app_steps" || fail "DROP DATABASE app_steps failed"
+rm -f "$dump" "$dump".*
+
 echo "== CREATE DATABASE ... TEMPLATE and DROP DATABASE of a database whose worker is busy succeed"
 long_job=$(q app "SELECT counter.job_register('test_sleep', '300', '1 hour', 'life_owner')")
 wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_sleep' AND outcome = 'running')" 30 ||
@@ -315,6 +352,32 @@ wait_for app "SELECT NOT running FROM counter.job_status WHERE job_id = $long_jo
 q app "SELECT counter.job_alter($long_job, next_run => now())" >/dev/null
 wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_sleep' AND outcome = 'running')" 30 ||
     fail "the long job did not start again"
+
+echo "== a job dumped while it ran and restored into another database of the cluster runs there"
+# The dump holds the job's run in progress, naming the app worker's process,
+# alive in app and busy with it for 300 s: the restored database's runner
+# must not take it for its own run in progress, left alone until that worker
+# ends; and the restored run is no failure of the job here.
+src_run=$(q app "SELECT running_run FROM counter.jobs WHERE job_id = $long_job")
+src_failures=$(q app "SELECT failures FROM counter.jobs WHERE job_id = $long_job")
+t_dump=$(q app "SELECT clock_timestamp()")
+q postgres "CREATE DATABASE app_restored"
+"$CE_PGBIN/pg_dump" -d app -Fc | "$CE_PGBIN/pg_restore" -d app_restored --exit-on-error || fail "pg_dump | pg_restore of app"
+[ "$(q app_restored "SELECT running_run FROM counter.jobs WHERE job_id = $long_job")" = "$src_run" ] ||
+    fail "the dump does not hold the run in progress: the check below would prove nothing"
+wait_for app_restored "SELECT EXISTS (SELECT FROM counter.job_runs WHERE job_id = $long_job AND outcome = 'running'
+                       AND started_at > '$t_dump')" 30 ||
+    fail "the restored job does not run while the source's run goes on: $(q app_restored "SELECT * FROM counter.job_runs
+          WHERE job_id = $long_job ORDER BY run_id")"
+[ "$(q app "SELECT outcome FROM counter.job_runs WHERE run_id = $src_run")" = running ] ||
+    fail "the source's run did not go on (the check proved nothing)"
+[ "$(q app_restored "SELECT outcome || ': ' || message FROM counter.job_runs WHERE run_id = $src_run")" = \
+  "failed: run abandoned: it was in progress in the database this one was restored from when the dump was taken; it never ran here" ] ||
+    fail "the dumped run is not marked as restored: $(q app_restored "SELECT * FROM counter.job_runs WHERE run_id = $src_run")"
+[ "$(q app_restored "SELECT failures FROM counter.jobs WHERE job_id = $long_job")" = "$src_failures" ] ||
+    fail "the restored job counted the dumped run as its failure"
+q postgres "DROP DATABASE app_restored" || fail "DROP DATABASE app_restored failed"
+
 # The copy has the extension: its jobs run once the launcher sees it.
 wait_for app_copy "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE runner = 'worker' AND started_at > now() - interval '1 minute'
                    AND outcome <> 'running')" 30 || fail "the copy's jobs do not run"
