@@ -181,12 +181,17 @@ if [ ${#citus_names[@]} -gt 0 ]; then
     st=0
     ce_citus_ready || st=$?
     if [ $st -eq 0 ] && [ -n "${CE_CITUS_SMOKE:-}" ]; then
-        # (test/versions.sh, PG=all) on this major only the Citus scripts
-        # marked "# citus: smoke"; the others are named as not run
+        # (test/versions.sh, PG=all) on this major the Citus scripts marked
+        # "# citus: smoke", and, when CE_CITUS_SMOKE names this major (not
+        # 1), those whose "# citus: whole on" line names it or that have no
+        # such line; the others are named as not run
         kept=()
         left=()
         for f in "${script_files[@]}"; do
-            if [[ $(basename "$f") != citus_* ]] || grep -qx '# citus: smoke' "$f"; then
+            if [[ $(basename "$f") != citus_* ]] || grep -qx '# citus: smoke' "$f" ||
+                { [ "$CE_CITUS_SMOKE" != 1 ] &&
+                    { ! grep -q '^# citus: whole on ' "$f" ||
+                        grep -qE "^# citus: whole on( [0-9]+)* $CE_CITUS_SMOKE( |\$)" "$f"; }; }; then
                 kept+=("$f")
             else
                 left+=("$(basename "$f" .sh)")
@@ -194,7 +199,7 @@ if [ ${#citus_names[@]} -gt 0 ]; then
         done
         script_files=("${kept[@]}")
         [ ${#left[@]} -gt 0 ] &&
-            skip_line="skipped (not counted as passed): ${left[*]}: with PG=all the Citus scripts run whole on PostgreSQL 15 and 18, and on this major their smoke set (test/versions.sh)"
+            skip_line="skipped (not counted as passed): ${left[*]}: with PG=all the Citus scripts run whole on PostgreSQL 15 (Citus 13) or 18 (Citus 14), as their '# citus: whole on' line says, and their smoke set on every major (test/versions.sh)"
     fi
     if [ $st -ne 0 ]; then
         kept=()

@@ -22,6 +22,7 @@
 # the owner's buffers through the functions PUBLIC may call (42501); a
 # buffered counter keyed by another column is refused (0A000), leaving
 # nothing.
+# citus: whole on 18
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

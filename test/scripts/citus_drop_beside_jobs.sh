@@ -22,6 +22,7 @@
 # dirty log; and (Citus cancelling the batch) with a reconciliation batch of
 # another counter (keyed by v) before it took the table on the coordinator
 # first. CE_DROP_TRACE=1 prints the time of each drop and make.
+# citus: whole on 15
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

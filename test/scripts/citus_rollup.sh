@@ -17,6 +17,7 @@
 # forms are refused at rollup_create and create_distributed_table, leaving
 # nothing; rollup_drop, DROP OWNED and DROP EXTENSION leave nothing on any
 # node.
+# citus: whole on 18
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

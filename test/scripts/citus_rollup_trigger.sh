@@ -16,6 +16,7 @@
 # the rollup is the view that sums it over that column: its rows equal
 # GROUP BY kind, hour (sketch bytes too) and the same rollup's table on one
 # node, after every commit; a name too long for its table is refused.
+# citus: whole on 18
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -30,6 +30,7 @@
 # every shard, new ones included, carries the counters' triggers. A counter
 # whose owner may not create in the source's schema keeps its state in
 # counter_internal, with a warning saying that Citus cannot move the shards.
+# citus: whole on 15
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -21,6 +21,7 @@
 # writer may not write the run table (42501); a distribution column of a
 # type that cannot anchor is refused (0A000) with nothing left behind;
 # untrack leaves nothing on any node.
+# citus: whole on 18
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh

@@ -17,6 +17,7 @@
 # batches per shard); drift injected on many keys of every shard is
 # repaired by one reconcile(all_keys) and by the job, exactly as on one node,
 # each shard reached by a bounded number of statements per run.
+# citus: whole on 15
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/lib.sh
