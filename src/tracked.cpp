@@ -194,7 +194,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 	                " JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) t.tgrelid"
 	                " WHERE (t.tgfoid OPERATOR(pg_catalog.=)"
 	                "   'counter_internal.tracked_shard_add()'::pg_catalog.regprocedure"
-	                "   AND t.tgnargs OPERATOR(pg_catalog.=) 8)"
+	                "   AND t.tgnargs IN (8, 9))"
 	                "  OR (t.tgfoid OPERATOR(pg_catalog.=)"
 	                "   'counter_internal.tracked_shard_fold()'::pg_catalog.regprocedure"
 	                "   AND t.tgnargs IN (10, 11, 12))"
@@ -220,7 +220,8 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 			const char *fn = get_func_name(g->tgfoid);
 			Counter w{};
 			int32 id = pg_strtoint32(g->tgargs[0]);
-			if (strcmp(fn, "tracked_shard_add") == 0 && g->tgnargs == 8) {
+			if (strcmp(fn, "tracked_shard_add") == 0 &&
+			    (g->tgnargs == 8 || (g->tgnargs == 9 && strcmp(g->tgargs[8], "buffered") == 0))) {
 				// the inbox its counter's track made: named after the
 				// counter, beside the table, owned by the table's owner (no
 				// role makes another's table, nor is a trigger it made on a
@@ -238,6 +239,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.source = source;
 				w.name = MemoryContextStrdup(keep, g->tgargs[4]);
 				w.max_future = pg_strtoint64(g->tgargs[7]);
+				w.buffered = g->tgnargs == 9;
 			} else if (strcmp(fn, "tracked_shard_fold") == 0 &&
 			           (g->tgnargs == 10 || g->tgnargs == 12 ||
 			            (g->tgnargs == 11 && strcmp(g->tgargs[10], "buffered") == 0))) {
@@ -877,6 +879,8 @@ void truncate_state(FoldCache *c) {
 using ShardFold = ce::citus::ShardTrigger; // state[0]: the delta shard, state[1]: the base shard
 
 void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int shards);
+void inbox_add_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id);
+void shard_buffer_fill(ShardFold *f, TriggerData *td, int32 id);
 
 // Inside SPI, as the owner; owns nothing C++. Runs the flush of a buffered
 // counter's delta table 'delta' (qualified) on every node
@@ -1155,8 +1159,20 @@ void shard_fold(TriggerData *td) {
 // the row. The row and its add commit in one transaction of one node.
 // Arguments: counter id, 'citus', the source, the delta table.
 
-// Owns nothing C++: as the table's owner.
-void shard_add_run(ShardFold *f, TriggerData *td, int32 id) {
+// The row of a buffered counter's inbox (1.8): what the trigger adds to
+// the buffer of the delta shard's placement on this node instead
+// (counter_tracked_shard_add), its key copied into the caller's context.
+struct InboxRow {
+	Datum key;
+	int64 bucket;
+	int16 slot;
+	int64 delta;
+};
+
+// Owns nothing C++: as the table's owner. Buffered (row not nullptr): the
+// row's values into *row, nothing written.
+void shard_add_run(ShardFold *f, TriggerData *td, int32 id, InboxRow *row) {
+	MemoryContext caller = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
 	Relation rel = td->tg_relation;
@@ -1195,6 +1211,16 @@ void shard_add_run(ShardFold *f, TriggerData *td, int32 id) {
 			ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
 			                errmsg("a row of the inbox of tracked counter %d has a NULL", id)));
 	}
+	if (row != nullptr) {
+		shard_buffer_fill(f, td, id);
+		Form_pg_attribute key = TupleDescAttr(desc, 0);
+		MemoryContext old = MemoryContextSwitchTo(caller);
+		*row = InboxRow{datumCopy(values[0], key->attbyval, key->attlen), DatumGetTimestampTz(values[1]),
+		                DatumGetInt16(values[2]), DatumGetInt64(values[3])};
+		MemoryContextSwitchTo(old);
+		SPI_finish();
+		return;
+	}
 	if (SPI_execute_plan(f->plans[0], values, nullptr, false, 0) != SPI_OK_INSERT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("writing a tracked delta failed")));
 	SPI_finish();
@@ -1212,10 +1238,12 @@ CE_FUNCTION(counter_tracked_shard_add) {
 		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
 	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) || (td->tg_trigger->tgnargs != 4 && td->tg_trigger->tgnargs != 8) ||
+	    !TRIGGER_FIRED_BY_INSERT(td->tg_event) ||
+	    (td->tg_trigger->tgnargs != 4 && td->tg_trigger->tgnargs != 8 &&
+	     !(td->tg_trigger->tgnargs == 9 && strcmp(td->tg_trigger->tgargs[8], "buffered") == 0)) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
 		throw ce::Error("39P01", "counter_internal.tracked_shard_add must be a BEFORE INSERT row trigger with the 8 "
-		                         "arguments counter.track gives it");
+		                         "arguments counter.track gives it (9 for a buffered counter)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	Oid writer = GetUserId();
 	// the right counter.add asks: INSERT on the source
@@ -1236,7 +1264,14 @@ CE_FUNCTION(counter_tracked_shard_add) {
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the inbox's owner is the counter's
 	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
-	ce::as_owner(owner, [f, td, id] { shard_add_run(f, td, id); });
+	if (td->tg_trigger->tgnargs == 9) {
+		// buffered (1.8): the amount goes to the buffer of the delta shard's
+		// placement on this node, as a buffered shard trigger's do
+		// (shard_fold_buffered), or is written at once when it cannot be
+		inbox_add_buffered(td, f, owner, id);
+		return PointerGetDatum(nullptr);
+	}
+	ce::as_owner(owner, [f, td, id] { shard_add_run(f, td, id, nullptr); });
 	return PointerGetDatum(nullptr); // the row is not kept
 }
 
@@ -2330,7 +2365,7 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 }
 
 // ---------------------------------------------------------------------------
-// Citus (doc/citus.md, "Buffered trigger-mode counters"; 1.8): a buffered
+// Citus (doc/citus.md, "Buffered"; 1.8): a buffered
 // trigger-mode counter keyed by the distribution column of a hash-distributed
 // table. Each shard's trigger adds what its statement counts to the shared
 // table of the node it fires on, under the buffer id of the placement of the
@@ -2471,6 +2506,33 @@ struct ShardFolded {
 	bool done; // nothing to buffer (a TRUNCATE, the distributed table itself, a trigger left behind)
 };
 
+// Inside SPI, as the table's owner; owns nothing C++. The buffer of the
+// delta shard (state[0]) a buffered shard trigger (a trigger-mode counter's,
+// an application-mode counter's inbox's) adds to, and its key type, into f
+// once: the placement of that shard on this node, which must be the
+// trigger's table's owner's.
+void shard_buffer_fill(ShardFold *f, TriggerData *td, int32 id) {
+	if (f->buffer != 0)
+		return;
+	Oid delta = ce::citus::relation_named(f->state[0]);
+	int32 buffer =
+	    OidIsValid(delta) ? placement_buffer(shard_id_of_name(get_rel_name(delta)), delta, true, nullptr) : 0;
+	if (buffer == 0)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		                errmsg("the delta shard %s of buffered tracked counter %d has no placement on this node "
+		                       "that a buffer can name",
+		                       f->state[0], id)));
+	// the buffer's amounts are written by its flush as the delta's
+	// owner: only a trigger on a table of that owner adds to them
+	// (what the unbuffered path's write as the table's owner asks)
+	if (ce::citus::relation_owner(delta) != f->owner)
+		ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+		                errmsg("the trigger %s on %s names the delta table %s of another owner", td->tg_trigger->tgname,
+		                       RelationGetRelationName(td->tg_relation), f->state[0])));
+	f->key_type = delta_key_type(delta);
+	f->buffer = buffer;
+}
+
 // Owns nothing C++: as the table's owner. The rows the statement of a
 // buffered shard trigger counted (shard_fold_plan), folded per (key,
 // bucket), in the caller's memory context; done when there is nothing to
@@ -2484,25 +2546,7 @@ ShardFolded shard_fold_rows(ShardFold *f, TriggerData *td, int32 id) {
 		SPI_finish();
 		return out;
 	}
-	if (f->buffer == 0) {
-		Oid delta = ce::citus::relation_named(f->state[0]);
-		int32 buffer =
-		    OidIsValid(delta) ? placement_buffer(shard_id_of_name(get_rel_name(delta)), delta, true, nullptr) : 0;
-		if (buffer == 0)
-			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-			                errmsg("the delta shard %s of buffered tracked counter %d has no placement on this node "
-			                       "that a buffer can name",
-			                       f->state[0], id)));
-		// the buffer's amounts are written by its flush as the delta's
-		// owner: only a trigger on a table of that owner adds to them
-		// (what the unbuffered path's write as the table's owner asks)
-		if (ce::citus::relation_owner(delta) != f->owner)
-			ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			                errmsg("the trigger %s on %s names the delta table %s of another owner",
-			                       td->tg_trigger->tgname, RelationGetRelationName(td->tg_relation), f->state[0])));
-		f->key_type = delta_key_type(delta);
-		f->buffer = buffer;
-	}
+	shard_buffer_fill(f, td, id);
 	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
 	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
@@ -2558,6 +2602,43 @@ void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int
 			}
 			if (direct > 0)
 				write_rows(DeltaTarget{f->state[0], f->key_type, f->owner, shard, f->buffer}, got.rows, direct);
+		}
+	} catch (...) {
+		ce::owner_leave(as);
+		throw;
+	}
+	ce::owner_leave(as);
+}
+
+// The buffered path of an application-mode counter's inbox trigger
+// (counter_tracked_shard_add): as the table's owner, the row's amount added
+// to the placement's buffer, or written to the delta shard at once when it
+// cannot be buffered.
+void inbox_add_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id) {
+	ce::OwnerSwitch as = ce::pg_guard([owner] { return ce::owner_enter(owner); });
+	try {
+		InboxRow row{};
+		InboxRow *rp = &row;
+		ce::pg_guard([f, td, id, rp] { shard_add_run(f, td, id, rp); });
+		shard_buffer_remember(f->buffer, f->owner, f->key_type, row.slot, f->state[0]);
+		ce::buffer::set_direct_writer(write_direct);
+		ce::buffer::Image image;
+		ce::buffer::Image *ip = &image;
+		Oid key_type = f->key_type;
+		bool ok = ce::buffer::available() && ce::pg_guard([key_type, &row, ip] {
+			          int16 len;
+			          bool byval;
+			          get_typlenbyval(key_type, &len, &byval);
+			          return ce::buffer::image_of(row.key, len, byval, ip);
+		          }) &&
+		          ce::buffer::add(f->buffer, f->owner, image, row.bucket, row.delta);
+		if (!ok) {
+			FlushRow *rows = ce::pg_guard([&row] {
+				auto *r = static_cast<FlushRow *>(palloc(sizeof(FlushRow)));
+				*r = FlushRow{row.key, row.bucket, row.delta};
+				return r;
+			});
+			write_rows(DeltaTarget{f->state[0], f->key_type, f->owner, row.slot, f->buffer}, rows, 1);
 		}
 	} catch (...) {
 		ce::owner_leave(as);
@@ -2810,7 +2891,8 @@ CE_FUNCTION(counter_tracked_add) {
 	check_event_time(c, at);
 	if (delta == 0)
 		PG_RETURN_VOID();
-	if (c.buffered && buffer_add(c, given, key, delta, at))
+	// (on Citus, 1.8: through the inbox, buffered on the node of the key's shard)
+	if (c.buffered && !c.distributed && buffer_add(c, given, key, delta, at))
 		PG_RETURN_VOID();
 	KeptPlans *plans = plans_of(c.id);
 	if (c.distributed) {
@@ -3227,7 +3309,7 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 // counter_internal.tracked_buffer_epoch(): when the shared table was made,
 // NULL when the library is not preloaded.
 // counter_internal.tracked_node_flush(delta text) -> text (1.8; Citus,
-// doc/citus.md "Buffered trigger-mode counters"): writes what this node's
+// doc/citus.md "Buffered"): writes what this node's
 // buffers hold for the placements here of the shards of a buffered
 // counter's distributed delta table into those shards, as the table's
 // owner, in the caller's transaction (one of this node alone: the

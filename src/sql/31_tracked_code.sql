@@ -1131,13 +1131,15 @@ BEGIN
     -- what counter.add needs on a worker node, where counter_ext's catalog
     -- is not (src/tracked.cpp, worker_counter): the name, the bucket width
     -- in microseconds, the slots, max_future in microseconds (none changes after
-    -- track; a new owner makes the inbox again)
+    -- track; a new owner makes the inbox again); (1.8) 'buffered' for a
+    -- buffered counter: the trigger adds to the buffer of its node
     PERFORM counter_internal.citus_trigger_ddl(format(
-        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L, %L, %L, %L, %L)',
+        'CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION counter_internal.tracked_shard_add(%L, %L, %L, %L, %L, %L, %L, %L%s)',
         format('counter_%s_add', t.counter_id), inbox, t.counter_id, 'citus', t.source::text,
         counter_internal.tracked_table(t, 'delta'), t.name,
         (pg_catalog.date_part('epoch', t.bucket_width) OPERATOR(pg_catalog.*) 1000000)::bigint, t.shards,
-        (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint));
+        (pg_catalog.date_part('epoch', t.max_future) OPERATOR(pg_catalog.*) 1000000)::bigint,
+        CASE WHEN t.buffered THEN ', ''buffered''' ELSE '' END));
 END
 $$;
 
@@ -1209,9 +1211,10 @@ BEGIN
         IF distributed THEN
             anchor_column := counter_internal.citus_anchor_column(source, key_column);
         END IF;
-    ELSIF NOT buffered THEN
+    ELSE
         -- on Citus: the state beside the rows when the source is
-        -- hash-distributed by the key, else the coordinator's
+        -- hash-distributed by the key (buffered too since 1.8: buffered on
+        -- the node of the key's shard), else the coordinator's
         distributed := counter_internal.citus_app_colocated(source, key_column);
     END IF;
     SELECT * INTO src FROM counter_internal.track_check_source(source, key_column, time_column, caller);

@@ -30,7 +30,7 @@ RETURNS bigint
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_forget';
 
--- Citus (1.8; doc/citus.md, "Buffered trigger-mode counters"): a buffered
+-- Citus (1.8; doc/citus.md, "Buffered"): a buffered
 -- trigger-mode counter keyed by the distribution column of a hash-distributed
 -- table buffers on each node, per placement of its delta shards there
 -- (src/tracked.cpp). PUBLIC may execute these three on every node

@@ -22,7 +22,7 @@ ALTER TABLE counter.tracked ADD COLUMN state_schema name;
 -- column"; counter_internal.tracked_anchored_batch, src/tracked.cpp).
 ALTER TABLE counter.tracked ADD COLUMN anchor_column name;
 -- (1.8) A buffered trigger-mode counter on a hash-distributed table keyed by
--- its distribution column (doc/citus.md, "Buffered trigger-mode counters"):
+-- its distribution column (doc/citus.md, "Buffered"):
 -- one row per shard of its delta table, the placement that held it and when
 -- the shared table of that placement's node was made (microseconds since
 -- 1970), as the last flush saw them. A flush that finds another placement

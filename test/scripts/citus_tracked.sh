@@ -59,9 +59,10 @@ for t in ev ev_one; do
 done
 echo "ok: application-mode and buffered counters with a filter are made on a distributed table"
 # where their state is (1.8): beside the rows, on the shards, for the
-# counters keyed by the distribution column that are not buffered
+# counters keyed by the distribution column, buffered too (the buffered
+# one's adds go to the buffer of the node of the key's shard)
 got=$(app -tA -c "SELECT string_agg(name || '=' || distributed, ' ' ORDER BY name) FROM counter.tracked WHERE name LIKE 'ev%'")
-[ "$got" = "ev_b=false ev_f=true ev_n=true ev_one_b=false ev_one_f=false ev_one_n=false" ] ||
+[ "$got" = "ev_b=true ev_f=true ev_n=true ev_one_b=false ev_one_f=false ev_one_n=false" ] ||
     fail "where the counters' state is: $got"
 app -q -c "GRANT USAGE ON SCHEMA ct TO ct_w, ct_x" -c "GRANT SELECT, INSERT ON ct.ev, ct.ev_one TO ct_w"
 
@@ -144,9 +145,8 @@ echo "ok: the inbox takes adds of writers of the table only (42501 on the shard)
 # rows and adds to the counters whose state is beside the rows (ev_f, ev_n)
 # in the same transaction; the worker knows them from their inboxes'
 # triggers. A re-delivered batch adds only its new rows, a rolled-back one
-# nothing. The buffered counter's state is the coordinator's: adding to it
-# there is refused (0A000), so its adds for those rows are made on the
-# coordinator after. value and values_of read there what they read on the
+# nothing; so does the buffered counter (1.8: its adds go to the buffer of
+# the node of the key's shard). value and values_of read there what they read on the
 # coordinator; a role without INSERT on the table is refused there too
 # (42501).
 writer_w1() { ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -U "${W1_ROLE:-ct_w}" -d postgres -v ON_ERROR_STOP=1 "$@"; }
@@ -161,39 +161,36 @@ CREATE TEMP TABLE new_rows ON COMMIT DROP AS WITH ins AS (
 SELECT * FROM ins;
 SELECT count(counter.add('ev_f', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows WHERE $F GROUP BY 1, 2) x;
 SELECT count(counter.add('ev_n', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows GROUP BY 1, 2) x;
+SELECT count(counter.add('ev_b', k, n, at)) FROM (SELECT k, at, count(*) AS n FROM new_rows WHERE $B GROUP BY 1, 2) x;
 ${3:-COMMIT};
 SQL
 }
 deliver_w1 8001 9000
 deliver_w1 8501 9500            # re-delivered in part
 deliver_w1 9501 9700 ROLLBACK   # neither rows nor adds
-writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 8001 AND 9700 AND $B GROUP BY 1, 2" \
-    -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null
 deliver ev_one 8001 9000 COMMIT writer
 deliver ev_one 8501 9500 COMMIT writer
 [ "$(coord -tA -c "SELECT count(*) FROM ct.ev WHERE id BETWEEN 8001 AND 9700")" = 1500 ] ||
     fail "the worker's deliveries left $(coord -tA -c "SELECT count(*) FROM ct.ev WHERE id BETWEEN 8001 AND 9700") rows (1500 expected)"
 check_all "rows and adds written through a worker node"
-out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_b', 7::bigint)" 2>&1) && fail "an add to a buffered counter on a worker: $out"
-grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "an add to ev_b on a worker: $out"
 # reads on the worker: every key of the counters beside the rows, by value
-# and by values_of, as on the coordinator; a read of the buffered counter is
-# refused
+# and by values_of, as on the coordinator (the buffered one's too)
 reads="SELECT string_agg(k || ':' || counter.value('ev_n', k), ',' ORDER BY k) FROM generate_series(0, 96::bigint) k"
 reads_of="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('ev_f', ARRAY(SELECT generate_series(0, 96::bigint)))"
-for q in "$reads" "$reads_of"; do
+reads_b="SELECT string_agg(k || ':' || counter.value('ev_b', k), ',' ORDER BY k) FROM generate_series(0, 96::bigint) k"
+reads_b_of="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('ev_b', ARRAY(SELECT generate_series(0, 96::bigint)))"
+for q in "$reads" "$reads_of" "$reads_b" "$reads_b_of"; do
     want=$(writer -tA -c "$q")
     got=$(writer_w1 -tA -c "$q")
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "a read on worker 1 ($q): $got, on the coordinator: $want"
 done
 # counter.tracked_values on worker 1 (1.8): the counters an inbox describes
-# there (ev_f, ev_n; not the buffered ev_b, whose state is the
-# coordinator's), every key as on the coordinator; none for a role that may
-# not read the table
+# there (ev_b, ev_f, ev_n), every key as on the coordinator; none for a role
+# that may not read the table
 got=$(writer_w1 -tA -c "SELECT string_agg(DISTINCT counter, ',' ORDER BY counter) FROM counter.tracked_values")
-[ "$got" = "ev_f,ev_n" ] || fail "counter.tracked_values on worker 1 lists the counters $got (expected ev_f,ev_n)"
+[ "$got" = "ev_b,ev_f,ev_n" ] || fail "counter.tracked_values on worker 1 lists the counters $got (expected ev_b,ev_f,ev_n)"
 worker_values() { # WHAT
-    local q="SELECT md5(string_agg(counter || ':' || key || ':' || value, ',' ORDER BY counter, key)), count(*) FROM counter.tracked_values WHERE counter IN ('ev_f', 'ev_n')"
+    local q="SELECT md5(string_agg(counter || ':' || key || ':' || value, ',' ORDER BY counter, key)), count(*) FROM counter.tracked_values WHERE counter IN ('ev_b', 'ev_f', 'ev_n')"
     local want got
     want=$(writer -tA -c "$q")
     got=$(writer_w1 -tA -c "$q")
@@ -208,15 +205,42 @@ out=$(PGAPPNAME='citus_internal gpid=10000000001' writer_w1 -v VERBOSITY=verbose
     fail "counter.tracked_values in a query named as Citus's: $out"
 grep -q "ERROR:  0A000: counter.tracked_values is not read in a query Citus sends to a worker node" <<<"$out" ||
     fail "counter.tracked_values in a query named as Citus's: $out"
-out=$(writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_b', 7::bigint)" 2>&1) && fail "a read of ev_b on a worker: $out"
-grep -q "ERROR:  0A000: tracked counter \"ev_b\" is not on this Citus worker node" <<<"$out" || fail "a read of ev_b on a worker: $out"
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.value('ev_n', 7::bigint)" 2>&1) &&
     fail "a role without rights read on a worker: $out"
 grep -q "ERROR:  42501: permission denied to read tracked counter \"ev_n\"" <<<"$out" || fail "a read by ct_x on a worker: $out"
 out=$(W1_ROLE=ct_x writer_w1 -v VERBOSITY=verbose -c "SELECT counter.add('ev_n', 7::bigint, 1000)" 2>&1) &&
     fail "a role without rights added on a worker: $out"
 grep -q "ERROR:  42501: permission denied to add to tracked counter \"ev_n\"" <<<"$out" || fail "an add by ct_x on a worker: $out"
-echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly, and value/values_of/tracked_values read there what the coordinator reads; a buffered counter's add and read refused there (0A000); a role without INSERT (SELECT) may not add (read) there (42501)"
+# Single-row transactions (one shard, one node: committed there alone) keep
+# the buffered counter's adds in the buffer of the key's node (1.8), through
+# the coordinator and through worker 1; the reads count them, the flush
+# writes them
+single() { # RUN ID
+    $1 -q >/dev/null <<SQL
+BEGIN;
+INSERT INTO ct.ev VALUES ($2, 5, '2026-07-01 10:30+00', 'click', NULL);
+SELECT counter.add('ev_f', 5::bigint, 1, '2026-07-01 10:30+00'), counter.add('ev_b', 5::bigint, 1, '2026-07-01 10:30+00'),
+       counter.add('ev_n', 5::bigint, 1, '2026-07-01 10:30+00');
+COMMIT;
+SQL
+}
+for i in $(seq 1 10); do single writer $((9900 + i)); single writer_w1 $((9950 + i)); done
+# (the same rows and adds on one node)
+writer -q -c "BEGIN" -c "INSERT INTO ct.ev_one SELECT * FROM ct.ev WHERE id BETWEEN 9901 AND 9960" \
+    -c "SELECT counter.add(c, 5::bigint, 20, '2026-07-01 10:30+00') FROM unnest(ARRAY['ev_one_f', 'ev_one_b', 'ev_one_n']) c" \
+    -c "COMMIT" >/dev/null
+held=0
+for p in $CE_citus_w1_PORT $CE_citus_w2_PORT; do
+    n=$(ce_psql -h 127.0.0.1 -p "$p" -U "$(ce_owner_name)" -d postgres -tA -c "SELECT coalesce(sum(entries), 0) FROM counter.buffer_shares()")
+    held=$((held + n))
+done
+[ "$held" -gt 0 ] || fail "the single-row adds to the buffered counter ev_b left nothing in a node's buffer"
+check_all "single-row transactions, the buffered counter's adds in its node's buffer"
+app -q -c "SELECT counter.flush('ev_b')" >/dev/null
+check_all "single-row transactions, then flushed"
+echo "ok: single-row transactions through the coordinator and worker 1 keep the buffered counter's adds in the buffer of the key's node ($held entries), read exactly there and after the flush"
+
+echo "ok: through a worker node, rows and their adds in one transaction (re-delivered, rolled back) count exactly, and value/values_of/tracked_values read there what the coordinator reads (a buffered counter's too); a role without INSERT (SELECT) may not add (read) there (42501)"
 
 # A worker node finds a counter by its inbox's trigger: another role may not
 # make a trigger naming ct_app's counter on a table of its own (it would
@@ -269,8 +293,6 @@ SQL
 grep -q "ERROR:  0A000: trigger counter_[0-9]*_add2 of counter_ext on ct_xs.counter_tracked_[0-9]*_inbox is refused" <<<"$out" ||
     fail "another role's trigger naming ev_n on its own counter's inbox: $out"
 deliver_w1 9701 9800
-writer -q -c "CREATE TEMP TABLE b_rows AS SELECT k, at, count(*) AS n FROM ct.ev WHERE id BETWEEN 9701 AND 9800 AND $B GROUP BY 1, 2" \
-    -c "SELECT count(counter.add('ev_b', k, n, at)) FROM b_rows" >/dev/null
 deliver ev_one 9701 9800 COMMIT writer
 check_all "another role's trigger naming the counter refused (on the coordinator, and on a worker alone), then more rows through the worker"
 

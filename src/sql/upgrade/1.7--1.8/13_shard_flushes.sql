@@ -1,6 +1,6 @@
 -- ---- buffered trigger-mode counters on Citus (37_tracked_citus.sql): none before 1.8.
 -- (1.8) A buffered trigger-mode counter on a hash-distributed table keyed by
--- its distribution column (doc/citus.md, "Buffered trigger-mode counters"):
+-- its distribution column (doc/citus.md, "Buffered"):
 -- one row per shard of its delta table, the placement that held it and when
 -- the shared table of that placement's node was made (microseconds since
 -- 1970), as the last flush saw them. A flush that finds another placement
