@@ -1582,6 +1582,27 @@ Stats stats(int32 counter) {
 	return st;
 }
 
+std::vector<int32> negative_ids(Oid owner) {
+	std::vector<int32> out;
+	if (!available())
+		return out;
+	// room for every entry first (counted without a lock): nothing may
+	// throw while the partitions are locked and the table scanned
+	out.reserve(static_cast<size_t>(hash_get_num_entries(table)) + 1024);
+	lock_all(LW_SHARED);
+	HASH_SEQ_STATUS scan;
+	hash_seq_init(&scan, table);
+	Entry *e;
+	while ((e = static_cast<Entry *>(hash_seq_search(&scan))) != nullptr)
+		if (e->key.db == MyDatabaseId && e->key.counter < 0 && shared->shares[e->share].owner == owner &&
+		    out.size() < out.capacity())
+			out.push_back(e->key.counter);
+	unlock_all();
+	std::sort(out.begin(), out.end());
+	out.erase(std::unique(out.begin(), out.end()), out.end());
+	return out;
+}
+
 // Buffered counters: the shared table, the transaction's own adds, publish
 // at commit, claims of a flush. See counter_ext/buffer.hpp for the model.
 //

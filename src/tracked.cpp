@@ -2378,12 +2378,15 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 // flush's claim is not prepared); a read of a key adds what the node that
 // holds the key's shard has (tracked_shard_pending, in the query Citus
 // routes there); a shard's reconciliation leaves alone the keys busy in that
-// node's buffer (tracked_shard_busy, in its statement). A placement id is
-// never given again: a move or a split makes new ones, so what a node holds
-// for a placement it no longer has is never read nor flushed, and the
-// coordinator's flush, finding the shard's new placement (or a node's new
-// shared table after a restart), schedules the reconciliation of every key,
-// which counts those rows again.
+// node's buffer (tracked_shard_busy, in its statement). A split makes new
+// placements; a move makes one on the coordinator, while the other nodes'
+// metadata keeps the placement id with the new node's group (Citus's
+// update_placement_metadata): either way what the old node holds for a
+// placement no longer its own is never read nor flushed (its next flush
+// drops it: drop_stranded), and the coordinator's flush, finding the shard
+// on a new placement or on a node with another shared table (a move, or a
+// restart), schedules the reconciliation of every key, which counts those
+// rows again.
 
 // Where the buffer of a delta shard's placement on this node writes.
 struct ShardBuffer {
@@ -3308,6 +3311,68 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 
 // counter_internal.tracked_buffer_epoch(): when the shared table was made,
 // NULL when the library is not preloaded.
+// A node's placement buffers that 'owner' no longer has here: the buffer
+// ids below 0 with entries in the owner's share whose placement is not this
+// node's in its metadata (a moved shard's: the nodes' metadata keeps its
+// placement id with the new node's group; a split shard's: gone). What they
+// hold is never flushed nor read (the repair the move schedules counts those
+// rows from the table): it is dropped, so the entries go back to the share
+// instead of staying until the node restarts, and a shard moved back later
+// does not find them again. A placement is looked up after its entries
+// were seen, in a statement of its own (a new snapshot): adds reach a
+// placement's buffer only once the metadata that put it here is committed. 'kept': the ids of the placements this
+// flush wrote (n of them). Returns the entries dropped.
+namespace {
+
+struct NodePlacement {
+	int64 shard;
+	int32 id;
+	char *table;
+};
+
+int64 drop_stranded(Oid owner, const NodePlacement *kept, int n) {
+	if (!ce::buffer::available())
+		return 0;
+	std::vector<int32> ids = ce::buffer::negative_ids(owner);
+	int64 dropped = 0;
+	for (int32 id : ids) {
+		bool mine = false;
+		for (int i = 0; i < n && !mine; i++)
+			mine = kept[i].id == id;
+		if (mine)
+			continue;
+		bool gone = ce::pg_guard([id] {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+			Oid types[1] = {INT8OID};
+			Datum args[1] = {Int64GetDatum(-int64{id})};
+			if (SPI_execute_with_args(
+			        "SELECT FROM pg_catalog.pg_dist_placement p"
+			        " JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
+			        " WHERE p.placementid OPERATOR(pg_catalog.=) $1",
+			        1, types, args, nullptr, false, 1) != SPI_OK_SELECT)
+				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+			bool none = SPI_processed == 0;
+			SPI_finish();
+			return none;
+		});
+		if (!gone)
+			continue;
+		uint32 lock = static_cast<uint32>(id);
+		ce::pg_guard([lock] { ce::locks::take(ce::locks::flush, lock, false, true); });
+		for (;;) {
+			std::vector<ce::buffer::Amount> batch = ce::buffer::claim(id, flush_batch);
+			dropped += static_cast<int64>(batch.size());
+			if (batch.size() < flush_batch)
+				break;
+			ce::check_for_interrupts();
+		}
+	}
+	return dropped;
+}
+
+} // namespace
+
 // counter_internal.tracked_node_flush(delta text) -> text (1.8; Citus,
 // doc/citus.md "Buffered"): writes what this node's
 // buffers hold for the placements here of the shards of a buffered
@@ -3316,8 +3381,9 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 // coordinator's flush runs it on every node, src/tracked.cpp flush_nodes).
 // Returns {"epoch": when this node's shared table was made (microseconds,
 // null without the preload), "shards": [[shard id, placement id, entries
-// written], ...]}; no shards when 'delta' is no table here (counter.track
-// asks each node's epoch before its tables are committed). PUBLIC may
+// written], ...], "dropped": entries of the owner's placements gone from
+// here let go (drop_stranded)}; no shards when 'delta' is no table here
+// (counter.track asks each node's epoch before its tables are committed). PUBLIC may
 // execute it (99_internal.sql): it acts only on a table whose owner's
 // rights its caller has.
 CE_FUNCTION(counter_tracked_node_flush) {
@@ -3325,11 +3391,7 @@ CE_FUNCTION(counter_tracked_node_flush) {
 	Oid rel = ce::pg_guard([name] { return ce::citus::relation_named(name); });
 	if (OidIsValid(rel))
 		require_table_owner_rights(rel, "flush");
-	struct Local {
-		int64 shard;
-		int32 id;
-		char *table;
-	};
+	using Local = NodePlacement;
 	int n = 0;
 	int *np = &n;
 	Oid key_type = InvalidOid;
@@ -3394,7 +3456,7 @@ CE_FUNCTION(counter_tracked_node_flush) {
 		json += (i > 0 ? ", [" : "[") + std::to_string(local[i].shard) + ", " + std::to_string(-int64{local[i].id}) +
 		        ", " + std::to_string(entries) + "]";
 	}
-	json += "]}";
+	json += "], \"dropped\": " + std::to_string(OidIsValid(rel) ? drop_stranded(owner, local, n) : 0) + "}";
 	PG_RETURN_TEXT_P(
 	    ce::pg_guard([&json] { return cstring_to_text_with_len(json.data(), static_cast<int>(json.size())); }));
 }

@@ -251,6 +251,15 @@ coord -q -c "SELECT citus_move_shard_placement($s, '127.0.0.1', $w1, '127.0.0.1'
 v=$(app -tA -c "SELECT counter.value('ev_n', $k1::bigint)")
 n=$(app -tA -c "SELECT count(*) FROM cb.ev WHERE k = $k1")
 [ "$v" -lt "$n" ] || fail "the move of shard $s left nothing behind on worker 1 ($v against $n rows)"
+# What worker 1 holds for the old placement (of ev_n and ev_f: their delta
+# shards moved with the source's) is let go by the owner's next flush there,
+# not kept until it restarts; then there is nothing more to let go.
+delta_n=$(coord -tA -c "SELECT counter_internal.tracked_table(t, 'delta') FROM counter.tracked t WHERE name = 'ev_n'")
+w1_owner() { ce_psql -h 127.0.0.1 -p "$w1" -U "$CE_CITUS_OWNER" -d postgres -v ON_ERROR_STOP=1 "$@"; }
+dropped=$(w1_owner -tA -c "SELECT counter_internal.tracked_node_flush('$delta_n')::jsonb -> 'dropped'")
+[ "${dropped:-0}" -ge 2 ] || fail "worker 1's flush let go of $dropped entries of the moved placement (2 or more expected)"
+dropped=$(w1_owner -tA -c "SELECT counter_internal.tracked_node_flush('$delta_n')::jsonb -> 'dropped'")
+[ "$dropped" = 0 ] || fail "worker 1's second flush let go of $dropped entries"
 owner -q -c "SELECT counter.flush('ev_n')" >/dev/null
 got=$(coord -tA -c "SELECT full_pending FROM counter.tracked WHERE name = 'ev_n'")
 [ "$got" = t ] || fail "the flush after the move of shard $s scheduled no repair"
@@ -262,7 +271,7 @@ app -q -c "INSERT INTO cb.ev VALUES (6003, $k1, '2026-07-01 10:00+00', 'click', 
 app_w1 -q -c "INSERT INTO cb.ev VALUES (6004, $k1, '2026-07-01 10:00+00', 'click', 1)"
 app -q -c "INSERT INTO cb.ev_one VALUES (6003, $k1, '2026-07-01 10:00+00', 'click', 1), (6004, $k1, '2026-07-01 10:00+00', 'click', 1)"
 check_reads "written after the move"
-echo "ok: a shard moved with adds left on its old node: the next flush schedules the repair, the reconciliation makes every value equal count(*), and the new placement buffers"
+echo "ok: a shard moved with adds left on its old node: the owner's next flush there lets go of them, the next flush schedules the repair, the reconciliation makes every value equal count(*), and the new placement buffers"
 
 # The writer may not flush, read or judge the owner's buffers through the
 # functions PUBLIC may call, on any node; nor may a role without SELECT read

@@ -165,6 +165,11 @@ struct Stats {
 };
 Stats stats(int32 counter);
 
+// The ids below 0 (buffers of Citus placements, src/tracked.cpp) that have
+// entries in this database counting against the share of 'owner', each
+// once. May throw std::bad_alloc (before any lock is taken).
+std::vector<int32> negative_ids(Oid owner);
+
 // Whether a transaction that found the share of (this database, 'owner')
 // pressed (half its cap or more taken, or full) asked, at its commit, for the
 // owner's flush jobs to run now, since the last call; clears the ask. The
