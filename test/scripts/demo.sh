@@ -23,7 +23,7 @@ ce_cluster_use demo
 ce_demo_sections sections citus
 for section in "${sections[@]}"; do
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -d clicks -f "$section" >/dev/null 2>"$CE_TOP/build/demo-section.err" ||
-        fail "demo section $section: $(tail -5 "$CE_TOP/build/demo-section.err")"
+        fail "demo section $section: $(grep -m 3 -E "ERROR|FATAL|PANIC" "$CE_TOP/build/demo-section.err"; tail -5 "$CE_TOP/build/demo-section.err")"
     echo "ok: $section"
 done
 ce_scan_log "$CE_demo_LOG" || fail "crash in the demo's server log"
@@ -42,7 +42,7 @@ for section in "${citus[@]}"; do
     "$CE_PGBIN/psql" -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks \
         -v coordinator="$CE_citus_coord_PORT" -v worker_1="$CE_citus_w1_PORT" -f "$section" \
         >/dev/null 2>"$CE_TOP/build/demo-section.err" ||
-        fail "demo section $section: $(tail -5 "$CE_TOP/build/demo-section.err")"
+        fail "demo section $section: $(grep -m 3 -E "ERROR|FATAL|PANIC" "$CE_TOP/build/demo-section.err"; tail -5 "$CE_TOP/build/demo-section.err")"
     echo "ok: $section"
 done
 # the numbers of 80_citus.sql, checked here rather than only shown there
