@@ -1743,13 +1743,16 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- a run of this counter still running died (we hold the counter's lock).
+    -- Before the counter's row is locked: a step of another run that found
+    -- the counter's lock taken ends its run, its run row first and then the
+    -- counter's row (tracked_finish_run), so the other order could deadlock.
+    PERFORM counter_internal.run_interrupted('reconcile', t.counter_id);
     SELECT coalesce(c.last_watermark, '-infinity') INTO run_from FROM counter.tracked c
     WHERE c.counter_id = t.counter_id FOR UPDATE;
     UPDATE counter.tracked c SET last_watermark = GREATEST(c.last_watermark, w)
     WHERE c.counter_id = t.counter_id
     RETURNING c.last_watermark INTO run_watermark;
-    -- a run of this counter still running died (we hold the counter's lock)
-    PERFORM counter_internal.run_interrupted('reconcile', t.counter_id);
     -- A counter registered on a table that had rows: the counts a run finds
     -- missing are those rows, counted for the first time, up to as many as
     -- there were (backfill_left) and until a run starts from a watermark at
