@@ -1389,7 +1389,10 @@ $$;
 --   and for a partitioned source or managed table: every index of the
 --     parent valid (a partitioned index is valid once the index of every
 --     partition is attached, which pg_restore does after that partition's
---     rows).
+--     rows);
+--   and for every job: no restore connected (job_hold: a superuser's or the
+--     extension owner's session named pg_restore), since which piece comes
+--     last is each major's choice.
 -- What this cannot see is documented: a partitioned table without any
 -- index, the source of an application-mode counter, other kinds' targets.
 --
@@ -1449,6 +1452,26 @@ BEGIN
     why := counter_internal.job_incomplete(j.kind, j.target);
     IF why IS NOT NULL THEN
         RETURN why;
+    END IF;
+    -- A restore still connected to this database: its pieces are made in an
+    -- order each major decides (pg_restore -j of 18 made a partitioned
+    -- table's own index only after other tables' indexes and triggers, its
+    -- partitions' rows in: until then it had no index to be invalid), and
+    -- it may still be loading rows the pieces above cannot see. pg_restore connects as application_name
+    -- 'pg_restore' unless told otherwise (PGAPPNAME); the runner (the
+    -- extension's owner) sees other roles' application_name with
+    -- pg_read_all_stats, which a superuser has. Only a session that could be
+    -- restoring counter_ext's catalogs counts (a superuser's or the
+    -- extension owner's): any role may call itself pg_restore, and must not
+    -- keep restored jobs of others from running by doing so.
+    IF EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+               JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
+               WHERE a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                 AND a.application_name OPERATOR(pg_catalog.=) 'pg_restore'
+                 AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
+                 AND (r.rolsuper OR r.oid OPERATOR(pg_catalog.=) (SELECT e.extowner FROM pg_catalog.pg_extension e
+                                                                  WHERE e.extname OPERATOR(pg_catalog.=) 'counter_ext'))) THEN
+        RETURN 'pg_restore is connected to this database (a restored job waits for the restore to end)';
     END IF;
     INSERT INTO counter_internal.job_armed AS a (job_id) VALUES (j.job_id) ON CONFLICT (job_id) DO NOTHING;
     IF j.kind OPERATOR(pg_catalog.=) 'reconcile' THEN
