@@ -3309,8 +3309,6 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 	PG_RETURN_INT64(n);
 }
 
-// counter_internal.tracked_buffer_epoch(): when the shared table was made,
-// NULL when the library is not preloaded.
 // A node's placement buffers that 'owner' no longer has here: the buffer
 // ids below 0 with entries in the owner's share whose placement is not this
 // node's in its metadata (a moved shard's: the nodes' metadata keeps its
@@ -3318,10 +3316,11 @@ CE_FUNCTION(counter_tracked_buffer_forget) {
 // hold is never flushed nor read (the repair the move schedules counts those
 // rows from the table): it is dropped, so the entries go back to the share
 // instead of staying until the node restarts, and a shard moved back later
-// does not find them again. A placement is looked up after its entries
-// were seen, in a statement of its own (a new snapshot): adds reach a
-// placement's buffer only once the metadata that put it here is committed. 'kept': the ids of the placements this
-// flush wrote (n of them). Returns the entries dropped.
+// does not find them again. The placements are looked up after their
+// entries were seen, in one statement of their own (a new snapshot): adds
+// reach a placement's buffer only once the metadata that put it here is
+// committed. 'kept': the ids of the placements this flush wrote (n of
+// them). Returns the entries dropped.
 namespace {
 
 struct NodePlacement {
@@ -3333,31 +3332,47 @@ struct NodePlacement {
 int64 drop_stranded(Oid owner, const NodePlacement *kept, int n) {
 	if (!ce::buffer::available())
 		return 0;
-	std::vector<int32> ids = ce::buffer::negative_ids(owner);
-	int64 dropped = 0;
-	for (int32 id : ids) {
+	std::vector<Datum> ids;
+	for (int32 id : ce::buffer::negative_ids(owner)) {
 		bool mine = false;
 		for (int i = 0; i < n && !mine; i++)
 			mine = kept[i].id == id;
-		if (mine)
-			continue;
-		bool gone = ce::pg_guard([id] {
-			if (SPI_connect() != SPI_OK_CONNECT)
-				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
-			Oid types[1] = {INT8OID};
-			Datum args[1] = {Int64GetDatum(-int64{id})};
-			if (SPI_execute_with_args(
-			        "SELECT FROM pg_catalog.pg_dist_placement p"
-			        " JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
-			        " WHERE p.placementid OPERATOR(pg_catalog.=) $1",
-			        1, types, args, nullptr, false, 1) != SPI_OK_SELECT)
-				ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
-			bool none = SPI_processed == 0;
-			SPI_finish();
-			return none;
-		});
-		if (!gone)
-			continue;
+		if (!mine)
+			ids.push_back(Int64GetDatum(-int64{id}));
+	}
+	if (ids.empty())
+		return 0;
+	// the placement ids among them that are not this node's (palloc'd in
+	// the caller's context: the guarded lambda owns nothing)
+	int64 *gone = nullptr;
+	uint64 ngone = 0;
+	int64 **gp = &gone;
+	uint64 *np = &ngone;
+	Datum *idp = ids.data();
+	int count = static_cast<int>(ids.size());
+	ce::pg_guard([idp, count, gp, np] {
+		MemoryContext caller = CurrentMemoryContext;
+		if (SPI_connect() != SPI_OK_CONNECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+		Oid types[1] = {INT8ARRAYOID};
+		Datum args[1] = {PointerGetDatum(construct_array(idp, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+		if (SPI_execute_with_args(
+		        "SELECT u FROM pg_catalog.unnest($1) u WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
+		        " JOIN pg_catalog.pg_dist_local_group g ON g.groupid OPERATOR(pg_catalog.=) p.groupid"
+		        " WHERE p.placementid OPERATOR(pg_catalog.=) u)",
+		        1, types, args, nullptr, false, 0) != SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+		*gp = static_cast<int64 *>(MemoryContextAlloc(caller, sizeof(int64) * (SPI_processed + 1)));
+		for (uint64 r = 0; r < SPI_processed; r++) {
+			bool isnull = false;
+			(*gp)[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+		}
+		*np = SPI_processed;
+		SPI_finish();
+	});
+	int64 dropped = 0;
+	for (uint64 g = 0; g < ngone; g++) {
+		int32 id = static_cast<int32>(-gone[g]);
 		uint32 lock = static_cast<uint32>(id);
 		ce::pg_guard([lock] { ce::locks::take(ce::locks::flush, lock, false, true); });
 		for (;;) {
@@ -3536,6 +3551,8 @@ CE_FUNCTION(counter_tracked_shard_busy) {
 	});
 }
 
+// counter_internal.tracked_buffer_epoch(): when the shared table was made,
+// NULL when the library is not preloaded.
 CE_FUNCTION(counter_tracked_buffer_epoch) {
 	(void)fcinfo;
 	if (!ce::buffer::available())
