@@ -194,14 +194,16 @@ bool fail_orphan(int64 run_id) {
 	        " counter_internal.job_armed a WHERE a.job_id = r.job_id) THEN $2 ELSE $3 END)"
 	        " FROM counter.job_runs r WHERE r.run_id = $1",
 	        3, types, values, nullptr, false, SPI_OK_SELECT, "marking an abandoned run");
-	spi_run("UPDATE counter.jobs j SET running_run = NULL, failures = j.failures + 1, next_run = " BACKOFF_SQL
-	        " WHERE j.running_run = $1 AND EXISTS (SELECT FROM counter_internal.job_armed a WHERE a.job_id = j.job_id)",
-	        1, types, values, nullptr, false, SPI_OK_UPDATE, "backing off a job whose run was abandoned");
-	if (SPI_processed > 0)
-		return true;
-	spi_run("UPDATE counter.jobs j SET running_run = NULL WHERE j.running_run = $1", 1, types, values, nullptr, false,
-	        SPI_OK_UPDATE, "freeing a restored job of the run it was dumped with");
-	return false;
+	spi_run(
+	    "UPDATE counter.jobs j SET running_run = NULL,"
+	    " failures = CASE WHEN a.armed THEN j.failures + 1 ELSE j.failures END,"
+	    " next_run = CASE WHEN a.armed THEN " BACKOFF_SQL " ELSE j.next_run END"
+	    " FROM (SELECT x.job_id, EXISTS (SELECT FROM counter_internal.job_armed m WHERE m.job_id = x.job_id) AS armed"
+	    "       FROM counter.jobs x WHERE x.running_run = $1) a"
+	    " WHERE j.job_id = a.job_id RETURNING a.armed",
+	    1, types, values, nullptr, false, SPI_OK_UPDATE_RETURNING, "freeing the job of an abandoned run");
+	bool isnull = true;
+	return SPI_processed > 0 && DatumGetBool(column(0, 1, &isnull)) && !isnull;
 }
 
 // Whether the SQL objects have the run record's functions (1.7's; the

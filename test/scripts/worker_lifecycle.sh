@@ -176,6 +176,7 @@ pid=$(job_pid app test_sleep)
 q postgres "SELECT usename || ' ' || query FROM pg_stat_activity WHERE pid = $pid" |
     grep -q "^life_owner counter_ext worker: job $sleep_job test_sleep(60) as life_owner$" ||
     fail "pg_stat_activity does not say what the worker does: $(q postgres "SELECT usename || ' ' || query FROM pg_stat_activity WHERE pid = $pid")"
+sleep_failures=$(q app "SELECT failures FROM counter.jobs WHERE job_id = $sleep_job")
 q postgres "SELECT pg_terminate_backend($pid)" >/dev/null
 gone=no
 # Typically within milliseconds; the bound is 3 s for a loaded machine.
@@ -187,6 +188,10 @@ done
 # The run SIGTERM interrupted is marked failed by the database's next worker.
 wait_for app "SELECT EXISTS (SELECT 1 FROM counter.job_runs WHERE kind = 'test_sleep' AND pid = $pid AND outcome = 'failed'
               AND message LIKE 'run abandoned%')" 30 || fail "the interrupted run was not marked failed"
+# (an interrupted run of a job armed here is a failure of the job: it backs off)
+[ "$(q app "SELECT failures = $sleep_failures + 1 AND next_run > now() AND running_run IS NULL FROM counter.jobs
+           WHERE job_id = $sleep_job")" = t ] ||
+    fail "the job of the interrupted run did not back off: $(q app "SELECT * FROM counter.jobs WHERE job_id = $sleep_job")"
 before=$(q app "SELECT count(*) FROM counter.job_runs WHERE target = 'public.ticks' AND outcome = 'succeeded'")
 wait_for app "SELECT count(*) >= $before + 2 FROM counter.job_runs WHERE target = 'public.ticks' AND outcome = 'succeeded'" 30 ||
     fail "jobs did not carry on after SIGTERM"
