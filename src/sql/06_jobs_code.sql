@@ -1458,9 +1458,9 @@ BEGIN
     -- table's own index only after other tables' indexes and triggers, its
     -- partitions' rows in: until then it had no index to be invalid), and
     -- it may still be loading rows the pieces above cannot see. pg_restore connects as application_name
-    -- 'pg_restore' unless told otherwise (PGAPPNAME); the runner (the
-    -- extension's owner) sees other roles' application_name with
-    -- pg_read_all_stats, which a superuser has. Only a session that could be
+    -- 'pg_restore' unless told otherwise (PGAPPNAME); pg_stat_activity shows
+    -- every session's database, role and application_name to any role.
+    -- Only a session that could be
     -- restoring counter_ext's catalogs counts (a superuser's or the
     -- extension owner's): any role may call itself pg_restore, and must not
     -- keep restored jobs of others from running by doing so.
