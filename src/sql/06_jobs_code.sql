@@ -1457,10 +1457,10 @@ BEGIN
     -- order each major decides (pg_restore -j of 18 made a partitioned
     -- table's own index only after other tables' indexes and triggers, its
     -- partitions' rows in: until then it had no index to be invalid), and
-    -- it may still be loading rows the pieces above cannot see. pg_restore connects as application_name
-    -- 'pg_restore' unless told otherwise (PGAPPNAME); pg_stat_activity shows
-    -- every session's database, role and application_name to any role.
-    -- Only a session that could be
+    -- it may still be loading rows the pieces above cannot see. pg_restore
+    -- connects as application_name 'pg_restore' unless told otherwise
+    -- (PGAPPNAME); pg_stat_activity shows every session's database, role
+    -- and application_name to any role. Only a session that could be
     -- restoring counter_ext's catalogs counts (a superuser's or the
     -- extension owner's): any role may call itself pg_restore, and must not
     -- keep restored jobs of others from running by doing so.
