@@ -438,6 +438,31 @@ ce_wait_true() {
     return 1
 }
 
+# ce_callgrind_single BIN DATA OUT STATEMENT N [PRELUDE]: for the callgrind
+# benchmarks (test/bench/*/*callgrind*.sh): in `postgres --single` (BIN's) on
+# the stopped cluster's DATA, under callgrind, runs PRELUDE (SQL, one
+# statement a line) and then STATEMENT prepared and executed N times, each in
+# a transaction of its own; leaves OUT/cg.out and OUT/valgrind.txt (the
+# server's messages too) and prints callgrind's totals ("Collected"). Fails
+# when a statement raised an error.
+ce_callgrind_single() {
+    local bin=$1 data=$2 out=$3 stmt=$4 n=$5 prelude=${6:-}
+    mkdir -p "$out" && chmod 777 "$out" || return 1
+    {
+        if [ -n "$prelude" ]; then printf '%s\n' "$prelude"; fi
+        echo "PREPARE p AS $stmt"
+        for _ in $(seq 1 "$n"); do echo "EXECUTE p"; done
+    } >"$out/in.sql"
+    chmod 644 "$out/in.sql"
+    ce_as_owner valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
+        "$bin/postgres" --single -D "$data" postgres <"$out/in.sql" >/dev/null 2>"$out/valgrind.txt"
+    if grep -q ' ERROR: ' "$out/valgrind.txt"; then
+        tail "$out/valgrind.txt" >&2
+        return 1
+    fi
+    sed -n 's/^==[0-9]*== Collected : //p' "$out/valgrind.txt" | tail -1
+}
+
 # ce_bench_beside_release REF: for the benchmarks that compare this tree with
 # a released version (test/bench/*/vs_release.sh): builds REF's source (git
 # archive) in a temporary folder ($work, removed on exit) and starts two

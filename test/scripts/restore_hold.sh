@@ -241,11 +241,8 @@ hold_now() {   # job_hold of the maintenance job as if it were not armed yet
 }
 restorer() {   # a session named pg_restore, as role $1, for 60 s
     PGAPPNAME=pg_restore ce_psql -d dst -U "$1" -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
-    for _ in $(seq 1 100); do
-        [ "$(q dst "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_restore' AND usename = '$1'")" = 1 ] && return 0
-        sleep 0.1
-    done
-    fail "the session named pg_restore of $1 did not appear"
+    ce_wait_true dst "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'pg_restore' AND usename = '$1'" 10 ||
+        fail "the session named pg_restore of $1 did not appear"
 }
 q dst "CREATE ROLE restore_pretender LOGIN" >/dev/null || fail "creating restore_pretender"
 [ "$(hold_now)" = "not held" ] || fail "the complete maintenance job is held with no restore running: $(hold_now)"

@@ -36,13 +36,8 @@ ce_as_owner "$CE_PGBIN/pg_ctl" -D "$CE_add_DIR/data" -w -t 60 stop -m fast >/dev
 # N executions, into $work/NAME.N.txt
 annotate() {
     local name=$1 stmt=$2 n=$3
-    { echo "PREPARE p AS $stmt"; for _ in $(seq 1 "$n"); do echo "EXECUTE p"; done; } >"$work/in.sql"
-    chmod 644 "$work/in.sql"
-    ce_is_root && chown postgres: "$work"
-    ce_as_owner valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-        "$CE_PGBIN/postgres" --single -D "$CE_add_DIR/data" postgres <"$work/in.sql" >/dev/null 2>"$work/valgrind.txt"
-    grep -q ' ERROR: ' "$work/valgrind.txt" && { tail "$work/valgrind.txt"; ce_die "$stmt failed"; }
-    callgrind_annotate --tree=calling --inclusive=yes --threshold=100 "$work/cg.out" >"$work/$name.$n.txt" 2>/dev/null
+    ce_callgrind_single "$CE_PGBIN" "$CE_add_DIR/data" "$work/run" "$stmt" "$n" >/dev/null || ce_die "$stmt failed"
+    callgrind_annotate --tree=calling --inclusive=yes --threshold=100 "$work/run/cg.out" >"$work/$name.$n.txt" 2>/dev/null
 }
 for n in 1000 3000; do
     annotate select "SELECT 1" "$n"

@@ -29,20 +29,12 @@ SQL
 ce_as_owner "$CE_PGBIN/pg_ctl" -D "$CE_zc_DIR/data" -w -t 60 stop -m fast >/dev/null
 cp -a "$CE_zc_DIR/data" "$work/pristine"
 
-# instructions STATEMENT N: callgrind's total for the keys' making and N executions.
+# instructions STATEMENT N: callgrind's total for the keys' making and N
+# executions, on a copy of the data directory as it was before any add.
 instructions() {
-    local out=$work/out
-    rm -rf "$CE_zc_DIR/data" "$out" && cp -a "$work/pristine" "$CE_zc_DIR/data" && mkdir -p "$out" || return 1
-    chmod 777 "$out"
-    {
-        echo "DO \$\$ BEGIN FOR i IN 1..40000 LOOP PERFORM counter.add('appb', i::bigint); COMMIT; END LOOP; END \$\$"
-        echo "PREPARE p AS $1"
-        for _ in $(seq 1 "$2"); do echo "EXECUTE p"; done
-    } >"$work/in.sql"
-    chmod 644 "$work/in.sql"
-    ce_as_owner valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-        "$CE_PGBIN/postgres" --single -D "$CE_zc_DIR/data" postgres <"$work/in.sql" >/dev/null 2>"$out/valgrind.txt"
-    sed -n 's/^==[0-9]*== Collected : //p' "$out/valgrind.txt" | tail -1
+    rm -rf "$CE_zc_DIR/data" && cp -a "$work/pristine" "$CE_zc_DIR/data" || return 1
+    ce_callgrind_single "$CE_PGBIN" "$CE_zc_DIR/data" "$work/out" "$1" "$2" \
+        "DO \$\$ BEGIN FOR i IN 1..40000 LOOP PERFORM counter.add('appb', i::bigint); COMMIT; END LOOP; END \$\$"
 }
 
 declare -A per
