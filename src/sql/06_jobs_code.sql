@@ -1356,6 +1356,19 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) src
                                                    AND c.relkind OPERATOR(pg_catalog.=) 'p') THEN
+        -- a managed table's catalog row says how many indexes it had when
+        -- it was dumped: a restore makes them after the rows (a plain dump
+        -- through psql: after every table's rows; until then the table has
+        -- no index to be invalid)
+        SELECT format('the partitioned table %s has %s of its %s indexes (a restore makes a table''s indexes '
+                      'after its rows)', src, counter_internal.partition_index_count(src), p.parent_indexes)
+        INTO missing
+        FROM counter.partitioned_tables p
+        WHERE p.parent OPERATOR(pg_catalog.=) src
+          AND counter_internal.partition_index_count(src) OPERATOR(pg_catalog.<) p.parent_indexes;
+        IF missing IS NOT NULL THEN
+            RETURN missing;
+        END IF;
         SELECT pg_catalog.string_agg(i.indexrelid::regclass::text, ', ' ORDER BY i.indexrelid::regclass::text)
         INTO missing
         FROM pg_catalog.pg_index i
@@ -1389,7 +1402,10 @@ $$;
 --   and for a partitioned source or managed table: every index of the
 --     parent valid (a partitioned index is valid once the index of every
 --     partition is attached, which pg_restore does after that partition's
---     rows);
+--     rows), and for a managed one as many indexes as its catalog row says
+--     it had when dumped (parent_indexes: a plain dump through psql makes
+--     every index after every table's rows, and a table without its
+--     indexes yet has none to be invalid);
 --   and for every job: no restore connected (job_hold: a superuser's or the
 --     extension owner's session named pg_restore), since which piece comes
 --     last is each major's choice.

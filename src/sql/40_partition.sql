@@ -51,7 +51,13 @@ CREATE TABLE counter.partitioned_tables (
     -- counter.partition_status shows the last one's last_* columns)
     -- the target of its job (schema.table when registered), followed through
     -- renames by counter_internal.partition_follow_rename (80_drop.sql)
-    job_target           text
+    job_target           text,
+    -- (1.8) how many indexes the table itself has (its own pg_index rows),
+    -- kept by partition_manage, every maintenance run and, while its job is
+    -- armed, the DDL that adds or drops one (partition_follow_indexes): a
+    -- restored job waits until the table has them again (doc/operations.md,
+    -- "While a restore runs"). NULL: not known (a row of 1.7 or older).
+    parent_indexes       integer
 );
 COMMENT ON TABLE counter.partitioned_tables IS
     'tables whose hourly (or daily) partitions counter_ext maintains, with their last maintenance outcome';

@@ -731,6 +731,15 @@ BEGIN
 END
 $$;
 
+-- How many indexes the partitioned table itself has (counter.partitioned_tables.parent_indexes).
+CREATE OR REPLACE FUNCTION counter_internal.partition_index_count(parent regclass)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.count(*)::integer FROM pg_catalog.pg_index i WHERE i.indrelid OPERATOR(pg_catalog.=) parent
+$$;
+
 -- Records a maintenance run of one table in the one run record
 -- (counter.job_runs, kind 'partition_maintenance': the job's run, or a row
 -- of its own for a direct call; the partitions made, dropped and moved in
@@ -748,6 +757,11 @@ DECLARE
     run bigint;
 BEGIN
     skipped := NULLIF(coalesce(skipped, '[]'), '[]');
+    -- the table's indexes as its owner has them now (a run is an armed
+    -- job's, or its owner's own call)
+    UPDATE counter.partitioned_tables c SET parent_indexes = counter_internal.partition_index_count(c.parent)
+    WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent
+      AND c.parent_indexes IS DISTINCT FROM counter_internal.partition_index_count(c.parent);
     run := counter_internal.run_begin('partition_maintenance',
             coalesce((SELECT c.job_target FROM counter.partitioned_tables c
                       WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent), parent::text),
@@ -1086,8 +1100,9 @@ BEGIN
                   HINT = 'Give a later start_at, a retention, or a longer part_interval.';
     END IF;
     INSERT INTO counter.partitioned_tables (parent, control, part_interval, premake, retention, retention_keep_table,
-                                            batch_rows, lock_timeout)
-    VALUES (parent, control, part_interval, premake, retention, retention_keep_table, batch_rows, lock_timeout);
+                                            batch_rows, lock_timeout, parent_indexes)
+    VALUES (parent, control, part_interval, premake, retention, retention_keep_table, batch_rows, lock_timeout,
+            counter_internal.partition_index_count(parent));
 
     d := counter.partition_default(parent);
     IF d IS NOT NULL THEN

@@ -67,6 +67,31 @@ BEGIN
 END
 $$;
 
+-- An index made or dropped on a managed partitioned table (CREATE INDEX,
+-- DROP INDEX, ALTER TABLE ... ADD/DROP CONSTRAINT) changes the index count
+-- its catalog row keeps (parent_indexes), so that a dump taken later holds
+-- the count the table has and its restored job waits for exactly those
+-- indexes. Only while the table's maintenance job is armed (or it has
+-- none): in a database being restored, the count the dump carried is what
+-- the restore's own DDL is still building towards, and stays. SECURITY
+-- DEFINER: it runs for any role's DDL, reads only pg_index and touches only
+-- counter_ext's rows.
+CREATE OR REPLACE FUNCTION counter_internal.partition_follow_indexes()
+RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE counter.partitioned_tables c SET parent_indexes = counter_internal.partition_index_count(c.parent)
+    WHERE c.parent_indexes IS DISTINCT FROM counter_internal.partition_index_count(c.parent)
+      AND NOT EXISTS (SELECT FROM counter.jobs j
+                      WHERE j.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
+                        AND j.target OPERATOR(pg_catalog.=) c.job_target
+                        AND NOT EXISTS (SELECT FROM counter_internal.job_armed a
+                                        WHERE a.job_id OPERATOR(pg_catalog.=) j.job_id));
+END
+$$;
+
 -- The functions a stored filter tree calls (directly, or as the function of
 -- an operator) that the role new_owner does not own itself, outside
 -- pg_catalog and not a member of an extension: "m.f(integer) (owner

@@ -13,6 +13,9 @@ CREATE EVENT TRIGGER counter_rollup_forget_dropped ON sql_drop
 CREATE EVENT TRIGGER counter_partition_follow_rename ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'ALTER SCHEMA')
     EXECUTE FUNCTION counter_internal.partition_follow_rename();
+CREATE EVENT TRIGGER counter_partition_follow_indexes ON ddl_command_end
+    WHEN TAG IN ('CREATE INDEX', 'DROP INDEX', 'ALTER TABLE')
+    EXECUTE FUNCTION counter_internal.partition_follow_indexes();
 CREATE EVENT TRIGGER counter_follow_owner ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE')
     EXECUTE FUNCTION counter_internal.follow_owner();
