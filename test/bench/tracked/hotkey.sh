@@ -35,6 +35,12 @@
 # the 2 cores, pgbench, the client backends, and the server's own processes
 # by kind, the short-lived ones (the job worker of each flush, autovacuum
 # workers) counted when the postmaster reaps them.
+# With it, the client backends' minor page faults per second (over the tps:
+# per add): a backend maps a page of shared memory on its first touch of it,
+# so adds to many keys may fault where one key's do not.
+# CE_BENCH_HUGE_PAGES=1: the server runs with huge_pages = on, the machine's
+# vm.nr_hugepages raised for it (CE_BENCH_HUGE_PAGES_COUNT 2 MB pages,
+# default 1,000) and set back at the end.
 # CE_BENCH_WAITS=1: meanwhile a psql samples pg_stat_activity every 20 ms,
 # and each run's line gives the share of pgbench's sessions' samples by wait
 # (cpu: running; LWLock:counter_ext buffer: a partition of the shared table,
@@ -50,15 +56,23 @@ read -r -a client_counts <<<"${CE_BENCH_CLIENTS:-8 32 64}"
 mode=${CE_BENCH_PROTOCOL:-prepared}
 work=$(mktemp -d)
 chmod 755 "$work"
+huge_before=
 cleanup() {
     ce_cluster_stop_all
+    [ -z "$huge_before" ] || echo "$huge_before" >/proc/sys/vm/nr_hugepages
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 
 ce_require_packages "${CE_TEST_PACKAGES[@]}" || exit 1
 ce_build_and_stage || exit 1
-ce_cluster_start bench "fsync = on" "synchronous_commit = on" "full_page_writes = on" \
+huge="huge_pages = try"
+if [ -n "${CE_BENCH_HUGE_PAGES:-}" ]; then
+    huge_before=$(cat /proc/sys/vm/nr_hugepages)
+    echo "${CE_BENCH_HUGE_PAGES_COUNT:-1000}" >/proc/sys/vm/nr_hugepages || exit 1
+    huge="huge_pages = on"
+fi
+ce_cluster_start bench "$huge" "fsync = on" "synchronous_commit = on" "full_page_writes = on" \
     "shared_buffers = '512MB'" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "max_connections = 200" \
     "counter_ext.buffer_entries = ${CE_BENCH_BUFFER_ENTRIES:-262144}" "counter_ext.naptime = 1" \
     "counter_ext.flush_interval = '${CE_BENCH_FLUSH_INTERVAL:-1s}'" || exit 1
@@ -109,21 +123,21 @@ def kind(pid):
         return "client backends"
     return title.split(" for database")[0].split(" bench")[0].strip()
 
-def used(pid):  # (user + system ticks, children's when reaped) or None
+def used(pid):  # (user + system ticks, children's when reaped, minor faults) or None
     stat = read(f"/proc/{pid}/stat")
     if stat is None:
         return None
     f = stat[stat.rindex(")") + 2:].split()
-    return int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+    return int(f[11]) + int(f[12]), int(f[13]) + int(f[14]), int(f[7])
 
 def snapshot(extra):
     cpu = {}
     for pid in [int(p) for p in (read(f"/proc/{pm}/task/{pm}/children") or "").split()] + extra:
         k, u = ("pgbench" if pid in extra else kind(pid)), used(pid)
         if k is not None and u is not None:
-            cpu[pid] = (k, u[0])
+            cpu[pid] = (k, u[0], u[2])
     u = used(pm)
-    cpu[pm], reaped = ("postmaster", u[0]), u[1]
+    cpu[pm], reaped = ("postmaster", u[0], u[2]), u[1]
     f = (read("/proc/stat") or "").split("\n")[0].split()[1:]
     return cpu, reaped, (sum(int(x) for x in f), int(f[3]) + int(f[4]))  # all, idle + iowait
 
@@ -134,8 +148,11 @@ time.sleep(max(seconds - 5, 1))  # before pgbench ends
 (b, rb, mb), t1 = snapshot(bench), time.time()
 wall = t1 - t0
 by = {}
-for pid, (k, u) in b.items():
+faults = 0
+for pid, (k, u, mf) in b.items():
     by[k] = by.get(k, 0) + u - (a[pid][1] if pid in a and a[pid][0] == k else 0)
+    if k == "client backends":
+        faults += mf - (a[pid][2] if pid in a and a[pid][0] == k else 0)
 by["exited (job workers, autovacuum workers)"] = rb - ra
 if "pgbench" not in by or "client backends" not in by:
     print("                cpu: pgbench or its sessions not seen (a run too short for the samples)")
@@ -143,6 +160,7 @@ if "pgbench" not in by or "client backends" not in by:
 total, idle = mb[0] - ma[0], mb[1] - ma[1]
 parts = ", ".join(f"{k} {100 * v / tick / wall:.1f}%" for k, v in sorted(by.items(), key=lambda x: -x[1]) if v > 0)
 print(f"                cpu: machine busy {100 * (total - idle) / max(total, 1):.0f}%; of a core: {parts}")
+print(f"                client backends' minor page faults: {faults / wall:.0f}/s")
 PY
 
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
