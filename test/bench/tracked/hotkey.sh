@@ -41,6 +41,11 @@
 # CE_BENCH_HUGE_PAGES=1: the server runs with huge_pages = on, the machine's
 # vm.nr_hugepages raised for it (CE_BENCH_HUGE_PAGES_COUNT 2 MB pages,
 # default 1,000) and set back at the end.
+# CE_BENCH_PERF=1: perf samples the whole machine (cpu-clock, a software
+# event: this VM has no hardware counters) from 2 s into each run to 3 s
+# before its end, and the run's line gives the 15 functions the postgres
+# processes spent most samples in, with their shares of all postgres samples;
+# CE_BENCH_PERF_SYMBOL=name adds the call chains that led to that function.
 # CE_BENCH_WAITS=1: meanwhile a psql samples pg_stat_activity every 20 ms,
 # and each run's line gives the share of pgbench's sessions' samples by wait
 # (cpu: running; LWLock:counter_ext buffer: a partition of the shared table,
@@ -172,7 +177,10 @@ run() { # run NAME CLIENTS
     local out="$work/$1.$2.out" t n since flush=
     local options=
     [ "$1" = value_tables ] && options="-c counter_ext.read_cache=off"
-    [ "$1" = add_zipf_held ] && ce_psql -q -c "UPDATE counter.jobs SET enabled = false WHERE kind = 'flush'"
+    # (counter.job_alter, not an UPDATE of counter.jobs: it tells the worker,
+    # which otherwise learns of a job switched on at its next survey, up to
+    # 30 naptimes later; the runs after this one had no flush until then)
+    [ "$1" = add_zipf_held ] && ce_psql -q -c "SELECT counter.job_alter(job_id, enabled => false) FROM counter.jobs WHERE kind = 'flush'" >/dev/null
     since=$(ce_psql -At -c "SELECT pg_catalog.clock_timestamp()")
     if [ -n "${CE_BENCH_WAITS:-}" ]; then
         { echo "SELECT coalesce(wait_event_type || ':' || wait_event, 'cpu') FROM pg_catalog.pg_stat_activity
@@ -181,12 +189,14 @@ run() { # run NAME CLIENTS
     fi
     [ -n "${CE_BENCH_CPU:-}" ] && python3 "$work/cpu.py" "$(head -1 "$CE_bench_DIR/data/postmaster.pid")" "$seconds" \
         >"$out.cpu" &
+    [ -n "${CE_BENCH_PERF:-}" ] && { sleep 2; perf record -q -e cpu-clock -F 999 -a -g -o "$out.perf" \
+        -- sleep "$((seconds - 5))" >/dev/null 2>&1; } &
     PGOPTIONS=$options "$CE_PGBIN/pgbench" -n -M "$mode" -c "$2" -j 2 -T "$seconds" -f "$work/$1.sql" >"$out" 2>&1
     case $1 in
         add_hot | add_hot_draw | add_zipf | add_zipf_ff100) flush=$(ce_psql -At -c "SELECT '   flush: ' || round(100 * extract(epoch FROM coalesce(
                 sum(finished_at - started_at), '0')) / $seconds, 1) || '% of a core, ' || coalesce(sum(rows_affected), 0)
                 || ' rows' FROM counter.job_runs WHERE kind = 'flush' AND started_at >= '$since'") ;;
-        add_zipf_held) ce_psql -q -c "UPDATE counter.jobs SET enabled = true WHERE kind = 'flush'" \
+        add_zipf_held) ce_psql -q -c "SELECT counter.job_alter(job_id, enabled => true) FROM counter.jobs WHERE kind = 'flush'" \
             -c "SELECT counter.flush()" >/dev/null
             flush="   flush: off during the run" ;;
     esac
@@ -202,6 +212,14 @@ run() { # run NAME CLIENTS
     if [ -n "${CE_BENCH_CPU:-}" ]; then
         wait
         cat "$out.cpu"
+    fi
+    if [ -n "${CE_BENCH_PERF:-}" ]; then
+        wait
+        perf report -q -i "$out.perf" --comm postgres --no-children -g none --sort dso,sym --stdio 2>/dev/null | grep '%' | head -15 |
+            sed 's/^/                perf: /'
+        [ -z "${CE_BENCH_PERF_SYMBOL:-}" ] ||
+            perf report -q -i "$out.perf" --comm postgres --no-children -S "$CE_BENCH_PERF_SYMBOL" -G --stdio 2>/dev/null |
+            grep -v '^$' | head -60 | sed 's/^/                perf: /'
     fi
     if [ -n "${CE_BENCH_WAITS:-}" ]; then
         wait
