@@ -118,6 +118,36 @@ SELECT (:'result'::jsonb ->> 'rows')::bigint AS rows_affected \gset
 SELECT :rows_affected >= 0 AS job_ran, last_outcome FROM counter.partition_status;
 RESET ROLE;
 
+-- 1.8: the managed table's index count (a restored job waits for that many
+-- indexes) follows its owner's DDL, through an event trigger that runs for
+-- any role; no other role changes it, nor reads the count of a table it
+-- does not own.
+SET ROLE psec_victim;
+SELECT parent_indexes AS v_indexes FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass;
+CREATE INDEX v_ev_at ON public.v_ev (at);
+SELECT parent_indexes AS v_indexes_after_create FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass;
+RESET ROLE;
+SET ROLE psec_attacker;
+UPDATE counter.partitioned_tables SET parent_indexes = 99;
+\echo :LAST_ERROR_SQLSTATE
+CREATE INDEX ON public.v_ev (id);
+\echo :LAST_ERROR_SQLSTATE
+DROP INDEX public.v_ev_at;
+\echo :LAST_ERROR_SQLSTATE
+SELECT counter_internal.partition_index_count('public.v_ev');
+\echo :LAST_ERROR_SQLSTATE
+-- the attacker's own DDL runs the trigger too, and changes nothing of the victim's
+CREATE TABLE public.att_idx (i int);
+CREATE INDEX ON public.att_idx (i);
+DROP TABLE public.att_idx;
+SELECT count(*) AS v_rows_seen FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass;
+RESET ROLE;
+SELECT parent_indexes AS v_indexes_after_attacker FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass;
+SET ROLE psec_victim;
+DROP INDEX public.v_ev_at;
+SELECT parent_indexes AS v_indexes_after_drop FROM counter.partitioned_tables WHERE parent = 'public.v_ev'::regclass;
+RESET ROLE;
+
 -- Clean up.
 SELECT counter.partition_unmanage('public.v_ev'), counter.partition_unmanage('public.att_ev');
 DROP TABLE public.v_ev, public.att_ev, public.seen;
