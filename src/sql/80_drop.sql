@@ -71,9 +71,11 @@ $$;
 -- DROP INDEX, ALTER TABLE ... ADD/DROP CONSTRAINT) changes the index count
 -- its catalog row keeps (parent_indexes), so that a dump taken later holds
 -- the count the table has and its restored job waits for exactly those
--- indexes. Only while the table's maintenance job is armed (or it has
--- none): in a database being restored, the count the dump carried is what
--- the restore's own DDL is still building towards, and stays. SECURITY
+-- indexes. Only while the table's maintenance job is armed (or it never
+-- had one): in a database being restored, the count the dump carried is
+-- what the restore's own DDL is still building towards, and stays, also
+-- before the job's row is loaded (pg_restore -j loads counter.jobs and
+-- makes other tables' indexes in any order). SECURITY
 -- DEFINER: it runs for any role's DDL, reads only pg_index and touches only
 -- counter_ext's rows.
 CREATE OR REPLACE FUNCTION counter_internal.partition_follow_indexes()
@@ -84,11 +86,11 @@ AS $$
 BEGIN
     UPDATE counter.partitioned_tables c SET parent_indexes = counter_internal.partition_index_count(c.parent)
     WHERE c.parent_indexes IS DISTINCT FROM counter_internal.partition_index_count(c.parent)
-      AND NOT EXISTS (SELECT FROM counter.jobs j
+      AND (c.job_target IS NULL
+           OR EXISTS (SELECT FROM counter.jobs j
+                      JOIN counter_internal.job_armed a ON a.job_id OPERATOR(pg_catalog.=) j.job_id
                       WHERE j.kind OPERATOR(pg_catalog.=) 'partition_maintenance'
-                        AND j.target OPERATOR(pg_catalog.=) c.job_target
-                        AND NOT EXISTS (SELECT FROM counter_internal.job_armed a
-                                        WHERE a.job_id OPERATOR(pg_catalog.=) j.job_id));
+                        AND j.target OPERATOR(pg_catalog.=) c.job_target));
 END
 $$;
 
