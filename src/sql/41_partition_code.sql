@@ -755,13 +755,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     run bigint;
+    indexes integer := counter_internal.partition_index_count(parent);
 BEGIN
     skipped := NULLIF(coalesce(skipped, '[]'), '[]');
     -- the table's indexes as its owner has them now (a run is an armed
     -- job's, or its owner's own call)
-    UPDATE counter.partitioned_tables c SET parent_indexes = counter_internal.partition_index_count(c.parent)
-    WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent
-      AND c.parent_indexes IS DISTINCT FROM counter_internal.partition_index_count(c.parent);
+    UPDATE counter.partitioned_tables c SET parent_indexes = indexes
+    WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent AND c.parent_indexes IS DISTINCT FROM indexes;
     run := counter_internal.run_begin('partition_maintenance',
             coalesce((SELECT c.job_target FROM counter.partitioned_tables c
                       WHERE c.parent OPERATOR(pg_catalog.=) partition_record.parent), parent::text),
