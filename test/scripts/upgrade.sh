@@ -192,6 +192,10 @@ SELECT (SELECT sum(count) FROM visits_odd) = (SELECT count(*) FROM visits WHERE 
 SQL
 )
     [ "$odd" = "$(printf 't\nt\nt')" ] || ce_die "the old rollup's filter did not become a stored tree that the refresh applies: $odd"
+    # (1.8) the update counts the indexes of a table managed before it
+    filled=$(ce_psql -At -d upgraded -c "SELECT string_agg((parent_indexes IS NOT DISTINCT FROM
+        counter_internal.partition_index_count(parent))::text, ',') FROM counter.partitioned_tables")
+    [ "$filled" = true ] || ce_die "the update from $old did not count the managed table's indexes: $filled"
     # A table managed under the old version is maintained after the update (as
     # its owner), and its catalog row is invisible to a role that does not own it.
     pev=$(ce_psql -At -d upgraded <<'SQL'
