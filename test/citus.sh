@@ -275,6 +275,12 @@ on_nodes_sum() {
     local p
     for p in $nodes; do on_node "$p" -tA -c "$1"; done | awk '{ s += $1 } END { print s + 0 }'
 }
+# on_nodes_list SQL: what SQL returns on every node (shards visible), one
+# line per node (its port, then the values), for a failure's message
+on_nodes_list() {
+    local p
+    for p in $nodes; do echo "$p: $(on_node "$p" -tA -c "$1" | tr '\n' ' ')"; done
+}
 
 # ce_citus_dirty_mark NAME [HOUR]: marks HOUR (default 2026-07-01 10:00)
 # dirty for rollup NAME (on the coordinator) and prints its id, for
