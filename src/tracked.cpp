@@ -174,6 +174,18 @@ void not_on_worker(const char *name) {
 	             "query as a distributed table; see doc/citus.md.")));
 }
 
+// The shape of a trigger-mode counter's trigger on a distributed table
+// (tracked_build: 10 arguments; buffered, 1.8, an 11th 'buffered'; keyed by
+// another column than the distribution column, the column its state is
+// anchored by and its anchors, 12; both, a 13th 'buffered').
+bool fold_anchored(const Trigger *g) {
+	return g->tgnargs == 12 || (g->tgnargs == 13 && strcmp(g->tgargs[12], "buffered") == 0);
+}
+bool fold_buffered(const Trigger *g) {
+	return (g->tgnargs == 11 && strcmp(g->tgargs[10], "buffered") == 0) ||
+	       (g->tgnargs == 13 && strcmp(g->tgargs[12], "buffered") == 0);
+}
+
 // On a Citus worker node, where counter_ext's catalog is empty: the counters
 // whose state is beside their rows (the only kind counter.add, value,
 // values_of and tracked_values serve there: their state is in distributed
@@ -197,7 +209,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 	                "   AND t.tgnargs IN (8, 9))"
 	                "  OR (t.tgfoid OPERATOR(pg_catalog.=)"
 	                "   'counter_internal.tracked_shard_fold()'::pg_catalog.regprocedure"
-	                "   AND t.tgnargs IN (10, 11, 12))"
+	                "   AND t.tgnargs IN (10, 11, 12, 13))"
 	                " ORDER BY t.tgrelid",
 	                true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading pg_trigger failed")));
@@ -241,8 +253,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.max_future = pg_strtoint64(g->tgargs[7]);
 				w.buffered = g->tgnargs == 9;
 			} else if (strcmp(fn, "tracked_shard_fold") == 0 &&
-			           (g->tgnargs == 10 || g->tgnargs == 12 ||
-			            (g->tgnargs == 11 && strcmp(g->tgargs[10], "buffered") == 0))) {
+			           (g->tgnargs == 10 || fold_anchored(g) || fold_buffered(g))) {
 				// a trigger-mode counter's INSERT trigger on its source,
 				// its state beside the source under the names track gives
 				// it (id, 'citus', key column, time column, width, slots,
@@ -257,7 +268,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				        0 ||
 				    strcmp(g->tgargs[8], quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_base", id))) != 0)
 					continue;
-				if (g->tgnargs == 12) {
+				if (fold_anchored(g)) {
 					if (get_attnum(RelationGetRelid(rel), g->tgargs[10]) == InvalidAttrNumber ||
 					    strcmp(g->tgargs[11],
 					           quote_qualified_identifier(nsp, psprintf("counter_tracked_%d_anchor", id))) != 0)
@@ -271,7 +282,7 @@ void worker_counters(const char *name, MemoryContext keep, Each &&each) {
 				w.source = RelationGetRelid(rel);
 				w.name = MemoryContextStrdup(keep, g->tgargs[9]);
 				w.max_future = 0;
-				w.buffered = g->tgnargs == 11;
+				w.buffered = fold_buffered(g);
 			} else
 				continue;
 			w.id = id;
@@ -883,15 +894,17 @@ void inbox_add_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id);
 void shard_buffer_fill(ShardFold *f, TriggerData *td, int32 id);
 
 // Inside SPI, as the owner; owns nothing C++. Runs the flush of a buffered
-// counter's delta table 'delta' (qualified) on every node
-// (counter_internal.tracked_node_flush, each node in a transaction of its
-// own); an error on any node is raised here.
-void flush_nodes(const char *delta) {
-	Oid types[1] = {TEXTOID};
-	Datum args[1] = {CStringGetTextDatum(delta)};
+// counter's delta table 'delta' (qualified; anchored, its anchors
+// 'anchors', else nullptr) on every node (counter_internal.tracked_node_flush,
+// each node in a transaction of its own); an error on any node is raised
+// here.
+void flush_nodes(const char *delta, const char *anchors) {
+	Oid types[2] = {TEXTOID, TEXTOID};
+	Datum args[2] = {CStringGetTextDatum(delta), anchors != nullptr ? CStringGetTextDatum(anchors) : (Datum)0};
+	const char nulls[3] = {' ', anchors != nullptr ? ' ' : 'n', '\0'};
 	if (SPI_execute_with_args("SELECT r.result FROM pg_catalog.run_command_on_all_nodes(pg_catalog.format("
-	                          "'SELECT counter_internal.tracked_node_flush(%L)', $1)) r WHERE NOT r.success",
-	                          1, types, args, nullptr, false, 1) != SPI_OK_SELECT)
+	                          "'SELECT counter_internal.tracked_node_flush(%L, %L)', $1, $2)) r WHERE NOT r.success",
+	                          2, types, args, nulls, false, 1) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("flushing the nodes of a buffered counter failed")));
 	if (SPI_processed > 0)
 		ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
@@ -905,7 +918,7 @@ void flush_nodes(const char *delta) {
 // else nullptr). How many: 2 or 3.
 int shard_fold_tables(TriggerData *td, int32 id, const char *tables[3]) {
 	tables[2] = nullptr;
-	if (td->tg_trigger->tgnargs == 12)
+	if (fold_anchored(td->tg_trigger))
 		tables[2] = td->tg_trigger->tgargs[11];
 	if (td->tg_trigger->tgnargs >= 9) {
 		tables[0] = td->tg_trigger->tgargs[7];
@@ -1041,9 +1054,10 @@ SPIPlanPtr shard_fold_plan(ShardFold *f, TriggerData *td, int kind) {
 		rows = psprintf("%s UNION ALL %s", leg("ce_new", 1), leg("ce_old", -1));
 	// keyed by another column than the distribution column: every row
 	// anchored to this shard's anchor ($2, shard_anchor)
-	bool anchored = td->tg_trigger->tgnargs == 12;
-	if (td->tg_trigger->tgnargs == 11) {
+	bool anchored = fold_anchored(td->tg_trigger);
+	if (fold_buffered(td->tg_trigger)) {
 		// buffered (shard_fold_buffered): the same folded rows, returned
+		// (anchored: by the flush or a direct write, to the shard's anchor)
 		f->plans[kind] = ce::prepare_kept(
 		    psprintf("SELECT x.k, x.b, pg_catalog.sum(x.s)::pg_catalog.int8 FROM (%s) x GROUP BY x.k, x.b"
 		             " HAVING pg_catalog.sum(x.s) OPERATOR(pg_catalog.<>) 0",
@@ -1076,10 +1090,10 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 		// table's own empties the state, on every shard (distributed DELETEs);
 		// a buffered counter's nodes first write what they hold (each node
 		// in a transaction of its own), so that it goes with the rest
-		if (td->tg_trigger->tgnargs == 11) {
+		if (fold_buffered(td->tg_trigger)) {
 			const char *tables[3];
 			shard_fold_tables(td, id, tables);
-			flush_nodes(tables[0]);
+			flush_nodes(tables[0], tables[2]);
 		}
 		if (f->plans[3] == nullptr) {
 			const char *tables[3];
@@ -1109,7 +1123,7 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
 	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
-	if (td->tg_trigger->tgnargs == 12 && !shard_anchor(f, td, kind)) {
+	if (fold_anchored(td->tg_trigger) && !shard_anchor(f, td, kind)) {
 		SPI_finish(); // no row changed: nothing to count
 		return;
 	}
@@ -1127,18 +1141,17 @@ void shard_fold_run(ShardFold *f, TriggerData *td, int32 id, int shards) {
 void shard_fold(TriggerData *td) {
 	int nargs = td->tg_trigger->tgnargs;
 	if (TRIGGER_FIRED_FOR_ROW(td->tg_event) ||
-	    (nargs != 7 && nargs != 9 && nargs != 10 && nargs != 11 && nargs != 12) ||
-	    (nargs == 11 && strcmp(td->tg_trigger->tgargs[10], "buffered") != 0))
+	    (nargs != 7 && nargs != 9 && nargs != 10 && !fold_buffered(td->tg_trigger) && !fold_anchored(td->tg_trigger)))
 		throw ce::Error("39P01",
 		                "a tracked counter's trigger on a Citus shard is a statement trigger with 10 arguments, 11 "
-		                "when it is buffered, 12 when its key is not the distribution column (7 made by 1.7, 9 by 1.8 "
-		                "before the counter's name)");
+		                "when it is buffered, 12 when its key is not the distribution column, 13 when both (7 made by "
+		                "1.7, 9 by 1.8 before the counter's name)");
 	int32 id = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[0]); });
 	int32 shards = ce::pg_guard([td] { return pg_strtoint32(td->tg_trigger->tgargs[5]); });
 	ShardFold *f = ce::citus::shard_trigger(td->tg_trigger->tgoid, td->tg_relation);
 	// the shard's owner is the distributed table's: the counter's owner
 	Oid owner = f->valid ? f->owner : td->tg_relation->rd_rel->relowner;
-	if (nargs == 11 && !TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
+	if (fold_buffered(td->tg_trigger) && !TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) {
 		shard_fold_buffered(td, f, owner, id, shards);
 		return;
 	}
@@ -1442,14 +1455,14 @@ SPIPlanPtr shard_reconcile_plan(ShardFold *f, TriggerData *td, int which, Oid ke
 	          : "d.bucket OPERATOR(pg_catalog.<) $2",
 	    keyed ? "" : psprintf("  AND d.anchor %s z.anchor", anchor_eq),
 	    keyed ? "" : psprintf(" OR NOT b.anchor %s $7", anchor_eq), keyed ? "" : ", anchor", keyed ? "" : ", $7",
-	    // keyed: a key that what this node's buffer holds makes busy (1.8,
-	    // a buffered counter: tracked_shard_busy, with this statement's
-	    // snapshot; nothing for a counter that is not buffered)
-	    keyed ? psprintf(", bb AS MATERIALIZED (SELECT u.k FROM pg_catalog.unnest("
-	                     "counter_internal.tracked_shard_busy(%s::pg_catalog.regclass, $2, $1)) AS u(k))",
-	                     quote_literal_cstr(f->state[1]))
-	          : "",
-	    keyed ? psprintf(" OR z.key %s ANY (SELECT bb.k FROM bb)", eq) : "");
+	    // a key that what this node's buffer of the delta shard holds makes
+	    // busy (1.8, a buffered counter, keyed or anchored:
+	    // tracked_shard_busy, with this statement's snapshot; nothing for a
+	    // counter that is not buffered)
+	    psprintf(", bb AS MATERIALIZED (SELECT u.k FROM pg_catalog.unnest("
+	             "counter_internal.tracked_shard_busy(%s::pg_catalog.regclass, $2, $1)) AS u(k))",
+	             quote_literal_cstr(f->state[1])),
+	    psprintf(" OR z.key %s ANY (SELECT bb.k FROM bb)", eq));
 	Oid types[7] = {key_array,
 	                TIMESTAMPTZOID,
 	                key_array,
@@ -1681,7 +1694,7 @@ CE_FUNCTION(counter_tracked_shard_fold) {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be called as a trigger");
 	auto *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (!TRIGGER_FIRED_AFTER(td->tg_event) || (td->tg_trigger->tgnargs < 9 || td->tg_trigger->tgnargs > 12) ||
+	if (!TRIGGER_FIRED_AFTER(td->tg_event) || (td->tg_trigger->tgnargs < 9 || td->tg_trigger->tgnargs > 13) ||
 	    strcmp(td->tg_trigger->tgargs[1], "citus") != 0)
 		throw ce::Error("39P01", "counter_internal.tracked_shard_fold must be an AFTER trigger with the arguments "
 		                         "counter.track gives it");
@@ -1949,11 +1962,11 @@ CE_FUNCTION(counter_tracked_worker_counters) {
 			worker_counters(nullptr, CurrentMemoryContext, [rsinfo](const Counter &w) {
 				NameData schema;
 				namestrcpy(&schema, w.state_schema);
-				Datum values[7] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id),
+				Datum values[8] = {CStringGetTextDatum(w.name), Int32GetDatum(w.id),
 				                   ObjectIdGetDatum(w.source),  ObjectIdGetDatum(w.owner),
 				                   NameGetDatum(&schema),       BoolGetDatum(w.anchor_column != nullptr),
-				                   BoolGetDatum(w.buffered)};
-				bool nulls[7] = {false, false, false, false, false, false, false};
+				                   BoolGetDatum(w.buffered),    ObjectIdGetDatum(w.key_type)};
+				bool nulls[8] = {false, false, false, false, false, false, false, false};
 				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 			});
 		SPI_finish();
@@ -2035,18 +2048,32 @@ SPIPlanPtr value_plan(const Counter &c, SPIPlanPtr *slot, bool many) {
 		// union names the anchor, so that Citus pushes it down whole to
 		// every shard, where each key has a base and deltas)
 		bool anchored = c.anchor_column != nullptr;
-		char *state = psprintf("SELECT b.key, %s b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
-		                       " UNION ALL SELECT d.key, %s d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s",
-		                       anchored ? "b.anchor," : "", base, cond, anchored ? "d.anchor," : "", delta, cond);
-		// buffered (1.8): what the node that holds the key's shard has in
-		// its buffer, added there (tracked_shard_pending runs where Citus
-		// routes the query; values_of reads such a counter key by key)
+		// buffered and anchored (1.8): each shard's buffered amount of the
+		// key, one more part of the union, read on each shard's node at its
+		// least anchor (tracked_anchor_pending)
+		char *anchors = anchored ? state_table(c, "anchor") : nullptr;
+		char *pending =
+		    anchored && c.buffered && !many
+		        ? psprintf(
+		              " UNION ALL SELECT $1, a.anchor, counter_internal.tracked_anchor_pending(%s::pg_catalog.regclass,"
+		              " %s::pg_catalog.regclass, a.anchor, $1)::pg_catalog.numeric FROM %s a",
+		              quote_literal_cstr(delta), quote_literal_cstr(anchors), anchors)
+		        : pstrdup("");
+		char *state =
+		    psprintf("SELECT b.key, %s b.base::pg_catalog.numeric AS v FROM %s b WHERE b.key %s"
+		             " UNION ALL SELECT d.key, %s d.delta::pg_catalog.numeric FROM %s d WHERE d.key %s%s",
+		             anchored ? "b.anchor," : "", base, cond, anchored ? "d.anchor," : "", delta, cond, pending);
+		// buffered (1.8), keyed by the distribution column: what the node
+		// that holds the key's shard has in its buffer, added there
+		// (tracked_shard_pending runs where Citus routes the query;
+		// values_of reads such a counter key by key)
 		if (!many)
 			sql = psprintf("SELECT %scoalesce(pg_catalog.sum(z.v), 0)%s%s FROM (%s) z", bounded_open,
-			               c.buffered ? psprintf(" OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%s::"
-			                                     "pg_catalog.regclass, $1)",
-			                                     quote_literal_cstr(delta))
-			                          : "",
+			               c.buffered && !anchored
+			                   ? psprintf(" OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%s::"
+			                              "pg_catalog.regclass, $1)",
+			                              quote_literal_cstr(delta))
+			                   : "",
 			               bounded_close, state);
 		else
 			sql = psprintf("WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v) AS s FROM (%s) z GROUP BY z.key)"
@@ -2262,6 +2289,11 @@ struct DeltaTarget {
 	Oid owner;
 	int16 shard;
 	int32 id;
+	// (Citus, keyed by another column than the distribution column) the
+	// type of the delta shard's anchor column and the anchor every row is
+	// written at; InvalidOid for a delta table without anchors
+	Oid anchor_type = InvalidOid;
+	Datum anchor = (Datum)0;
 };
 
 // Owns nothing C++: as the target's owner, writes rows to its delta table
@@ -2303,28 +2335,29 @@ void write_rows(const DeltaTarget &t, FlushRow *rows, size_t n) {
 			buckets[i] = TimestampTzGetDatum(rows[i].bucket);
 			deltas[i] = Int64GetDatum(static_cast<int64>(std::max(-bound, std::min(bound, rows[i].sum))));
 		}
+		bool anchored = OidIsValid(t.anchor_type);
 		if (plans->flush == nullptr) {
 			// the row's delta plus the amount, bounded to +-(2^63 - 1)
 			// without leaving bigint: the amount is inside the bounds
 			char *sql =
-			    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta)"
-			             " SELECT pg_catalog.unnest($1), pg_catalog.unnest($2), $3, pg_catalog.unnest($4)"
-			             " ON CONFLICT (key, bucket, shard) DO UPDATE SET delta = CASE"
+			    psprintf("INSERT INTO %s AS d (key, bucket, shard, delta%s)"
+			             " SELECT pg_catalog.unnest($1), pg_catalog.unnest($2), $3, pg_catalog.unnest($4)%s"
+			             " ON CONFLICT (key, bucket, shard%s) DO UPDATE SET delta = CASE"
 			             " WHEN excluded.delta OPERATOR(pg_catalog.>) 0 AND d.delta OPERATOR(pg_catalog.>)"
 			             " (9223372036854775807 OPERATOR(pg_catalog.-) excluded.delta) THEN 9223372036854775807"
 			             " WHEN excluded.delta OPERATOR(pg_catalog.<) 0 AND d.delta OPERATOR(pg_catalog.<)"
 			             " ((-9223372036854775807) OPERATOR(pg_catalog.-) excluded.delta) THEN -9223372036854775807"
 			             " ELSE d.delta OPERATOR(pg_catalog.+) excluded.delta END",
-			             t.table);
-			Oid types[4] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID};
-			plans->flush = ce::prepare_kept(sql, 4, types);
+			             t.table, anchored ? ", anchor" : "", anchored ? ", $5" : "", anchored ? ", anchor" : "");
+			Oid types[5] = {array_type, TIMESTAMPTZARRAYOID, INT2OID, INT8ARRAYOID, t.anchor_type};
+			plans->flush = ce::prepare_kept(sql, anchored ? 5 : 4, types);
 		}
 		int count = static_cast<int>(kept);
-		Datum values[4] = {
+		Datum values[5] = {
 		    PointerGetDatum(construct_array(keys, count, t.key_type, len, byval, align)),
 		    PointerGetDatum(construct_array(buckets, count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
 		    Int16GetDatum(t.shard),
-		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+		    PointerGetDatum(construct_array(deltas, count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)), t.anchor};
 		int rc = SPI_execute_plan(plans->flush, values, nullptr, false, 0);
 		if (rc != SPI_OK_INSERT)
 			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -2366,8 +2399,7 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 
 // ---------------------------------------------------------------------------
 // Citus (doc/citus.md, "Buffered"; 1.8): a buffered
-// trigger-mode counter keyed by the distribution column of a hash-distributed
-// table. Each shard's trigger adds what its statement counts to the shared
+// trigger-mode counter of a hash-distributed table. Each shard's trigger adds what its statement counts to the shared
 // table of the node it fires on, under the buffer id of the placement of the
 // colocated delta shard on that node, -(placement id): the same entries,
 // shares, lanes and publication at commit as on one node (ids of counters
@@ -2378,7 +2410,13 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 // flush's claim is not prepared); a read of a key adds what the node that
 // holds the key's shard has (tracked_shard_pending, in the query Citus
 // routes there); a shard's reconciliation leaves alone the keys busy in that
-// node's buffer (tracked_shard_busy, in its statement). A split makes new
+// node's buffer (tracked_shard_busy, in its statement). Keyed by another
+// column than the distribution column (anchored), the same per delta shard:
+// the trigger gives its shard an anchor before it buffers, the flush writes
+// a shard's amounts at its least anchor, and a read adds each shard's
+// amount on its node, once, at the shard's least anchor
+// (tracked_anchor_pending, tracked_anchor_pending_rows, in a union Citus
+// pushes down to every shard). A split makes new
 // placements; a move makes one on the coordinator, while the other nodes'
 // metadata keeps the placement id with the new node's group (Citus's
 // update_placement_metadata): either way what the old node holds for a
@@ -2392,30 +2430,66 @@ void write_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts) {
 struct ShardBuffer {
 	Oid owner;
 	Oid key_type;
-	int16 shard; // the value of the delta's shard column its direct writes use
-	char *table; // the delta shard, qualified (in TopMemoryContext)
+	int16 shard;     // the value of the delta's shard column its direct writes use
+	char *table;     // the delta shard, qualified (in TopMemoryContext)
+	Oid anchor_type; // anchored: the anchor's type, and the anchor (in TopMemoryContext); else InvalidOid
+	Datum anchor;
 };
 std::unordered_map<int32, ShardBuffer> *shard_buffers = nullptr; // by buffer id, bounded
 
-// Owns nothing C++ but the map: remembers where buffer 'id' writes (for the
-// writer of PREPARE TRANSACTION, which has only the id).
-void shard_buffer_remember(int32 id, Oid owner, Oid key_type, int16 shard, const char *table) {
+// Owns nothing C++: frees what entry b keeps in TopMemoryContext.
+void shard_buffer_free(ShardBuffer &b) {
+	if (b.table != nullptr)
+		pfree(b.table);
+	b.table = nullptr;
+	if (OidIsValid(b.anchor_type) && !get_typbyval(b.anchor_type))
+		pfree(DatumGetPointer(b.anchor));
+	b.anchor_type = InvalidOid;
+}
+
+// Owns nothing C++: whether entry b writes where t does.
+bool shard_buffer_same(const ShardBuffer &b, const DeltaTarget &t) {
+	if (b.owner != t.owner || b.key_type != t.key_type || strcmp(b.table, t.table) != 0 ||
+	    b.anchor_type != t.anchor_type)
+		return false;
+	if (!OidIsValid(t.anchor_type))
+		return true;
+	int16 len;
+	bool byval;
+	get_typlenbyval(t.anchor_type, &len, &byval);
+	return datumIsEqual(b.anchor, t.anchor, byval, len);
+}
+
+// Owns nothing C++ but the map: remembers where buffer 'id' writes, t (for
+// the writer of PREPARE TRANSACTION, which has only the id).
+void shard_buffer_remember(int32 id, const DeltaTarget &t) {
 	if (shard_buffers == nullptr)
 		shard_buffers = new std::unordered_map<int32, ShardBuffer>();
 	auto found = shard_buffers->find(id);
-	if (found != shard_buffers->end() && found->second.owner == owner && found->second.key_type == key_type &&
-	    strcmp(found->second.table, table) == 0)
+	if (found != shard_buffers->end() && ce::pg_guard([&found, &t] { return shard_buffer_same(found->second, t); }))
 		return;
 	if (shard_buffers->size() >= cache_limit) {
 		for (auto &entry : *shard_buffers)
-			ce::pg_guard([&entry] { pfree(entry.second.table); });
+			ce::pg_guard([&entry] { shard_buffer_free(entry.second); });
 		shard_buffers->clear();
 	}
-	char *kept = ce::pg_guard([table] { return MemoryContextStrdup(TopMemoryContext, table); });
+	ShardBuffer kept = ce::pg_guard([&t] {
+		ShardBuffer k{t.owner,       t.key_type, t.shard, MemoryContextStrdup(TopMemoryContext, t.table),
+		              t.anchor_type, (Datum)0};
+		if (OidIsValid(t.anchor_type)) {
+			int16 len;
+			bool byval;
+			get_typlenbyval(t.anchor_type, &len, &byval);
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+			k.anchor = datumCopy(t.anchor, byval, len);
+			MemoryContextSwitchTo(old);
+		}
+		return k;
+	});
 	ShardBuffer &b = (*shard_buffers)[id];
 	if (b.table != nullptr)
-		ce::pg_guard([&b] { pfree(b.table); });
-	b = ShardBuffer{owner, key_type, shard, kept};
+		ce::pg_guard([&b] { shard_buffer_free(b); });
+	b = kept;
 }
 
 // The shard id a shard's table name ends with (<table>_<shard id>), 0 when none.
@@ -2498,7 +2572,7 @@ void write_shard_direct(int32 id, const std::vector<ce::buffer::Amount> &amounts
 		throw ce::Error(ce::sqlstate::internal_error, "buffered adds of a Citus shard have no writer here");
 	ShardBuffer b = found->second;
 	FlushRow *rows = ce::pg_guard([&b, &amounts] { return rows_of(b.key_type, amounts.data(), amounts.size()); });
-	write_rows(DeltaTarget{b.table, b.key_type, b.owner, b.shard, id}, rows, amounts.size());
+	write_rows(DeltaTarget{b.table, b.key_type, b.owner, b.shard, id, b.anchor_type, b.anchor}, rows, amounts.size());
 }
 
 // Rows a buffered shard trigger's statement counted, folded per (key,
@@ -2553,6 +2627,13 @@ ShardFolded shard_fold_rows(ShardFold *f, TriggerData *td, int32 id) {
 	if (SPI_register_trigger_data(td) != SPI_OK_TD_REGISTER)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_register_trigger_data failed")));
 	int kind = TRIGGER_FIRED_BY_INSERT(td->tg_event) ? 0 : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? 1 : 2;
+	// anchored: this shard's anchor first (shard_anchor: the flush writes
+	// what is buffered here at the least anchor of the shard, which is
+	// there from now on); none when the statement changed no row
+	if (fold_anchored(td->tg_trigger) && !shard_anchor(f, td, kind)) {
+		SPI_finish();
+		return out;
+	}
 	int rc = SPI_execute_plan(shard_fold_plan(f, td, kind), nullptr, nullptr, true, 0);
 	if (rc != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
@@ -2586,7 +2667,14 @@ void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int
 		ShardFolded got = ce::pg_guard([f, td, id] { return shard_fold_rows(f, td, id); });
 		if (!got.done && got.n > 0) {
 			int16 shard = shard_of(shards);
-			shard_buffer_remember(f->buffer, f->owner, f->key_type, shard, f->state[0]);
+			// (anchored: what cannot be buffered is written at the shard's
+			// anchor, as the unbuffered trigger writes it)
+			DeltaTarget target{f->state[0], f->key_type, f->owner, shard, f->buffer};
+			if (fold_anchored(td->tg_trigger)) {
+				target.anchor_type = ce::pg_guard([td] { return anchor_type(td); });
+				target.anchor = f->anchor;
+			}
+			shard_buffer_remember(f->buffer, target);
 			ce::buffer::set_direct_writer(write_direct);
 			int16 len;
 			bool byval;
@@ -2604,7 +2692,7 @@ void shard_fold_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id, int
 					got.rows[direct++] = r;
 			}
 			if (direct > 0)
-				write_rows(DeltaTarget{f->state[0], f->key_type, f->owner, shard, f->buffer}, got.rows, direct);
+				write_rows(target, got.rows, direct);
 		}
 	} catch (...) {
 		ce::owner_leave(as);
@@ -2623,7 +2711,7 @@ void inbox_add_buffered(TriggerData *td, ShardFold *f, Oid owner, int32 id) {
 		InboxRow row{};
 		InboxRow *rp = &row;
 		ce::pg_guard([f, td, id, rp] { shard_add_run(f, td, id, rp); });
-		shard_buffer_remember(f->buffer, f->owner, f->key_type, row.slot, f->state[0]);
+		shard_buffer_remember(f->buffer, DeltaTarget{f->state[0], f->key_type, f->owner, row.slot, f->buffer});
 		ce::buffer::set_direct_writer(write_direct);
 		ce::buffer::Image image;
 		ce::buffer::Image *ip = &image;
@@ -3386,9 +3474,55 @@ int64 drop_stranded(Oid owner, const NodePlacement *kept, int n) {
 	return dropped;
 }
 
+// Owns nothing C++: SPI inside. The least anchor, in the caller's memory
+// context, of the shard of the anchors table 'anchors' (of type
+// anchor_type) colocated with the delta shard 'delta_shard' (both on this
+// node), into *out; false when it has none.
+bool shard_least_anchor(int64 delta_shard, Oid anchors, Oid anchor_type, Datum *out) {
+	MemoryContext caller = CurrentMemoryContext;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	Oid types[2] = {INT8OID, OIDOID};
+	Datum args[2] = {Int64GetDatum(delta_shard), ObjectIdGetDatum(anchors)};
+	if (SPI_execute_with_args("SELECT pg_catalog.shard_name(a.logicalrelid, a.shardid, false)"
+	                          " FROM pg_catalog.pg_dist_shard d JOIN pg_catalog.pg_dist_shard a"
+	                          " ON a.shardminvalue OPERATOR(pg_catalog.=) d.shardminvalue"
+	                          " AND a.shardmaxvalue OPERATOR(pg_catalog.=) d.shardmaxvalue"
+	                          " WHERE d.shardid OPERATOR(pg_catalog.=) $1"
+	                          " AND a.logicalrelid OPERATOR(pg_catalog.=) $2::pg_catalog.regclass",
+	                          2, types, args, nullptr, true, 2) != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	bool found = false;
+	if (SPI_processed == 1) {
+		char *shard = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		// with a snapshot of its own (not read-only: the statement's is
+		// older than what the flush claimed, and the anchor came in the
+		// transaction of those amounts, committed before they were
+		// published)
+		if (SPI_execute(psprintf("SELECT a.anchor FROM %s a ORDER BY a.anchor LIMIT 1", shard), false, 1) !=
+		    SPI_OK_SELECT)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter's anchors failed")));
+		bool isnull = true;
+		Datum anchor = (Datum)0;
+		if (SPI_processed == 1)
+			anchor = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull) {
+			int16 len;
+			bool byval;
+			get_typlenbyval(anchor_type, &len, &byval);
+			MemoryContext old = MemoryContextSwitchTo(caller);
+			*out = datumCopy(anchor, byval, len);
+			MemoryContextSwitchTo(old);
+			found = true;
+		}
+	}
+	SPI_finish();
+	return found;
+}
+
 } // namespace
 
-// counter_internal.tracked_node_flush(delta text) -> text (1.8; Citus,
+// counter_internal.tracked_node_flush(delta text, anchors text) -> text (1.8; Citus,
 // doc/citus.md "Buffered"): writes what this node's
 // buffers hold for the placements here of the shards of a buffered
 // counter's distributed delta table into those shards, as the table's
@@ -3398,14 +3532,38 @@ int64 drop_stranded(Oid owner, const NodePlacement *kept, int n) {
 // null without the preload), "shards": [[shard id, placement id, entries
 // written], ...], "dropped": entries of the owner's placements gone from
 // here let go (drop_stranded)}; no shards when 'delta' is no table here
-// (counter.track asks each node's epoch before its tables are committed). PUBLIC may
-// execute it (99_internal.sql): it acts only on a table whose owner's
-// rights its caller has.
+// (counter.track asks each node's epoch before its tables are committed).
+// Anchored (keyed by another column than the distribution column), a
+// shard's rows are written at the least anchor of its colocated shard of
+// 'anchors' (the counter's anchors; NULL for none). PUBLIC may execute it
+// (99_internal.sql): it acts only on tables whose owner's rights its caller
+// has.
 CE_FUNCTION(counter_tracked_node_flush) {
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
 	char *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char *anchors_name = PG_ARGISNULL(1) ? nullptr : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	Oid rel = ce::pg_guard([name] { return ce::citus::relation_named(name); });
 	if (OidIsValid(rel))
 		require_table_owner_rights(rel, "flush");
+	Oid anchors = InvalidOid;
+	Oid anchor_type = InvalidOid;
+	if (OidIsValid(rel) && anchors_name != nullptr) {
+		anchors = ce::pg_guard([anchors_name] { return ce::citus::relation_named(anchors_name); });
+		if (!OidIsValid(anchors))
+			throw ce::Error(ce::sqlstate::undefined_table,
+			                ce::format("the anchors table %s of the buffered counter whose delta table is %s does not "
+			                           "exist",
+			                           anchors_name, name));
+		require_table_owner_rights(anchors, "flush");
+		anchor_type = ce::pg_guard([anchors] {
+			AttrNumber att = get_attnum(anchors, "anchor");
+			if (att == InvalidAttrNumber)
+				ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+				                errmsg("%s is not the anchors table of a tracked counter", get_rel_name(anchors))));
+			return get_atttype(anchors, att);
+		});
+	}
 	using Local = NodePlacement;
 	int n = 0;
 	int *np = &n;
@@ -3461,7 +3619,27 @@ CE_FUNCTION(counter_tracked_node_flush) {
 					break;
 				FlushRow *rows =
 				    ce::pg_guard([key_type, &batch] { return rows_of(key_type, batch.data(), batch.size()); });
-				write_rows(DeltaTarget{local[i].table, key_type, owner, 0, local[i].id}, rows, batch.size());
+				DeltaTarget target{local[i].table, key_type, owner, 0, local[i].id};
+				if (OidIsValid(anchors)) {
+					// anchored: at the shard's least anchor, which the
+					// trigger that buffered these amounts made sure of
+					// (shard_anchor), and which stays on the shard
+					int64 shard = local[i].shard;
+					Datum *ap = &target.anchor;
+					if (!ce::pg_guard([shard, anchors, anchor_type, ap] {
+						    return shard_least_anchor(shard, anchors, anchor_type, ap);
+					    }))
+						throw ce::Error(
+						    ce::sqlstate::object_not_in_prerequisite_state,
+						    ce::format("the shard of %s colocated with shard %lld of %s has no anchor: its "
+						               "buffered amounts are not written",
+						               anchors_name, static_cast<long long>(shard), name),
+						    "A buffered counter's trigger gives a shard an anchor before it buffers what the "
+						    "shard counts; a row of the anchors table was deleted.",
+						    "counter.untrack and counter.track the counter again.");
+					target.anchor_type = anchor_type;
+				}
+				write_rows(target, rows, batch.size());
 				entries += static_cast<int64>(batch.size());
 				if (batch.size() < flush_batch)
 					break;
@@ -3512,6 +3690,129 @@ CE_FUNCTION(counter_tracked_shard_pending) {
 	if (id == 0)
 		PG_RETURN_INT64(0);
 	PG_RETURN_INT64(ce::pg_guard([id, &image] { return ce::buffer::amount(id, image, GetActiveSnapshot()); }));
+}
+
+namespace {
+
+// Owns nothing C++: SPI inside. The buffer of the placement on this node of
+// the shard of the distributed delta table 'delta' that holds 'anchor' (of
+// anchor_type; the delta table is distributed by its anchors), when
+// 'anchor' is the least anchor of the shard of 'anchors' colocated with it
+// (every anchor of a shard then names its buffer once); 0 otherwise, and
+// when that shard has no placement here.
+int32 anchor_buffer(Oid delta, Oid anchors, Oid anchor_type, Datum anchor) {
+	if (SPI_connect() != SPI_OK_CONNECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("SPI_connect failed")));
+	Oid types[3] = {REGCLASSOID, REGCLASSOID, anchor_type};
+	Datum args[3] = {ObjectIdGetDatum(delta), ObjectIdGetDatum(anchors), anchor};
+	if (SPI_execute_with_args(
+	        "SELECT pg_catalog.get_shard_id_for_distribution_column($1, $3),"
+	        " pg_catalog.shard_name($2, pg_catalog.get_shard_id_for_distribution_column($2, $3), false)",
+	        3, types, args, nullptr, true, 1) != SPI_OK_SELECT ||
+	    SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading the Citus metadata failed")));
+	bool isnull;
+	Datum shard = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	char *anchors_shard = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	int32 id = isnull || anchors_shard == nullptr ? 0 : placement_buffer(DatumGetInt64(shard), delta, false, nullptr);
+	if (id != 0) {
+		char *lt = ce::keys::qualified_operator(anchor_type, BTLessStrategyNumber);
+		Oid type[1] = {anchor_type};
+		Datum arg[1] = {anchor};
+		if (SPI_execute_with_args(
+		        psprintf("SELECT NOT EXISTS (SELECT FROM %s a WHERE a.anchor %s $1)", anchors_shard, lt), 1, type, arg,
+		        nullptr, true, 1) != SPI_OK_SELECT ||
+		    SPI_processed != 1)
+			ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading a tracked counter's anchors failed")));
+		if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			id = 0;
+	}
+	SPI_finish();
+	return id;
+}
+
+// The checks of the anchored reads below (arguments delta, anchors,
+// anchor, and a key or a value of the key type), and the buffer they
+// read (0: none here, or not this anchor's to read).
+int32 anchored_read(FunctionCallInfo fcinfo) {
+	Oid delta = PG_GETARG_OID(0);
+	Oid anchors = PG_GETARG_OID(1);
+	require_table_owner_rights(delta, "read");
+	require_table_owner_rights(anchors, "read");
+	Oid anchor_type = get_fn_expr_argtype(fcinfo->flinfo, 2);
+	Oid type = get_fn_expr_argtype(fcinfo->flinfo, 3);
+	if (ce::pg_guard([delta] { return delta_key_type(delta); }) != type)
+		throw ce::Error(ce::sqlstate::datatype_mismatch, "the key is not of the counter's key type");
+	if (ce::pg_guard([anchors] { return get_atttype(anchors, get_attnum(anchors, "anchor")); }) != anchor_type)
+		throw ce::Error(ce::sqlstate::datatype_mismatch, "the anchor is not of the counter's anchor type");
+	if (!ce::buffer::available())
+		return 0;
+	Datum anchor = PG_GETARG_DATUM(2);
+	return ce::pg_guard(
+	    [delta, anchors, anchor_type, anchor] { return anchor_buffer(delta, anchors, anchor_type, anchor); });
+}
+
+} // namespace
+
+// counter_internal.tracked_anchor_pending(delta regclass, anchors regclass,
+// anchor "any", key anyelement) -> bigint (1.8; Citus, doc/citus.md
+// "Buffered"): for a buffered counter keyed by another column than the
+// distribution column, what this node's buffer of the delta shard that
+// holds 'anchor' adds to the value of 'key', as a read with the
+// statement's snapshot sees it, when 'anchor' is the least anchor of its
+// shard (else 0): counter.value's query reads it for every anchor, on each
+// shard's node (the query Citus pushes down), and so adds each shard's
+// amount once. PUBLIC may execute it (99_internal.sql): it reads only for
+// tables whose owner's rights its caller has.
+CE_FUNCTION(counter_tracked_anchor_pending) {
+	for (int i = 0; i < 4; i++)
+		if (PG_ARGISNULL(i))
+			PG_RETURN_INT64(0);
+	int32 id = anchored_read(fcinfo);
+	if (id == 0)
+		PG_RETURN_INT64(0);
+	Oid type = get_fn_expr_argtype(fcinfo->flinfo, 3);
+	Datum key = PG_GETARG_DATUM(3);
+	ce::buffer::Image image;
+	ce::buffer::Image *ip = &image;
+	bool imaged = ce::pg_guard([type, key, ip] {
+		int16 len;
+		bool byval;
+		get_typlenbyval(type, &len, &byval);
+		return ce::buffer::image_of(key, len, byval, ip);
+	});
+	if (!imaged)
+		PG_RETURN_INT64(0);
+	PG_RETURN_INT64(ce::pg_guard([id, &image] { return ce::buffer::amount(id, image, GetActiveSnapshot()); }));
+}
+
+// counter_internal.tracked_anchor_pending_rows(delta regclass, anchors
+// regclass, anchor "any", key_type anyelement) -> table (key anyelement,
+// amount bigint) (1.8; Citus): the same for every key: one row per (key,
+// bucket) the buffer holds, as a read with the statement's snapshot sees
+// it (counter.tracked_values sums them with the shards' rows).
+CE_FUNCTION(counter_tracked_anchor_pending_rows) {
+	ce::pg_guard([fcinfo] { InitMaterializedSRF(fcinfo, 0); });
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		return (Datum)0;
+	int32 id = anchored_read(fcinfo);
+	if (id == 0)
+		return (Datum)0;
+	Oid type = get_fn_expr_argtype(fcinfo->flinfo, 3);
+	Snapshot snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : nullptr;
+	std::vector<ce::buffer::Amount> got = ce::buffer::amounts(id, snapshot);
+	ce::pg_guard([fcinfo, type, &got] {
+		auto *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+		int16 len;
+		bool byval;
+		get_typlenbyval(type, &len, &byval);
+		for (const ce::buffer::Amount &a : got) {
+			Datum values[2] = {ce::buffer::datum_of(a.key, len, byval), Int64GetDatum(a.amount)};
+			bool nulls[2] = {false, false};
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	});
+	return (Datum)0;
 }
 
 // counter_internal.tracked_shard_busy(shard regclass, w timestamptz, keys

@@ -347,6 +347,112 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :"s".ev, :"s".ev_one, :"s".pev, :"s".pev
 SQL
 }
 
+# ce_citus_singles SCHEMA TABLE A B VIA: events A..B into SCHEMA.TABLE by the
+# writer, one single-row INSERT (ON CONFLICT DO NOTHING) each, through the
+# coordinator (VIA coord) or worker 1 (VIA w1): each commits on one node
+# (the rows of ce_citus_deliver, one statement each)
+ce_citus_singles() {
+    local s=$1 run=app
+    [ "$5" = w1 ] && run=app_w1
+    seq "$3" "$4" | awk -v t="$s.$2" -v s="$s" '{ printf "INSERT INTO %s VALUES (%d, %d %% 97, %s, %s, %d %% 11) ON CONFLICT DO NOTHING;\n",
+        t, $1, $1, "'\''2026-07-01 10:00+00'\''::timestamptz + (" $1 " % 37) * interval '\''47 minutes'\''",
+        "(ARRAY['\''view'\'', '\''bot'\'', '\''click'\''])[1 + " $1 " % 3]::" s ".kind", $1 }' | $run -q >/dev/null
+}
+# ce_citus_state_total NAME: what the base and delta tables (their shards) of
+# tracked counter NAME hold, summed
+ce_citus_state_total() {
+    local base delta
+    base=$(coord -tA -c "SELECT counter_internal.tracked_table(t, 'base') FROM counter.tracked t WHERE name = '$1'")
+    delta=$(coord -tA -c "SELECT counter_internal.tracked_table(t, 'delta') FROM counter.tracked t WHERE name = '$1'")
+    coord -tA -c "SELECT (SELECT coalesce(sum(base), 0) FROM $base) + (SELECT coalesce(sum(delta), 0) FROM $delta)"
+}
+# ce_citus_buffered_reads SCHEMA KEY MAX TYPE FILTER WHAT: the reads check of
+# the buffered counters of citus_buffered.sh and citus_buffered_anchored.sh
+# ({ev,pev}_{f,n} and their one-node twins {ev,pev}_one_{f,n} on SCHEMA's
+# tables, keyed by column KEY, _f with FILTER): counter.value and values_of
+# of keys 0..MAX (of TYPE) equal count(*) on the coordinator, and on worker 1
+# equal the coordinator's (ev_f, pev_n); WHAT names the moment in a failure
+ce_citus_buffered_reads() {
+    local s=$1 key=$2 max=$3 type=$4 filter=$5 what=$6 c t f got q want
+    for c in ev_f ev_n pev_f pev_n ev_one_f pev_one_n; do
+        t=${c%_*}
+        f=$([ "${c##*_}" = f ] && echo "$filter" || echo true)
+        got=$(app -tA <<SQL | grep -v '^$' | tail -1
+CREATE TEMP TABLE c AS SELECT $key AS k, count(*) AS n FROM $s.$t WHERE $f GROUP BY 1;
+CREATE TEMP TABLE truth AS SELECT g AS k, coalesce(c.n, 0) AS n FROM generate_series(0, $max) g LEFT JOIN c ON c.k = g;
+CREATE TEMP TABLE vals AS SELECT * FROM counter.values_of('$c', ARRAY(SELECT g::$type FROM generate_series(0, $max) g));
+CREATE TEMP TABLE one AS SELECT g AS k, counter.value('$c', g::$type) AS value FROM generate_series(0, $max) g;
+SELECT count(*) FROM truth t LEFT JOIN vals v ON v.key = t.k LEFT JOIN one o ON o.k = t.k
+WHERE v.value IS DISTINCT FROM t.n OR o.value IS DISTINCT FROM t.n;
+SQL
+)
+        [ "$got" = 0 ] || fail "$what: counter.value / values_of('$c'): $got keys differ from count(*)"
+    done
+    for c in ev_f pev_n; do
+        q="SELECT string_agg(k || ':' || counter.value('$c', k), ',' ORDER BY k) FROM generate_series(0, $max::$type) k"
+        want=$(app -tA -c "$q")
+        got=$(app_w1 -tA -c "$q" 2>&1) || fail "$what: on worker 1: $got"
+        [ "$got" = "$want" ] || fail "$what: counter.value of $c on worker 1: $got, on the coordinator: $want"
+        q="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('$c', ARRAY(SELECT generate_series(0, $max::$type)))"
+        got=$(app_w1 -tA -c "$q" 2>&1) || fail "$what: on worker 1: $got"
+        [ "$got" = "$want" ] || fail "$what: counter.values_of of $c on worker 1: $got, on the coordinator: $want"
+    done
+}
+# ce_citus_buffered_all SCHEMA KEY FILTER WHAT [W1]: counter.tracked_values of
+# the same counters against count(*) grouped by KEY, and the cluster against
+# one node (a key at 0 may be listed on one side only: a reconciliation
+# drops it); with W1 (w1) also ev_n and pev_f read on worker 1
+ce_citus_buffered_all() {
+    local s=$1 key=$2 filter=$3 what=$4 t c got
+    for t in ev ev_one pev pev_one; do
+        for c in "f|$filter" "n|true"; do
+            got=$(ce_citus_mismatches app "${t}_${c%%|*}" "$s.$t" "${c#*|}" "$key")
+            [ "$got" = 0 ] || fail "$what: counter ${t}_${c%%|*}: $got keys differ from count(*)"
+        done
+    done
+    if [ "${5:-}" = w1 ]; then
+        for c in "ev_n|true" "pev_f|$filter"; do
+            got=$(ce_citus_mismatches app_w1 "${c%%|*}" "$s.${c%%_*}" "${c#*|}" "$key")
+            [ "$got" = 0 ] || fail "$what: counter ${c%%|*} read on worker 1: $got keys differ from count(*)"
+        done
+    fi
+    got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
+        ON b.counter = replace(a.counter, '_one_', '_') AND a.key = b.key
+        WHERE (a.counter LIKE '%\_one\_%' OR a.counter IS NULL) AND (b.counter NOT LIKE '%\_one\_%' OR b.counter IS NULL)
+          AND coalesce(a.value, 0) <> coalesce(b.value, 0)")
+    [ "$got" = 0 ] || fail "$what: $got values differ between the cluster and one node"
+}
+# ce_citus_buffered_restart SCHEMA: the restart check of a script with
+# buffered counters {ev,pev}_{f,n} on SCHEMA.ev and SCHEMA.pev (one-node
+# twins ev_one, pev_one) and its check_all and check_reads: single-row
+# writes through worker 1, worker 1 restarted as after a crash (what its
+# buffer held is lost: some value falls short of count(*)), then the next
+# flush schedules the repair of every counter (full_pending, one repair
+# each) and the reconciliation makes every value equal count(*) again
+ce_citus_buffered_restart() {
+    local s=$1 lost=0 c total v got
+    ce_citus_singles "$s" ev 5101 5400 w1
+    ce_citus_singles "$s" pev 5101 5400 w1
+    ce_citus_singles "$s" ev_one 5101 5400 coord
+    ce_citus_singles "$s" pev_one 5101 5400 coord
+    coord -q -c "UPDATE counter.tracked SET full_pending = false WHERE distributed"
+    ce_cluster_restart citus_w1
+    for c in ev_n pev_n; do
+        total=$(app -tA -c "SELECT count(*) FROM $s.${c%_n}")
+        v=$(app -tA -c "SELECT sum(value) FROM counter.tracked_values WHERE counter = '$c'")
+        [ "$v" -lt "$total" ] && lost=1
+    done
+    [ $lost = 1 ] || fail "a restart of worker 1 lost nothing of the buffered adds (the test writes nothing buffered?)"
+    for c in ev_f ev_n pev_f pev_n; do owner -q -c "SELECT counter.flush('$c')" >/dev/null; done
+    got=$(coord -tA -c "SELECT string_agg(t.name || ':' || t.full_pending || ':' || f.repairs, ' ' ORDER BY t.name)
+                        FROM counter.tracked t JOIN counter_internal.tracked_flushes f USING (counter_id) WHERE t.distributed")
+    [ "$got" = "ev_f:true:1 ev_n:true:1 pev_f:true:1 pev_n:true:1" ] || fail "the flush after worker 1's restart scheduled: $got"
+    for c in ev_f ev_n pev_f pev_n; do owner -q -c "SELECT counter.reconcile('$c')" >/dev/null; done
+    check_all "worker 1 restarted, then flushed and reconciled"
+    check_reads "worker 1 restarted, then flushed and reconciled"
+    echo "ok: a worker restarted with adds in its buffer: the next flush schedules the repair, and the reconciliation makes every value equal count(*)"
+}
+
 # ce_citus_deliver SCHEMA TABLE A B [END] [VIA]: one delivery of events A..B
 # into SCHEMA.TABLE by the writer, in one transaction ended by END (COMMIT,
 # or ROLLBACK), through the coordinator or, with VIA w1, directly through

@@ -255,9 +255,6 @@ BEGIN
     why := p.why;
     IF why IS NOT NULL THEN
         NULL;
-    ELSIF buffered AND p.col IS DISTINCT FROM key_column THEN
-        -- (1.8: buffered, keyed by the distribution column)
-        why := pg_catalog.format('A buffered trigger-mode counter keyed by another column than the distribution column (%s) is not supported there.', p.col);
     ELSIF replicated THEN
         why := 'replicated => true is not supported there.';
     ELSIF p.col IS DISTINCT FROM key_column
@@ -268,7 +265,7 @@ BEGIN
     IF why IS NOT NULL THEN
         RAISE EXCEPTION 'a trigger-mode tracked counter on %, a table Citus distributes, is not supported yet in this form', source
             USING ERRCODE = 'feature_not_supported', DETAIL = why,
-                  HINT = 'On a hash-distributed table, use a trigger-mode counter keyed by the distribution column (buffered or not), or one keyed by another column that is not buffered, or an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
+                  HINT = 'On a hash-distributed table, use a trigger-mode counter without replicated => true (buffered or not, keyed by the distribution column or by another column), or an application-mode counter (counter.add, with or without a filter), or aggregate with counter.hll_add_agg and counter.pncounter_merge_agg, which Citus pushes down (doc/citus.md).';
     END IF;
     RETURN true;
 END

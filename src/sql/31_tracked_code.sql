@@ -103,7 +103,7 @@ AS 'MODULE_PATHNAME', 'counter_tracked_shard_reconcile';
 -- worker_counters): what counter.tracked_values reads on a worker node.
 CREATE OR REPLACE FUNCTION counter_internal.tracked_worker_counters()
 RETURNS TABLE (name text, counter_id integer, source regclass, owner regrole, state_schema name, anchored boolean,
-               buffered boolean)
+               buffered boolean, key_type regtype)
 LANGUAGE c STABLE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'counter_tracked_worker_counters';
@@ -770,7 +770,9 @@ BEGIN
                           -- (1.8) keyed by another column: the column its
                           -- state is anchored by, and its anchors
                           || CASE WHEN t.anchor_column IS NOT NULL
+                                  -- (buffered: then 'buffered')
                                   THEN format(', %L, %L', t.anchor_column, counter_internal.tracked_table(t, 'anchor'))
+                                       || CASE WHEN t.buffered THEN ', ''buffered''' ELSE '' END
                                   -- (1.8) buffered: its shards' adds go to
                                   -- the buffer of their node
                                   WHEN t.buffered THEN ', ''buffered'''
@@ -1438,25 +1440,33 @@ COMMENT ON FUNCTION counter.values_of(text, anyarray) IS 'values of many keys of
 -- summed on its shard, in numeric, bounded to bigint; $1 is exec_as_owner's
 -- argument. tracked_all_values runs it on the coordinator and on a worker
 -- node.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text, anchored boolean,
-    buffered boolean)
+CREATE OR REPLACE FUNCTION counter_internal.tracked_distributed_values_sql(base text, delta text, anchors text,
+    buffered boolean, key_type regtype)
 RETURNS text
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
--- (anchored: a counter keyed by another column than the distribution
--- column, whose state is distributed by its column anchor: the union names
--- it, so that Citus pushes the union down to the shards; buffered, 1.8:
--- each key's sum plus what the buffer of its shard's node holds, added
--- there, where its group is made)
+-- (anchored, 'anchors' not NULL: a counter keyed by another column than the
+-- distribution column, whose state is distributed by its column anchor: the
+-- union names it, so that Citus pushes the union down to the shards, and
+-- each key's sum is made from the shards' parts; buffered, 1.8: what the
+-- buffer of each key's shard's node holds added there, where its group is
+-- made, or, anchored, each shard's buffered amounts one more part of the
+-- union, read once per shard at its least anchor)
 SELECT pg_catalog.format(
     'WITH x AS MATERIALIZED (SELECT z.key, pg_catalog.sum(z.v)%5$s AS s FROM ('
-    ' SELECT b.key, %3$s b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, %4$s d.delta::numeric FROM %2$s d) z'
+    ' SELECT b.key, %3$s b.base::numeric AS v FROM %1$s b UNION ALL SELECT d.key, %4$s d.delta::numeric FROM %2$s d%6$s) z'
     ' GROUP BY z.key)'
     ' SELECT x.key::text, LEAST(GREATEST(x.s, -9223372036854775807), 9223372036854775807)::bigint'
-    ' FROM x WHERE $1 ORDER BY x.key', base, delta, CASE WHEN anchored THEN 'b.anchor,' ELSE '' END,
-    CASE WHEN anchored THEN 'd.anchor,' ELSE '' END,
-    CASE WHEN buffered THEN pg_catalog.format(' OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%L::pg_catalog.regclass, z.key)', delta)
+    ' FROM x WHERE $1 ORDER BY x.key', base, delta, CASE WHEN anchors IS NOT NULL THEN 'b.anchor,' ELSE '' END,
+    CASE WHEN anchors IS NOT NULL THEN 'd.anchor,' ELSE '' END,
+    CASE WHEN buffered AND anchors IS NULL
+         THEN pg_catalog.format(' OPERATOR(pg_catalog.+) counter_internal.tracked_shard_pending(%L::pg_catalog.regclass, z.key)', delta)
+         ELSE '' END,
+    CASE WHEN buffered AND anchors IS NOT NULL
+         THEN pg_catalog.format(' UNION ALL SELECT (p.r).key, p.anchor, (p.r).amount::numeric FROM (SELECT a.anchor,'
+                                ' counter_internal.tracked_anchor_pending_rows(%L::pg_catalog.regclass, %L::pg_catalog.regclass,'
+                                ' a.anchor, NULL::%s) AS r FROM %s a) p', delta, anchors, key_type, anchors)
          ELSE '' END)
 $$;
 
@@ -1503,7 +1513,9 @@ BEGIN
                     counter_internal.tracked_distributed_values_sql(
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_base', w.counter_id)),
                         pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_delta', w.counter_id)),
-                        w.anchored, w.buffered),
+                        CASE WHEN w.anchored
+                             THEN pg_catalog.format('%I.%I', w.state_schema, pg_catalog.format('counter_tracked_%s_anchor', w.counter_id))
+                        END, w.buffered, w.key_type),
                     true) AS v(key text, value bigint);
             EXCEPTION WHEN OTHERS THEN
                 IF counter_internal.owner_read_failed('tracked counter', w.name, w.owner, 'counter.tracked_values',
@@ -1521,7 +1533,9 @@ BEGIN
             -- per key on the shards (src/tracked.cpp, value_plan)
             q := counter_internal.tracked_distributed_values_sql(counter_internal.tracked_table(t, 'base'),
                                                                  counter_internal.tracked_table(t, 'delta'),
-                                                                 t.anchor_column IS NOT NULL, t.buffered);
+                                                                 CASE WHEN t.anchor_column IS NOT NULL
+                                                                      THEN counter_internal.tracked_table(t, 'anchor') END,
+                                                                 t.buffered, t.key_type);
         ELSE
             -- a buffered counter adds what its buffer holds beyond the table
             q := format(

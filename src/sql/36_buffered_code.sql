@@ -31,18 +31,20 @@ LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'counter_tracked_buffer_forget';
 
 -- Citus (1.8; doc/citus.md, "Buffered"): a buffered
--- trigger-mode counter keyed by the distribution column of a hash-distributed
--- table buffers on each node, per placement of its delta shards there
--- (src/tracked.cpp). PUBLIC may execute these three on every node
--- (99_internal.sql): each acts only on a table whose owner's rights its
--- caller has.
+-- trigger-mode counter of a hash-distributed table buffers on each node, per
+-- placement of its delta shards there (src/tracked.cpp). PUBLIC may execute
+-- these five on every node (99_internal.sql): each acts only on a table
+-- whose owner's rights its caller has.
 -- On this node: writes what its buffers hold for the placements here of the
 -- shards of the delta table named 'delta' into those shards, as the owner,
 -- in the caller's transaction; answers {"epoch": when this node's shared
 -- table was made, "shards": [[shard id, placement id, entries], ...]}.
-CREATE OR REPLACE FUNCTION counter_internal.tracked_node_flush(delta text)
+-- 'anchors': the anchors of a counter keyed by another column than the
+-- distribution column (NULL for none), whose delta rows a shard's flush
+-- anchors to the least anchor of the colocated anchors shard.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_node_flush(delta text, anchors text DEFAULT NULL)
 RETURNS text
-LANGUAGE c VOLATILE STRICT
+LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'counter_tracked_node_flush';
 
 -- What this node's buffer adds to the value of 'key' of the counter whose
@@ -53,6 +55,26 @@ CREATE OR REPLACE FUNCTION counter_internal.tracked_shard_pending(delta regclass
 RETURNS bigint
 LANGUAGE c STABLE PARALLEL RESTRICTED
 AS 'MODULE_PATHNAME', 'counter_tracked_shard_pending';
+
+-- Keyed by another column than the distribution column (anchored): what
+-- this node's buffer of the delta shard that holds 'anchor' adds to the
+-- value of 'key', when 'anchor' is the least anchor of its anchors shard
+-- (0 otherwise, and when that shard is elsewhere). counter.value's query
+-- calls it for each anchor of each shard, where Citus sends the query, and
+-- so adds each shard's buffered amount once.
+CREATE OR REPLACE FUNCTION counter_internal.tracked_anchor_pending(delta regclass, anchors regclass, anchor "any",
+    key anyelement)
+RETURNS bigint
+LANGUAGE c STABLE PARALLEL RESTRICTED
+AS 'MODULE_PATHNAME', 'counter_tracked_anchor_pending';
+
+-- The same for every key the buffer holds (counter.tracked_values); the
+-- key's type is key_type's (a NULL of that type).
+CREATE OR REPLACE FUNCTION counter_internal.tracked_anchor_pending_rows(delta regclass, anchors regclass,
+    anchor "any", key_type anyelement)
+RETURNS TABLE (key anyelement, amount bigint)
+LANGUAGE c STABLE PARALLEL RESTRICTED ROWS 100
+AS 'MODULE_PATHNAME', 'counter_tracked_anchor_pending_rows';
 
 -- The keys among 'keys' that a reconciliation up to w of the delta shard
 -- 'shard' must leave alone because of this node's buffer (the shard's
@@ -93,8 +115,10 @@ DECLARE
     old record;
 BEGIN
     FOR r IN SELECT x.nodeid, x.success, x.result FROM counter_internal.exec_as_owner(t.owner,
-                 'SELECT r.nodeid, r.success, r.result FROM pg_catalog.run_command_on_all_nodes('
-                 'pg_catalog.format(''SELECT counter_internal.tracked_node_flush(%L)'', $1)) r', delta)
+                 'SELECT r.nodeid, r.success, r.result FROM pg_catalog.run_command_on_all_nodes($1) r',
+                 pg_catalog.format('SELECT counter_internal.tracked_node_flush(%L, %L)', delta,
+                                   CASE WHEN t.anchor_column IS NOT NULL
+                                        THEN counter_internal.tracked_table(t, 'anchor') END))
                  AS x(nodeid integer, success boolean, result text) LOOP
         IF NOT r.success THEN
             RAISE EXCEPTION 'flushing buffered counter "%" on node % failed: %', t.name, r.nodeid, r.result

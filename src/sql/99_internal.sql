@@ -34,9 +34,12 @@ GRANT EXECUTE ON FUNCTION counter_internal.rollup_node_hold(regclass, timestampt
 -- only rows of a table whose owner's rights its caller has (src/locks.cpp).
 GRANT EXECUTE ON FUNCTION counter_internal.row_lock_skip(regclass, tid) TO PUBLIC;
 -- Buffered trigger-mode counters on Citus (1.8): a node's flush, the
--- amount a read adds on the node of a key's shard, and the busy keys of a
+-- amount a read adds on the node of a key's shard (anchored: of each shard,
+-- for one key or every key), and the busy keys of a
 -- shard's reconciliation, run as the counter's owner on every node: each
 -- acts only on a table whose owner's rights its caller has (src/tracked.cpp).
-GRANT EXECUTE ON FUNCTION counter_internal.tracked_node_flush(text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION counter_internal.tracked_node_flush(text, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_pending(regclass, anyelement) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION counter_internal.tracked_anchor_pending(regclass, regclass, "any", anyelement) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION counter_internal.tracked_anchor_pending_rows(regclass, regclass, "any", anyelement) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION counter_internal.tracked_shard_busy(regclass, timestamptz, anyarray) TO PUBLIC;

@@ -36,7 +36,9 @@ $$, $$ VALUES ('counter_internal.rollup_newest_hour(integer)'), ('counter_intern
               ('counter_internal.tracked_shard_reconcile()'),
               ('counter_internal.rollup_node_hold(regclass,timestamp with time zone,timestamp with time zone,timestamp with time zone[])'),
               ('counter_internal.row_lock_skip(regclass,tid)'),
-              ('counter_internal.tracked_node_flush(text)'),
+              ('counter_internal.tracked_node_flush(text,text)'),
+              ('counter_internal.tracked_anchor_pending(regclass,regclass,"any",anyelement)'),
+              ('counter_internal.tracked_anchor_pending_rows(regclass,regclass,"any",anyelement)'),
               ('counter_internal.tracked_shard_busy(regclass,timestamp with time zone,anyarray)'),
               ('counter_internal.tracked_shard_pending(regclass,anyelement)') $$,
    'no function of counter_internal is executable by PUBLIC but the entry point of the view rollup_state, the Citus shard triggers and the owner-checked node helpers');

@@ -19,9 +19,8 @@
 # with amounts left on its old node are found by the next flush, which
 # schedules the reconciliation of every key, after which every value equals
 # count(*) again; TRUNCATE, untrack; the writer may not flush, read or judge
-# the owner's buffers through the functions PUBLIC may call (42501); a
-# buffered counter keyed by another column is refused (0A000), leaving
-# nothing.
+# the owner's buffers through the functions PUBLIC may call (42501).
+# (Keyed by another column: citus_buffered_anchored.sh.)
 # citus: whole on 18
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,25 +54,12 @@ got=$(coord -tA -c "SELECT string_agg(t.name || ':' || (SELECT count(*) FROM cou
                        WHERE f.counter_id = t.counter_id AND f.epoch IS NOT NULL), ' ' ORDER BY t.name)
                     FROM counter.tracked t WHERE t.distributed")
 [ "$got" = "ev_f:8 ev_n:8 pev_f:4 pev_n:4" ] || fail "shards recorded at track: $got"
-# keyed by another column: refused, nothing left
-out=$(owner -v VERBOSITY=verbose -c "SELECT counter.track('by_id', 'cb.ev', 'id', 'at', buffered => true)" 2>&1) &&
-    fail "a buffered counter keyed by another column was made: $out"
-grep -q "ERROR:  0A000: a trigger-mode tracked counter on cb.ev, a table Citus distributes, is not supported yet in this form" <<<"$out" ||
-    fail "the refusal of a buffered counter keyed by another column: $out"
-got=$(coord -tA -c "SELECT count(*) FROM counter.tracked WHERE name = 'by_id'")
-[ "$got" = 0 ] || fail "the refused counter left a catalog row"
-echo "ok: buffered trigger-mode counters are made on a distributed and a distributed partitioned table (each shard's placement recorded); keyed by another column they are refused, leaving nothing"
+echo "ok: buffered trigger-mode counters are made on a distributed and a distributed partitioned table (each shard's placement recorded; keyed by another column: citus_buffered_anchored.sh)"
 
 # Writes: single-row statements (one shard: committed on its node alone,
 # so buffered there), multi-row ones (several nodes: prepared, written at
 # once), through the coordinator and worker 1; re-deliveries and rollbacks
-singles() { # TABLE A B VIA
-    local run=app
-    [ "$4" = w1 ] && run=app_w1
-    seq "$2" "$3" | awk -v t="cb.$1" '{ printf "INSERT INTO %s VALUES (%d, %d %% 97, %s, %s, %d %% 11) ON CONFLICT DO NOTHING;\n",
-        t, $1, $1, "'\''2026-07-01 10:00+00'\''::timestamptz + (" $1 " % 37) * interval '\''47 minutes'\''",
-        "(ARRAY['\''view'\'', '\''bot'\'', '\''click'\''])[1 + " $1 " % 3]::cb.kind", $1 }' | $run -q >/dev/null
-}
+singles() { ce_citus_singles cb "$@"; } # TABLE A B VIA
 for t in ev ev_one pev pev_one; do
     ce_citus_deliver cb "$t" 1 2000
     ce_citus_deliver cb "$t" 1501 3000             # re-delivered in part
@@ -95,53 +81,10 @@ SQL
     singles "$t" 4701 4800 coord
 done
 
-mismatches() { ce_citus_mismatches app "$1" "cb.$2" "$3"; }
 # what the delta and base shards of counter c hold against count(*)
-state_total() {
-    coord -tA -c "SELECT (SELECT coalesce(sum(base), 0) FROM $(coord -tA -c "SELECT counter_internal.tracked_table(t, 'base') FROM counter.tracked t WHERE name = '$1'"))
-                       + (SELECT coalesce(sum(delta), 0) FROM $(coord -tA -c "SELECT counter_internal.tracked_table(t, 'delta') FROM counter.tracked t WHERE name = '$1'"))"
-}
-check_reads() { # WHAT: value and values_of on the coordinator and worker 1, against count(*)
-    local c t f v n got q want
-    for c in ev_f ev_n pev_f pev_n ev_one_f pev_one_n; do
-        t=${c%_*}
-        f=$([ "${c##*_}" = f ] && echo "$F" || echo true)
-        got=$(app -tA <<SQL | grep -v '^$' | tail -1
-CREATE TEMP TABLE c AS SELECT k, count(*) AS n FROM cb.$t WHERE $f GROUP BY k;
-CREATE TEMP TABLE truth AS SELECT g AS k, coalesce(c.n, 0) AS n FROM generate_series(0, 99) g LEFT JOIN c ON c.k = g;
-CREATE TEMP TABLE vals AS SELECT * FROM counter.values_of('$c', ARRAY(SELECT g::bigint FROM generate_series(0, 99) g));
-CREATE TEMP TABLE one AS SELECT g AS k, counter.value('$c', g::bigint) AS value FROM generate_series(0, 99) g;
-SELECT count(*) FROM truth t LEFT JOIN vals v ON v.key = t.k LEFT JOIN one o ON o.k = t.k
-WHERE v.value IS DISTINCT FROM t.n OR o.value IS DISTINCT FROM t.n;
-SQL
-)
-        [ "$got" = 0 ] || fail "$1: counter.value / values_of('$c'): $got keys differ from count(*)"
-    done
-    for c in ev_f pev_n; do
-        q="SELECT string_agg(k || ':' || counter.value('$c', k), ',' ORDER BY k) FROM generate_series(0, 99::bigint) k"
-        want=$(app -tA -c "$q")
-        got=$(app_w1 -tA -c "$q" 2>&1) || fail "$1: on worker 1: $got"
-        [ "$got" = "$want" ] || fail "$1: counter.value of $c on worker 1: $got, on the coordinator: $want"
-        q="SELECT string_agg(key || ':' || value, ',' ORDER BY key) FROM counter.values_of('$c', ARRAY(SELECT generate_series(0, 99::bigint)))"
-        got=$(app_w1 -tA -c "$q" 2>&1) || fail "$1: on worker 1: $got"
-        [ "$got" = "$want" ] || fail "$1: counter.values_of of $c on worker 1: $got, on the coordinator: $want"
-    done
-}
-check_all() { # WHAT: tracked_values against count(*), the cluster against one node (a key
-    # at 0 may be listed on one side only: a reconciliation drops it)
-    local t c got
-    for t in ev ev_one pev pev_one; do
-        for c in "f|$F" "n|true"; do
-            got=$(mismatches "${t}_${c%%|*}" "$t" "${c#*|}")
-            [ "$got" = 0 ] || fail "$1: counter ${t}_${c%%|*}: $got keys differ from count(*)"
-        done
-    done
-    got=$(app -tA -c "SELECT count(*) FROM counter.tracked_values a FULL JOIN counter.tracked_values b
-        ON b.counter = replace(a.counter, '_one_', '_') AND a.key = b.key
-        WHERE (a.counter LIKE '%\_one\_%' OR a.counter IS NULL) AND (b.counter NOT LIKE '%\_one\_%' OR b.counter IS NULL)
-          AND coalesce(a.value, 0) <> coalesce(b.value, 0)")
-    [ "$got" = 0 ] || fail "$1: $got values differ between the cluster and one node"
-}
+state_total() { ce_citus_state_total "$@"; }
+check_reads() { ce_citus_buffered_reads cb k 99 bigint "$F" "$1"; } # WHAT
+check_all() { ce_citus_buffered_all cb k "$F" "$1"; } # WHAT
 
 # Before any flush: the delta shards lack what the nodes' buffers hold, the reads do not
 for c in ev_n pev_n; do
@@ -209,27 +152,7 @@ echo "ok: a shard's reconciliation leaves a key with buffered adds alone (busy),
 
 # A worker restarted (immediate: a crash) loses what its buffer held; the
 # next flush sees its new shared table and schedules the repair
-singles ev 5101 5400 w1
-singles pev 5101 5400 w1
-singles ev_one 5101 5400 coord
-singles pev_one 5101 5400 coord
-coord -q -c "UPDATE counter.tracked SET full_pending = false WHERE distributed"
-ce_cluster_restart citus_w1
-lost=0
-for c in ev_n pev_n; do
-    total=$(app -tA -c "SELECT count(*) FROM cb.${c%_n}")
-    v=$(app -tA -c "SELECT sum(value) FROM counter.tracked_values WHERE counter = '$c'")
-    [ "$v" -lt "$total" ] && lost=1
-done
-[ $lost = 1 ] || fail "a restart of worker 1 lost nothing of the buffered adds (the test writes nothing buffered?)"
-for c in ev_f ev_n pev_f pev_n; do owner -q -c "SELECT counter.flush('$c')" >/dev/null; done
-got=$(coord -tA -c "SELECT string_agg(t.name || ':' || t.full_pending || ':' || f.repairs, ' ' ORDER BY t.name)
-                    FROM counter.tracked t JOIN counter_internal.tracked_flushes f USING (counter_id) WHERE t.distributed")
-[ "$got" = "ev_f:true:1 ev_n:true:1 pev_f:true:1 pev_n:true:1" ] || fail "the flush after worker 1's restart scheduled: $got"
-for c in ev_f ev_n pev_f pev_n; do owner -q -c "SELECT counter.reconcile('$c')" >/dev/null; done
-check_all "worker 1 restarted, then flushed and reconciled"
-check_reads "worker 1 restarted, then flushed and reconciled"
-echo "ok: a worker restarted with adds in its buffer: the next flush schedules the repair, and the reconciliation makes every value equal count(*)"
+ce_citus_buffered_restart cb
 
 # A shard moved with amounts still on its old node: they are never flushed
 # there (the placement is gone); the next flush finds the new placement and

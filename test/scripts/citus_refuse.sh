@@ -39,11 +39,11 @@ SQL
 # trigger-mode counter keyed by another column (1.8): below, and
 # test/scripts/citus_tracked_anchored.sh; and a buffered trigger-mode
 # counter keyed by the distribution column (1.8): below, and
-# test/scripts/citus_buffered.sh)
+# test/scripts/citus_buffered.sh, or by another column (1.8): below, and
+# test/scripts/citus_buffered_anchored.sh)
 for call in \
     "counter.track('c3', 'links', 'link_id', 'at')" \
     "counter.track('c4', 'ev_2026', 'k', 'at')" \
-    "counter.track('c7', 'clicks', 'id', 'at', buffered => true)" \
     "counter.track('c8', 'clicks', 'link_id', 'at', replicated => true)" \
     "counter.rollup_create('r1', 'clicks', 'at', '{id}', replicated => true)" \
     "counter.rollup_create('r2', 'clicks', 'at', '{id}', mode => 'buffered')" \
@@ -64,12 +64,13 @@ for call in \
     "counter.track('c2', 'clicks', 'link_id', 'at', filter => 'id > 0')" \
     "counter.track('c5', 'ev', 'k', 'at')" \
     "counter.track('c6', 'clicks', 'id', 'at')" \
-    "counter.track('c9', 'clicks', 'link_id', 'at', buffered => true)"; do
+    "counter.track('c9', 'clicks', 'link_id', 'at', buffered => true)" \
+    "counter.track('c7', 'clicks', 'id', 'at', buffered => true)"; do
     coord -q -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning" -c "SELECT $call" >/dev/null ||
         fail "not made: $call"
-    echo "ok: made (keyed by the distribution column, or by another one: c6; buffered: c9): $call"
+    echo "ok: made (keyed by the distribution column, or by another one: c6; buffered: c9, and by another one: c7): $call"
 done
-coord -q -v ON_ERROR_STOP=1 -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name IN ('c1', 'c2', 'c5', 'c6', 'c9')" \
+coord -q -v ON_ERROR_STOP=1 -c "SELECT counter.untrack(name) FROM counter.tracked WHERE name IN ('c1', 'c2', 'c5', 'c6', 'c9', 'c7')" \
     >/dev/null
 
 got=$(coord -tA <<'SQL'

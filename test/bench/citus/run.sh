@@ -42,7 +42,9 @@
 #   (j) a buffered trigger-mode counter keyed by the distribution column
 #       (1.8): single-row INSERTs on one hot key and on KEYS keys, beside
 #       the plain INSERT and the unbuffered trigger-mode counter, with a
-#       flush every second (the flush job's), ROUNDS interleaved rounds.
+#       flush every second (the flush job's), ROUNDS interleaved rounds;
+#   (k) the same keyed by another column than the distribution column
+#       (1.8): one hot key, then KEYS keys, rows spread over every shard.
 # Every measurement checks its result (values equal count(*), sketches
 # byte-identical to one node, rollup rows equal GROUP BY). The clusters run
 # with PostgreSQL's durable defaults (fsync, synchronous_commit,
@@ -54,7 +56,7 @@
 # Sizes (defaults = the issue's): CE_BENCH_KEYS=100000 CE_BENCH_ROWS=10000000
 # CE_BENCH_ROLLUP_ROWS (default ROWS/5) CE_BENCH_INGEST=20000 transactions
 # per ingest run, CE_BENCH_CLIENTS=4, CE_BENCH_SHARDS=32, CE_BENCH_GROUPS=100;
-# CE_BENCH_PARTS=abcdefghij (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
+# CE_BENCH_PARTS=abcdefghijk (a subset runs only those workloads), CE_BENCH_BATCH=1000 (the
 # batch_size of the counters of (a)), CE_BENCH_ROUNDS=1 (interleaved rounds of (d)).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -68,7 +70,7 @@ INGEST=${CE_BENCH_INGEST:-20000}
 CLIENTS=${CE_BENCH_CLIENTS:-4}
 SHARDS=${CE_BENCH_SHARDS:-32}
 NGROUPS=${CE_BENCH_GROUPS:-100}
-PARTS=${CE_BENCH_PARTS:-abcdefghij} # which of the workloads (a)-(j) to run
+PARTS=${CE_BENCH_PARTS:-abcdefghijk} # which of the workloads (a)-(k) to run
 BATCH=${CE_BENCH_BATCH:-1000}      # (a): the counters' batch_size (track's default 1000)
 ROUNDS=${CE_BENCH_ROUNDS:-1}       # (d): rounds of the ingest runs, interleaved
 LINKS=10000
@@ -735,7 +737,7 @@ run_part i
 # first).
 part_j() {
     echo "== (j) a buffered trigger-mode counter: single-row INSERTs, one hot key and $KEYS keys"
-    local t n r l keyset flusher
+    local t n
     for t in jb_plain jb_trig jb_buf; do
         table $t "k bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
         for n in single citus_coord; do
@@ -746,38 +748,92 @@ part_j() {
         q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.track('jb_trig', 'jb_trig', 'k', 'at')" \
             -c "SELECT counter.track('jb_buf', 'jb_buf', 'k', 'at', buffered => true)" >/dev/null
     done
+    buffered_runs j jb k ""
+}
+# script_j KEYSET TABLE: the ingest script of (j): one hot key, or KEYS keys
+script_j() {
+    if [ "$1" = hot ]; then
+        printf '%s\n' "INSERT INTO $2 (k) VALUES (1);"
+    else
+        printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO $2 (k) VALUES (:k);"
+    fi
+}
+# buffered_runs PART PREFIX KEY WHAT: the runs of (j) and (k) on the tables
+# PREFIX_plain (no counter), PREFIX_trig (a trigger-mode counter keyed by
+# KEY) and PREFIX_buf (the same buffered) that part_PART made: for one hot
+# key, then KEYS keys (script_PART writes each table's script), ROUNDS
+# interleaved rounds, on one node and on the cluster, with counter.flush of
+# the buffered counter every second meanwhile; every value = count(*) after
+# each run (flushed first). WHAT: said of the workload in each row.
+buffered_runs() {
+    local part=$1 p=$2 key=$3 what=$4 t n r keyset flusher
     for keyset in hot many; do
-        for t in jb_plain jb_trig jb_buf; do
-            if [ $keyset = hot ]; then
-                printf '%s\n' "INSERT INTO $t (k) VALUES (1);" >"$work/$t.sql"
-            else
-                printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO $t (k) VALUES (:k);" >"$work/$t.sql"
-            fi
+        for t in ${p}_plain ${p}_trig ${p}_buf; do
+            "script_$part" $keyset $t >"$work/$t.sql"
         done
         for r in $(seq 1 "$ROUNDS"); do
-            for t in jb_plain jb_trig jb_buf; do
+            for t in ${p}_plain ${p}_trig ${p}_buf; do
                 for n in single citus_coord; do
                     flusher=
-                    if [ $t = jb_buf ]; then
-                        (while :; do q "$n" -q -c "SELECT counter.flush('jb_buf')" >/dev/null 2>&1; sleep 1; done) &
+                    if [ $t = ${p}_buf ]; then
+                        (while :; do q "$n" -q -c "SELECT counter.flush('$t')" >/dev/null 2>>"$work/flush.err" || true; sleep 1; done) &
                         flusher=$!
                     fi
                     ms[$n.load]=$(load)
                     ms[$n]=$(ingest "$n" "$t")
-                    [ -z "$flusher" ] || { kill "$flusher"; wait "$flusher" 2>/dev/null || true; }
-                    if [ $t != jb_plain ]; then
+                    [ -z "$flusher" ] || { kill "$flusher" 2>/dev/null || true; wait "$flusher" 2>/dev/null || true; }
+                    if [ -s "$work/flush.err" ]; then
+                        echo "  the flush of $t on $n failed:" && cat "$work/flush.err" && rm -f "$work/flush.err"
+                        fail "a flush failed during the run"
+                    fi
+                    if [ $t != ${p}_plain ]; then
                         q "$n" -q -c "SELECT counter.flush('$t')" >/dev/null 2>&1 || true
-                        [ "$(mismatches "$n" $t k::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
+                        [ "$(mismatches "$n" $t $key::text $t)" = 0 ] || fail "$n: counter $t differs from count(*)"
                     fi
                 done
-                row "(j) single-row INSERT, $([ $keyset = hot ] && echo "one hot key" || echo "$KEYS keys"), $(case $t in jb_plain) echo "no counter" ;; jb_trig) echo "trigger-mode counter" ;; *) echo "buffered trigger-mode counter" ;; esac), $((per * CLIENTS)) transactions, round $r" \
+                row "($part) single-row INSERT$what, $([ $keyset = hot ] && echo "one hot key" || echo "$KEYS keys"), $(case $t in ${p}_plain) echo "no counter" ;; ${p}_trig) echo "trigger-mode counter" ;; *) echo "buffered trigger-mode counter" ;; esac), $((per * CLIENTS)) transactions, round $r" \
                     "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" \
-                    "$([ $t = jb_plain ] && echo "rows written" || echo "every value = count(*)")"
+                    "$([ $t = ${p}_plain ] && echo "rows written" || echo "every value = count(*)")"
             done
         done
     done
 }
 run_part j
+
+# ------------------------------------- (k) buffered, keyed by another column
+# The same as (j) for a counter keyed by another column (v) than the
+# distribution column (k) (1.8; doc/citus.md, "Buffered": each shard's
+# trigger anchors its shard, then adds to its node's shared memory; the
+# flush writes a shard's amounts at its least anchor): single-row INSERTs
+# through the coordinator, k drawn at random over KEYS values (every shard),
+# v one hot key, then v drawn over KEYS keys; no counter, the unbuffered
+# trigger-mode counter keyed by v, the buffered one; a flush every second
+# meanwhile. Every value = count(*) after each run (flushed first).
+part_k() {
+    echo "== (k) a buffered trigger-mode counter keyed by another column: single-row INSERTs, one hot key and $KEYS keys"
+    local t n
+    for t in jk_plain jk_trig jk_buf; do
+        table $t "k bigint NOT NULL, v bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()" k
+        for n in single citus_coord; do
+            q "$n" -q -c "CREATE INDEX ON $t (at)" >/dev/null
+        done
+    done
+    for n in single citus_coord; do
+        q "$n" -q -c "SET client_min_messages = warning" -c "SELECT counter.track('jk_trig', 'jk_trig', 'v', 'at')" \
+            -c "SELECT counter.track('jk_buf', 'jk_buf', 'v', 'at', buffered => true)" >/dev/null
+    done
+    buffered_runs k jk v " keyed by another column"
+}
+# script_k KEYSET TABLE: the ingest script of (k): k over KEYS values (every
+# shard), v one hot key or KEYS keys
+script_k() {
+    if [ "$1" = hot ]; then
+        printf '%s\n' "\\set k random(1, $KEYS)" "INSERT INTO $2 (k, v) VALUES (:k, 1);"
+    else
+        printf '%s\n' "\\set k random(1, $KEYS)" "\\set v random(1, $KEYS)" "INSERT INTO $2 (k, v) VALUES (:k, :v);"
+    fi
+}
+run_part k
 
 echo "[${SECONDS}s] done"
 echo
