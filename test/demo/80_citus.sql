@@ -118,6 +118,20 @@ COMMIT;
 SELECT counter.value('citus_buffered_clicks', 7::bigint) AS link_7;
 SELECT count(*) AS link_7_rows FROM demo.clicks WHERE link_id = 7;
 SELECT counter.flush('citus_buffered_clicks') > 0 AS flushed;
+-- Buffered and keyed by another column than the distribution column (here
+-- the visitor): each shard anchors its part of a visitor's count, its node
+-- buffers the adds, and counter.value sums every shard's part, what each
+-- node holds included.
+SELECT counter.track('citus_buffered_visits', 'demo.clicks', 'visitor_id', 'occurred_at', buffered => true);
+SELECT keys_checked, keys_corrected FROM counter.reconcile('citus_buffered_visits', all_keys => true);
+BEGIN;
+INSERT INTO demo.clicks VALUES (900005, 8, 42, 'view', '2026-10-06 11:34+00'), (900006, 9, 42, 'view', '2026-10-06 11:35+00');
+SELECT counter.add('citus_app_clicks', 8::bigint, 1, '2026-10-06 11:34+00'),  -- the application's adds, as above
+       counter.add('citus_app_clicks', 9::bigint, 1, '2026-10-06 11:35+00');
+COMMIT;
+SELECT counter.value('citus_buffered_visits', 42::bigint) AS visitor_42,
+       (SELECT count(*) FROM demo.clicks WHERE visitor_id = 42) AS visitor_42_rows;
+SELECT counter.flush('citus_buffered_visits') >= 0 AS flushed;
 -- Read through the worker node as well: there counter.tracked_values lists
 -- the counters whose state is beside their rows (all of them), with the
 -- coordinator's numbers.

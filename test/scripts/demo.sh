@@ -48,7 +48,7 @@ done
 # the numbers of 80_citus.sql, checked here rather than only shown there
 c() { ce_psql -h 127.0.0.1 -p "$CE_citus_coord_PORT" -d clicks -tA "$@"; }
 rows=$(c -c "SELECT count(*) FROM demo.clicks")
-[ "$rows" = 22004 ] || fail "the Citus section's table holds $rows rows, not 22004 (20,000 + 2,000 through a worker + 2 with their add + 1 with its add through a worker + 1 counted by the buffered counter; the re-delivery none)"
+[ "$rows" = 22006 ] || fail "the Citus section's table holds $rows rows, not 22006 (20,000 + 2,000 through a worker + 2 with their add + 1 with its add through a worker + 1 counted by the buffered counter + 2 by the buffered one keyed by visitor; the re-delivery none)"
 bad=$(ce_citus_mismatches c citus_clicks_per_link demo.clicks "kind <> 'bot'" link_id)
 [ "$bad" = 0 ] || fail "$bad links whose counter differs from count(*)"
 bad=$(ce_citus_mismatches c citus_app_clicks demo.clicks true link_id)
@@ -57,13 +57,15 @@ bad=$(ce_citus_mismatches c citus_buffered_clicks demo.clicks true link_id)
 [ "$bad" = 0 ] || fail "$bad links whose buffered trigger-mode counter differs from count(*)"
 bad=$(ce_citus_mismatches c citus_clicks_per_visitor demo.clicks true visitor_id)
 [ "$bad" = 0 ] || fail "$bad visitors whose counter (keyed by another column than the distribution column) differs from count(*)"
+bad=$(ce_citus_mismatches c citus_buffered_visits demo.clicks true visitor_id)
+[ "$bad" = 0 ] || fail "$bad visitors whose buffered counter (keyed by another column) differs from count(*)"
 # read through worker 1 (the section's last read): the same numbers
-# (the four counters: their state is beside the rows)
+# (the five counters: their state is beside the rows)
 q="SELECT string_agg(counter || ':' || n || ':' || s, ' ' ORDER BY counter)
    FROM (SELECT counter, count(*) AS n, sum(value) AS s FROM counter.tracked_values GROUP BY counter) x"
 got=$(ce_psql -h 127.0.0.1 -p "$CE_citus_w1_PORT" -d clicks -tA -c "$q")
 want=$(c -c "$q")
-[ "$(wc -w <<<"$want")" = 4 ] && [ "$got" = "$want" ] || fail "counter.tracked_values on worker 1: $got (the coordinator's: $want)"
+[ "$(wc -w <<<"$want")" = 5 ] && [ "$got" = "$want" ] || fail "counter.tracked_values on worker 1: $got (the coordinator's: $want)"
 # and it was before the section's reconciliation, which corrected nothing
 got=$(c -c "SELECT runs > 0 AND keys_corrected = 0 FROM counter.tracked_drift WHERE counter = 'citus_clicks_per_link'")
 [ "$got" = t ] || fail "the Citus section's reconciliation corrected the counter (or did not run): $got"
