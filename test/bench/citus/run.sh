@@ -823,6 +823,23 @@ part_k() {
             -c "SELECT counter.track('jk_buf', 'jk_buf', 'v', 'at', buffered => true)" >/dev/null
     done
     buffered_runs k jk v " keyed by another column"
+    # reads of one key: count(*) of its rows, counter.value of the
+    # unbuffered and of the buffered counter, 2,000 reads on each side (on
+    # Citus a query to every shard; the buffered one also looks up, at each
+    # anchor, the buffer of the shard's node: tracked_anchor_pending)
+    local per=$((2000 / CLIENTS)) r
+    printf '%s\n' "\\set v random(1, $KEYS)" "SELECT count(*) FROM jk_buf WHERE v = :v;" >"$work/k_count.sql"
+    for t in jk_trig jk_buf; do
+        printf '%s\n' "\\set v random(1, $KEYS)" "SELECT counter.value('$t', :v::bigint);" >"$work/k_$t.sql"
+    done
+    for r in k_count k_jk_trig k_jk_buf; do
+        for n in single citus_coord; do
+            ms[$n.load]=$(load)
+            ms[$n]=$(ingest "$n" "$r")
+        done
+        row "(k) reads of one key, $(case $r in k_count) echo "count(*) of its rows" ;; k_jk_trig) echo "counter.value, trigger-mode counter" ;; *) echo "counter.value, buffered trigger-mode counter" ;; esac), $((per * CLIENTS)) reads" \
+            "${ms[single]}" "${ms[citus_coord]}" "${ms[single.load]} / ${ms[citus_coord.load]}" "every value = count(*) before the reads"
+    done
 }
 # script_k KEYSET TABLE: the ingest script of (k): k over KEYS values (every
 # shard), v one hot key or KEYS keys
